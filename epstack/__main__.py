@@ -1,0 +1,5 @@
+import sys
+
+from epstack.cli import main
+
+sys.exit(main())

@@ -1,0 +1,116 @@
+"""The `epstack` command line. main(argv) is the only place errors become exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from epstack import __version__
+from epstack.errors import BadInput, EpstackError
+from epstack.pins import Pins, load_pins
+from epstack.render import plan_render, source_date, source_revision, write_plan
+
+DEFAULT_PINS = Path("pins.env")
+DEFAULT_OUT = Path("build/render")
+
+
+def _pins_path(value: Path | None) -> Path:
+    """CLI argument, else $EPSTACK_PINS, else ./pins.env."""
+    return value or Path(os.environ.get("EPSTACK_PINS", DEFAULT_PINS))
+
+
+def cmd_pins_check(args: argparse.Namespace, console: Console) -> int:
+    pins = load_pins(_pins_path(args.pins))
+    if args.json:
+        print(json.dumps(pins.model_dump(by_alias=True), indent=2, sort_keys=True))
+        return 0
+    table = Table("target", "layer", "image")
+    for target in pins.targets:
+        for layer in ("base", "deepep", "sglang"):
+            table.add_row(target, layer, pins.image_ref(layer, target))  # type: ignore[arg-type]
+    console.print(table)
+    console.print(f"[green]{_pins_path(args.pins)}: ok[/] ({len(pins.targets)} targets, default {pins.default_target})")
+    return 0
+
+
+def _render(pins: Pins, out: Path, console: Console) -> None:
+    plan = plan_render(pins, created=source_date(), revision=source_revision())
+    write_plan(plan, out)
+    console.print(f"rendered {len(plan.files)} files for {len(pins.targets)} targets into {out}")
+
+
+def cmd_render(args: argparse.Namespace, console: Console) -> int:
+    _render(load_pins(_pins_path(args.pins)), args.out, console)
+    return 0
+
+
+def cmd_build(args: argparse.Namespace, console: Console) -> int:
+    # Imported here: only `build` needs the Docker engine modules.
+    from epstack.build import build_target
+    from epstack.engine import DockerEngine
+
+    pins = load_pins(_pins_path(args.pins))
+    target = args.target or pins.default_target
+    if target not in pins.targets:
+        raise BadInput(f"{target}: not a target of {_pins_path(args.pins)}; fix: use one of {', '.join(pins.targets)}")
+    plan = plan_render(pins, created=source_date(), revision=source_revision())
+    write_plan(plan, args.out)
+    console.print(f"rendered into {args.out}; building {target}")
+    engine = DockerEngine.find()
+    report = build_target(pins=pins, plan=plan, context=args.out, target=target, engine=engine, console=console)
+    table = Table("image", "result", title=f"epstack build {target}")
+    table.columns[0].overflow = "fold"
+    for ref, seconds in report.built.items():
+        table.add_row(ref, f"[green]built[/] in {seconds:.1f} s")
+    for ref, why in report.not_built.items():
+        table.add_row(ref, f"[yellow]not built[/]: {why}")
+    console.print(table)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="epstack", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"epstack {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    pins = commands.add_parser("pins", help="check the pins file").add_subparsers(
+        dest="pins_command", required=True, metavar="SUBCOMMAND"
+    )
+    check = pins.add_parser("check", help="validate pins.env and its compatibility rules")
+    check.add_argument("pins", nargs="?", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
+    check.add_argument("--json", action="store_true", help="print the validated pins as JSON")
+    check.set_defaults(func=cmd_pins_check)
+
+    render = commands.add_parser("render", help="render Dockerfiles, bake file and tags for every target")
+    render.add_argument("--pins", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
+    render.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
+    render.set_defaults(func=cmd_render)
+
+    build = commands.add_parser("build", help="render, then build a target layer by layer")
+    build.add_argument("target", nargs="?", help="target such as hopper-efa (default DEFAULT_TARGET)")
+    build.add_argument("--pins", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
+    build.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"render directory (default {DEFAULT_OUT})")
+    build.set_defaults(func=cmd_build)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(stderr=True, highlight=False)
+    try:
+        code: int = args.func(args, console)
+    except EpstackError as exc:
+        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        return exc.exit_code
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,340 @@
+"""The typed pins model, its compatibility rules, and the per-layer view used for tags and labels.
+
+load_pins() is the only way in: parse pins.env (pinsfile), validate every value (pydantic), then
+check the rules between values. Every failure is one BadInput line naming file, line and fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from packaging.version import InvalidVersion, Version
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from epstack.errors import BadInput
+from epstack.pinsfile import PinsFile, read_pins_file
+
+Layer = Literal["base", "deepep", "sglang"]
+LAYERS: tuple[Layer, ...] = ("base", "deepep", "sglang")
+FABRICS = ("efa", "ib")
+
+# DeepEP V2 uses NCCL's GIN device API, first shipped in NCCL 2.30.4.
+DEEPEP_V2_MIN_NCCL = Version("2.30.4")
+# NCCL GIN over EFA (NCCL_GIN_TYPE=5) first shipped in aws-ofi-nccl 1.21.
+EFA_GIN_MIN_OFI_NCCL = Version("1.21.0")
+
+# `nvcc --list-gpu-arch` (plus the arch-specific "a" targets) per CUDA major.
+# CUDA 13 dropped everything below Turing; CUDA 12 has no Blackwell "f" family targets.
+CUDA_ARCHS: dict[int, frozenset[str]] = {
+    12: frozenset(
+        "5.0 5.2 5.3 6.0 6.1 6.2 7.0 7.2 7.5 8.0 8.6 8.7 8.9 9.0 9.0a "
+        "10.0 10.0a 10.1 10.1a 12.0 12.0a".split()
+    ),
+    13: frozenset(
+        "7.5 8.0 8.6 8.7 8.9 9.0 9.0a 10.0 10.0a 10.0f 10.3 10.3a 10.3f "
+        "11.0 11.0a 11.0f 12.0 12.0a 12.0f 12.1 12.1a 12.1f".split()
+    ),
+}
+
+_RANGE = re.compile(r"[<>=!~^*,]|\s")
+_DIGEST_REF = re.compile(
+    r"^(?P<name>[a-z0-9]+(?:[._/-][a-z0-9]+)*):(?P<tag>[\w][\w.-]{0,127})@sha256:[0-9a-f]{64}$"
+)
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _exact_version(value: str) -> str:
+    if _RANGE.search(value):
+        raise ValueError(f"{value!r} is a range, not an exact version; write the version alone, e.g. 2.30.7")
+    try:
+        version = Version(value)
+    except InvalidVersion:
+        raise ValueError(f"{value!r} is not a version; write an exact version such as 2.30.7") from None
+    if version.local:
+        raise ValueError(f"{value!r} carries a local tag; write {version.public} and put the tag in its own key")
+    return value
+
+
+def _debian_version(value: str) -> str:
+    if _RANGE.search(value) or not re.match(r"^[0-9][A-Za-z0-9.+~:-]*$", value):
+        raise ValueError(f"{value!r} is not an exact Debian package version, e.g. 50.0-2ubuntu0.2")
+    return value
+
+
+def _image_by_digest(value: str) -> str:
+    if "@sha256:" not in value:
+        raise ValueError(f"{value!r} has no digest; append @sha256:<64 hex> of the image you tested")
+    if not _DIGEST_REF.match(value):
+        raise ValueError(f"{value!r} is not NAME:TAG@sha256:<64 lowercase hex>")
+    return value
+
+
+def _full_sha(value: str) -> str:
+    if not _SHA.match(value):
+        kind = "a short hash" if re.match(r"^[0-9a-f]{4,39}$", value) else "a branch or tag name"
+        raise ValueError(f"{value!r} is {kind}; write the full 40-hex commit SHA (git rev-parse {value})")
+    return value
+
+
+def _arch_list(value: str) -> tuple[str, ...]:
+    archs = tuple(a.strip() for a in value.split(",") if a.strip())
+    for arch in archs:
+        if not re.match(r"^\d+\.\d+[af]?$", arch):
+            raise ValueError(f"{arch!r} is not a CUDA arch; write e.g. 9.0a or 10.0a, comma-separated")
+    return archs
+
+
+def _fabric_list(value: str) -> tuple[str, ...]:
+    fabrics = tuple(f.strip() for f in value.split(",") if f.strip())
+    for fabric in fabrics:
+        if fabric not in FABRICS:
+            raise ValueError(f"{fabric!r} is not a fabric; use {', '.join(FABRICS)}")
+    return fabrics
+
+
+def _pattern(regex: str, example: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if not re.match(regex, value):
+            raise ValueError(f"{value!r} is not of the form {example}")
+        return value
+
+    return check
+
+
+ExactVersion = Annotated[str, AfterValidator(_exact_version)]
+DebianVersion = Annotated[str, AfterValidator(_debian_version)]
+ImageByDigest = Annotated[str, AfterValidator(_image_by_digest)]
+
+
+class Pins(BaseModel):
+    """Everything pins.env pins. Field aliases are the pins.env keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=False)
+
+    cuda_version: ExactVersion = Field(alias="CUDA_VERSION")
+    cuda_devel_image: ImageByDigest = Field(alias="CUDA_DEVEL_IMAGE")
+    cuda_runtime_image: ImageByDigest = Field(alias="CUDA_RUNTIME_IMAGE")
+    ubuntu_snapshot: Annotated[str, AfterValidator(_pattern(r"^\d{8}T\d{6}Z$", "20261115T000000Z"))] = (
+        Field(alias="UBUNTU_SNAPSHOT")
+    )
+    python_version: Annotated[str, AfterValidator(_pattern(r"^3\.\d{1,2}$", "3.12"))] = Field(
+        alias="PYTHON_VERSION"
+    )
+    uv_version: ExactVersion = Field(alias="UV_VERSION")
+    torch_version: ExactVersion = Field(alias="TORCH_VERSION")
+    torch_cuda_tag: Annotated[str, AfterValidator(_pattern(r"^cu\d{3}$", "cu130"))] = Field(
+        alias="TORCH_CUDA_TAG"
+    )
+    nccl_version: ExactVersion = Field(alias="NCCL_VERSION")
+    nvshmem_version: ExactVersion = Field(alias="NVSHMEM_VERSION")
+    gdrcopy_version: ExactVersion = Field(alias="GDRCOPY_VERSION")
+    gdrcopy_ref: Annotated[str, AfterValidator(_full_sha)] = Field(alias="GDRCOPY_REF")
+    deepep_repo: Annotated[str, AfterValidator(_pattern(r"^https://\S+\.git$", "https://host/org/repo.git"))] = (
+        Field(alias="DEEPEP_REPO")
+    )
+    deepep_ref: Annotated[str, AfterValidator(_full_sha)] = Field(alias="DEEPEP_REF")
+    sglang_version: ExactVersion = Field(alias="SGLANG_VERSION")
+    efa_installer_version: ExactVersion = Field(alias="EFA_INSTALLER_VERSION")
+    efa_installer_sha256: Annotated[str, AfterValidator(_pattern(r"^[0-9a-f]{64}$", "<64 lowercase hex>"))] = (
+        Field(alias="EFA_INSTALLER_SHA256")
+    )
+    aws_ofi_nccl_version: ExactVersion = Field(alias="AWS_OFI_NCCL_VERSION")
+    rdma_core_version: DebianVersion = Field(alias="RDMA_CORE_VERSION")
+    fabrics: Annotated[tuple[str, ...], BeforeValidator(_fabric_list)] = Field(alias="FABRICS")
+    archs: dict[str, tuple[str, ...]] = Field(
+        description="ARCH_<NAME>=9.0a,... one key per GPU generation; the target is <name>-<fabric>"
+    )
+    default_target: str = Field(alias="DEFAULT_TARGET")
+    image_repository: Annotated[
+        str, AfterValidator(_pattern(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*$", "epstack or 123.dkr.ecr/epstack"))
+    ] = Field(alias="IMAGE_REPOSITORY")
+
+    @property
+    def cuda_major_minor(self) -> str:
+        return ".".join(self.cuda_version.split(".")[:2])
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """Every arch x fabric combination, in pins file order."""
+        return tuple(f"{arch}-{fabric}" for arch in self.archs for fabric in self.fabrics)
+
+    def layer_pins(self, layer: Layer, target: str) -> dict[str, str]:
+        """The pins a layer of a target is built from, as pins.env keys (its own and those below)."""
+        arch, fabric = target.rsplit("-", 1)
+        base = {
+            "CUDA_VERSION": self.cuda_version,
+            "CUDA_DEVEL_IMAGE": self.cuda_devel_image,
+            "CUDA_RUNTIME_IMAGE": self.cuda_runtime_image,
+            "UBUNTU_SNAPSHOT": self.ubuntu_snapshot,
+            "PYTHON_VERSION": self.python_version,
+            "UV_VERSION": self.uv_version,
+            "TORCH_VERSION": self.torch_version,
+            "TORCH_CUDA_TAG": self.torch_cuda_tag,
+            "NCCL_VERSION": self.nccl_version,
+            "NVSHMEM_VERSION": self.nvshmem_version,
+            "GDRCOPY_VERSION": self.gdrcopy_version,
+            "GDRCOPY_REF": self.gdrcopy_ref,
+            "FABRIC": fabric,
+            **(
+                {
+                    "EFA_INSTALLER_VERSION": self.efa_installer_version,
+                    "EFA_INSTALLER_SHA256": self.efa_installer_sha256,
+                    "AWS_OFI_NCCL_VERSION": self.aws_ofi_nccl_version,
+                }
+                if fabric == "efa"
+                else {"RDMA_CORE_VERSION": self.rdma_core_version}
+            ),
+        }
+        if layer == "base":
+            return base
+        deepep = {
+            **base,
+            "DEEPEP_REPO": self.deepep_repo,
+            "DEEPEP_REF": self.deepep_ref,
+            "TORCH_CUDA_ARCH_LIST": " ".join(self.archs[arch]),
+        }
+        if layer == "deepep":
+            return deepep
+        return {**deepep, "SGLANG_VERSION": self.sglang_version}
+
+    def layer_hash(self, layer: Layer, target: str) -> str:
+        """12 hex of the sha256 of the layer's pins: equal pins, equal tag."""
+        canonical = json.dumps(self.layer_pins(layer, target), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    def image_tag(self, layer: Layer, target: str) -> str:
+        """Human-readable tag ending in the layer hash, e.g. sglang-0.5.23-deepep-d4f41e4-cu13.0-hopper-efa-<12hex>."""
+        arch, fabric = target.rsplit("-", 1)
+        cuda = f"cu{self.cuda_major_minor}"
+        digest = self.layer_hash(layer, target)
+        if layer == "base":
+            return f"base-{cuda}-nccl{self.nccl_version}-{fabric}-{digest}"
+        deepep = f"deepep-{self.deepep_ref[:7]}-{cuda}-{target}"
+        if layer == "deepep":
+            return f"{deepep}-{digest}"
+        return f"sglang-{self.sglang_version}-{deepep}-{digest}"
+
+    def image_ref(self, layer: Layer, target: str) -> str:
+        return f"{self.image_repository}:{self.image_tag(layer, target)}"
+
+
+def load_pins(path: Path) -> Pins:
+    """Parse, validate and rule-check a pins file. Raises BadInput with file:line and fix."""
+    pins_file = read_pins_file(path)
+    raw: dict[str, Any] = {k: e.value for k, e in pins_file.entries.items() if not k.startswith("ARCH_")}
+    raw["archs"] = {}
+    for key, entry in pins_file.entries.items():
+        if key.startswith("ARCH_"):
+            name = key.removeprefix("ARCH_").lower().replace("_", "-")
+            try:
+                raw["archs"][name] = _arch_list(entry.value)
+            except ValueError as exc:
+                raise pins_file.error(key, str(exc), f"write {key}=9.0a (comma-separated CUDA archs)") from None
+    try:
+        pins = Pins.model_validate(raw)
+    except ValidationError as exc:
+        raise _first_error(pins_file, exc) from None
+    for rule in RULES:
+        rule(pins, pins_file)
+    return pins
+
+
+def _known_keys() -> list[str]:
+    return [f.alias for f in Pins.model_fields.values() if f.alias] + ["ARCH_HOPPER", "ARCH_BLACKWELL"]
+
+
+def _first_error(pins_file: PinsFile, exc: ValidationError) -> BadInput:
+    error = exc.errors()[0]
+    field = str(error["loc"][0]) if error["loc"] else ""
+    if error["type"] == "extra_forbidden":
+        near = difflib.get_close_matches(field, _known_keys(), n=1)
+        hint = f"did you mean {near[0]}?" if near else "remove it (see the pins reference in README.md)"
+        return pins_file.error(field, f"unknown key {field}", hint)
+    alias = Pins.model_fields[field].alias if field in Pins.model_fields else field
+    if error["type"] == "missing":
+        return pins_file.error(None, f"missing key {alias}", f"add a line {alias}=<value> (see README.md)")
+    message = str(error.get("ctx", {}).get("error", error["msg"]))
+    return pins_file.error(alias, f"{alias}: {message}", f"correct {alias}")
+
+
+# ---- compatibility rules: each raises pins_file.error(key, what is wrong, how to fix) ----
+
+
+def _rule_nccl_for_deepep_v2(pins: Pins, pins_file: PinsFile) -> None:
+    if Version(pins.nccl_version) < DEEPEP_V2_MIN_NCCL:
+        raise pins_file.error(
+            "NCCL_VERSION",
+            f"NCCL {pins.nccl_version} is older than {DEEPEP_V2_MIN_NCCL}, which DeepEP V2 (GIN device API) needs",
+            f"set NCCL_VERSION={DEEPEP_V2_MIN_NCCL} or newer (2.30.7 is tested)",
+        )
+
+
+def _rule_gin_over_efa(pins: Pins, pins_file: PinsFile) -> None:
+    if "efa" in pins.fabrics and Version(pins.aws_ofi_nccl_version) < EFA_GIN_MIN_OFI_NCCL:
+        raise pins_file.error(
+            "AWS_OFI_NCCL_VERSION",
+            f"aws-ofi-nccl {pins.aws_ofi_nccl_version} has no NCCL GIN support, which DeepEP V2 needs across nodes",
+            f"set AWS_OFI_NCCL_VERSION={EFA_GIN_MIN_OFI_NCCL} or newer, with an EFA installer that bundles it",
+        )
+
+
+def _rule_one_cuda_major(pins: Pins, pins_file: PinsFile) -> None:
+    major = int(pins.cuda_version.split(".")[0])
+    torch_major = int(pins.torch_cuda_tag[2:-1])
+    if torch_major != major:
+        raise pins_file.error(
+            "TORCH_CUDA_TAG",
+            f"torch's CUDA tag {pins.torch_cuda_tag} is CUDA {torch_major}, the base image is CUDA {major}",
+            f"use a cu{major}x torch build or a CUDA {torch_major} base image",
+        )
+    for key, ref in (("CUDA_DEVEL_IMAGE", pins.cuda_devel_image), ("CUDA_RUNTIME_IMAGE", pins.cuda_runtime_image)):
+        tag = ref.split("@")[0].rsplit(":", 1)[1]
+        if not tag.startswith(f"{pins.cuda_version}-"):
+            raise pins_file.error(
+                key, f"{key} tag {tag} is not CUDA {pins.cuda_version}", f"use a {pins.cuda_version}-* tag and its digest"
+            )
+
+
+def _rule_archs_supported(pins: Pins, pins_file: PinsFile) -> None:
+    major = int(pins.cuda_version.split(".")[0])
+    supported = CUDA_ARCHS.get(major)
+    if supported is None:
+        raise pins_file.error(
+            "CUDA_VERSION", f"CUDA major {major} is not known to epstack", f"use CUDA {' or '.join(map(str, CUDA_ARCHS))}"
+        )
+    if not pins.archs:
+        raise pins_file.error(None, "no ARCH_<NAME> key, so no target", "add e.g. ARCH_HOPPER=9.0a")
+    for name, archs in pins.archs.items():
+        key = "ARCH_" + name.upper().replace("-", "_")
+        for arch in archs:
+            if arch not in supported:
+                raise pins_file.error(
+                    key,
+                    f"arch {arch} is not supported by CUDA {pins.cuda_version}",
+                    f"use one of {', '.join(sorted(supported))}",
+                )
+
+
+def _rule_default_target(pins: Pins, pins_file: PinsFile) -> None:
+    if pins.default_target not in pins.targets:
+        near = difflib.get_close_matches(pins.default_target, pins.targets, n=1)
+        raise pins_file.error(
+            "DEFAULT_TARGET",
+            f"DEFAULT_TARGET {pins.default_target} is not a target ({', '.join(pins.targets)})",
+            f"did you mean {near[0]}?" if near else "pick one of the targets",
+        )
+
+
+RULES: tuple[Callable[[Pins, PinsFile], None], ...] = (
+    _rule_nccl_for_deepep_v2,
+    _rule_gin_over_efa,
+    _rule_one_cuda_major,
+    _rule_archs_supported,
+    _rule_default_target,
+)

@@ -1,0 +1,273 @@
+"""Render the Jinja2 templates in images/ into a self-contained build context, deterministically.
+
+Output (DIR):
+  docker-bake.json             every image of every target, for `cd DIR && docker buildx bake`
+  epstack-render.json          the same plan as epstack reads it (tags, stages, args, labels)
+  scripts/image/*.sh, src/     what the Dockerfiles COPY
+  targets/<target>/*.Dockerfile and the requirement files rendered from pins
+
+Same pins and same sources give byte-identical files. The directory is written to a temporary
+sibling and swapped in whole, so a failure leaves DIR as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import jinja2
+
+from epstack import __version__
+from epstack.errors import BadInput
+from epstack.pins import Layer, Pins
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES = REPO_ROOT / "images"
+IMAGE_SCRIPTS = REPO_ROOT / "scripts" / "image"
+
+# Python distributions a lower layer owns; an upper layer's install may never move them.
+PROTECTED_PACKAGES = ("torch", "nvidia-nccl-cu13", "nvidia-nvshmem-cu13", "sgl-deep-ep")
+# What DeepEP's setup.py builds with (torch 2.14 needs setuptools < 82). Checked 2026-11-29.
+DEEPEP_BUILD_REQUIREMENTS = ("setuptools==81.0.0", "wheel==0.48.0", "ninja==1.13.2")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageSpec:
+    """One image to build: a stage of one layer's Dockerfile for one target."""
+
+    name: str  # bake target name, e.g. hopper-efa-deepep
+    target: str
+    layer: str  # base | deepep | sglang
+    stage: str  # the Dockerfile stage built
+    dockerfile: str  # relative to the render directory (the build context)
+    tag: str  # full image reference
+    args: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    depends_on: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderPlan:
+    """Everything a render produces, in memory, before anything is written."""
+
+    files: dict[str, bytes]
+    images: tuple[ImageSpec, ...]
+    default_target: str
+
+    def images_for(self, target: str) -> list[ImageSpec]:
+        return [image for image in self.images if image.target == target]
+
+
+def source_date(env: dict[str, str] | None = None) -> datetime:
+    """SOURCE_DATE_EPOCH, else the time of the last commit, else the epoch: never 'now'."""
+    env = dict(os.environ) if env is None else env
+    if "SOURCE_DATE_EPOCH" in env:
+        try:
+            return datetime.fromtimestamp(int(env["SOURCE_DATE_EPOCH"]), tz=UTC)
+        except ValueError:
+            raise BadInput(
+                f"SOURCE_DATE_EPOCH={env['SOURCE_DATE_EPOCH']!r} is not an integer; fix: set seconds since 1970"
+            ) from None
+    commit_time = _git("log", "-1", "--format=%ct")
+    return datetime.fromtimestamp(int(commit_time) if commit_time else 0, tz=UTC)
+
+
+def source_revision() -> str:
+    """The git commit the templates come from, or 'unknown' outside a checkout."""
+    return _git("rev-parse", "HEAD") or "unknown"
+
+
+def _git(*args: str) -> str:
+    try:
+        result = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, check=False
+        )
+    except FileNotFoundError:
+        return ""
+    return result.stdout.strip() if result.returncode == 0 else ""
+
+
+def plan_render(pins: Pins, *, created: datetime, revision: str) -> RenderPlan:
+    """Render every template for every target, in memory."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    files: dict[str, bytes] = {}
+    for script in sorted(IMAGE_SCRIPTS.glob("*.sh")):
+        files[f"scripts/image/{script.name}"] = script.read_bytes()
+    for path in _package_sources():
+        files[f"src/{path.relative_to(REPO_ROOT).as_posix()}"] = path.read_bytes()
+
+    images: list[ImageSpec] = []
+    for target in pins.targets:
+        for name, text in _requirement_files(pins).items():
+            files[f"targets/{target}/{name}"] = text.encode()
+        target_images = _target_images(pins, target, created=created, revision=revision)
+        for layer in ("base", "deepep", "sglang"):
+            context = {
+                "pins": pins,
+                "target": target,
+                "arch": target.rsplit("-", 1)[0],
+                "fabric": target.rsplit("-", 1)[1],
+                "images": {image.stage: image for image in target_images},
+                "protected_packages": PROTECTED_PACKAGES,
+                "epstack_version": __version__,
+            }
+            text = env.get_template(f"{layer}/Dockerfile.j2").render(context)
+            files[f"targets/{target}/{layer}.Dockerfile"] = text.encode()
+        images.extend(target_images)
+    files["epstack-render.json"] = _json_bytes(
+        {"default_target": pins.default_target, "images": [vars(image) for image in images]}
+    )
+    files["docker-bake.json"] = _json_bytes(_bake(images, pins.default_target))
+    return RenderPlan(files=files, images=tuple(images), default_target=pins.default_target)
+
+
+def _package_sources() -> list[Path]:
+    """The epstack package and its build metadata, copied so images can install it."""
+    sources = [REPO_ROOT / "pyproject.toml", REPO_ROOT / "README.md"]
+    sources += sorted(
+        p for p in (REPO_ROOT / "epstack").rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    )
+    return sources
+
+
+def _requirement_files(pins: Pins) -> dict[str, str]:
+    """Exact pins per install step; overrides win over any package's own requirement."""
+    header = "# Rendered from pins.env by epstack; do not edit.\n"
+    return {
+        "python-requirements.txt": header
+        + f"nvidia-nccl-cu13=={pins.nccl_version}\nnvidia-nvshmem-cu13=={pins.nvshmem_version}\n",
+        "torch-requirements.txt": header + f"torch=={pins.torch_version}\n",
+        "sglang-requirements.txt": header + f"sglang=={pins.sglang_version}\n",
+        "deepep-build-requirements.txt": header + "".join(f"{r}\n" for r in DEEPEP_BUILD_REQUIREMENTS),
+        "overrides.txt": header
+        + f"torch=={pins.torch_version}\n"
+        + f"nvidia-nccl-cu13=={pins.nccl_version}\n"
+        + f"nvidia-nvshmem-cu13=={pins.nvshmem_version}\n",
+    }
+
+
+def _target_images(pins: Pins, target: str, *, created: datetime, revision: str) -> list[ImageSpec]:
+    """The four images of a target, bottom-up: devel and base (base layer), deepep, sglang."""
+    base_ref = pins.image_ref("base", target)
+    devel_ref = base_ref.replace(":base-", ":devel-", 1)
+    deepep_ref = pins.image_ref("deepep", target)
+
+    def labels(layer: Layer, top: bool, base_image: str = pins.cuda_runtime_image) -> dict[str, str]:
+        """Pins and base digest on every layer; created and revision on the top one only, so a
+        new commit changes no lower image (and rebuilds nothing below the top)."""
+        pinned = pins.layer_pins(layer, target)
+        result = {
+            "org.opencontainers.image.title": f"epstack {layer} ({target})",
+            "org.opencontainers.image.vendor": "epstack",
+            "org.opencontainers.image.version": pins.image_tag(layer, target),
+            "org.opencontainers.image.base.name": base_image.split("@")[0],
+            "org.opencontainers.image.base.digest": base_image.split("@")[1],
+            "io.epstack.target": target,
+            "io.epstack.layer": layer,
+        }
+        if top:
+            result["org.opencontainers.image.created"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
+            result["org.opencontainers.image.revision"] = revision
+        result.update({f"io.epstack.pin.{key.lower()}": value for key, value in sorted(pinned.items())})
+        return result
+
+    directory = f"targets/{target}"
+    return [
+        ImageSpec(
+            name=f"{target}-devel", target=target, layer="base", stage="devel",
+            dockerfile=f"{directory}/base.Dockerfile", tag=devel_ref,
+            labels=labels("base", False, pins.cuda_devel_image),
+        ),
+        ImageSpec(
+            name=f"{target}-base", target=target, layer="base", stage="base",
+            dockerfile=f"{directory}/base.Dockerfile", tag=base_ref, labels=labels("base", False),
+        ),
+        ImageSpec(
+            name=f"{target}-deepep", target=target, layer="deepep", stage="deepep",
+            dockerfile=f"{directory}/deepep.Dockerfile", tag=deepep_ref, labels=labels("deepep", False),
+            args={"DEVEL_IMAGE": devel_ref, "BASE_IMAGE": base_ref},
+            depends_on=(f"{target}-devel", f"{target}-base"),
+        ),
+        ImageSpec(
+            name=f"{target}-sglang", target=target, layer="sglang", stage="sglang",
+            dockerfile=f"{directory}/sglang.Dockerfile", tag=pins.image_ref("sglang", target),
+            labels=labels("sglang", True), args={"DEEPEP_IMAGE": deepep_ref},
+            depends_on=(f"{target}-deepep",),
+        ),
+    ]
+
+
+def _bake(images: list[ImageSpec], default_target: str) -> dict[str, object]:
+    """A `docker buildx bake` file; named contexts chain each layer onto the one below."""
+    by_name = {image.name: image for image in images}
+    targets: dict[str, object] = {}
+    for image in images:
+        entry: dict[str, object] = {
+            "context": ".",
+            "dockerfile": image.dockerfile,
+            "target": image.stage,
+            "tags": [image.tag],
+            "labels": image.labels,
+        }
+        if image.args:
+            entry["args"] = image.args
+        if image.depends_on:
+            entry["contexts"] = {by_name[dep].tag: f"target:{dep}" for dep in image.depends_on}
+        targets[image.name] = entry
+    return {
+        "group": {
+            "default": {"targets": [f"{default_target}-sglang"]},
+            "all": {"targets": [image.name for image in images if image.layer == "sglang"]},
+        },
+        "target": targets,
+    }
+
+
+def _json_bytes(data: object) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+def write_plan(plan: RenderPlan, out: Path) -> None:
+    """Write all files to a temporary sibling of `out`, then swap it in; `out` is never half-written."""
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for relative, content in sorted(plan.files.items()):
+            path = staging / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+            if relative.endswith(".sh"):
+                path.chmod(0o755)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            out.rename(old)
+            staging.rename(out)
+            shutil.rmtree(old)
+        else:
+            staging.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def tree_digest(root: Path) -> str:
+    """sha256 over every file's path and bytes under root: equal trees, equal digest."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()

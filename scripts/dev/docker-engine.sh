@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Install (Debian/Ubuntu, as root) and start a local Docker engine when none answers.
+# Usage: scripts/dev/docker-engine.sh start|stop   (state in ${EPSTACK_ENGINE_DIR:-/tmp/epstack-engine})
+set -euo pipefail
+
+state=${EPSTACK_ENGINE_DIR:-/tmp/epstack-engine}
+docker_cli=/usr/bin/docker   # Debian's 20.10 client has BuildKit built in
+
+start() {
+  if "$docker_cli" info >/dev/null 2>&1; then
+    echo "docker engine: already answering"
+    return
+  fi
+  if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+      echo "docker engine: none answers and this is not a root Debian machine; start dockerd yourself" >&2
+      return 1
+    fi
+    echo "docker engine: installing docker.io, debootstrap, docker-registry"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      docker.io debootstrap docker-registry iptables >/dev/null
+  fi
+  mkdir -p "$state"
+  setsid dockerd --pidfile "$state/dockerd.pid" >"$state/dockerd.log" 2>&1 < /dev/null &
+  for _ in $(seq 1 60); do
+    if "$docker_cli" info >/dev/null 2>&1; then
+      echo "docker engine: started (pid $(cat "$state/dockerd.pid"), log $state/dockerd.log)"
+      return
+    fi
+    sleep 0.5
+  done
+  echo "docker engine: dockerd did not answer within 30 s; see $state/dockerd.log" >&2
+  tail -n 20 "$state/dockerd.log" >&2
+  return 1
+}
+
+stop() {
+  if [ -f "$state/dockerd.pid" ]; then
+    kill "$(cat "$state/dockerd.pid")" 2>/dev/null || true
+    rm -f "$state/dockerd.pid"
+  fi
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+esac
