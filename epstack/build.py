@@ -52,7 +52,9 @@ def build_target(
     if not missing:
         report = BuildReport(target=target, offline=False)
         for image in images:
-            report.built[image.tag] = _build(engine, context, image, image.args, image.labels, console)
+            report.built[image.tag] = _build(
+                engine, context=context, image=image, args=image.args, labels=image.labels, console=console
+            )
         return report
 
     console.print(
@@ -72,7 +74,9 @@ def build_target(
         labels={**devel.labels, "io.epstack.offline-base": base, "io.epstack.stage": OFFLINE_STAGE},
     )
     args = {"CUDA_DEVEL_IMAGE": base, "PYTHON_VERSION": OFFLINE_PYTHON}
-    report.built[offline.tag] = _build(engine, context, offline, args, offline.labels, console)
+    report.built[offline.tag] = _build(
+        engine, context=context, image=offline, args=args, labels=offline.labels, console=console
+    )
     report.check_output = engine.run(offline.tag, ["python", "-c", OFFLINE_CHECK]).strip()
     console.print(f"[green]ran in {offline.tag}[/]: {report.check_output}")
     for image in images:
@@ -82,6 +86,7 @@ def build_target(
 
 def _build(
     engine: DockerEngine,
+    *,
     context: Path,
     image: ImageSpec,
     args: dict[str, str],
@@ -91,7 +96,12 @@ def _build(
     console.rule(f"[bold]{image.layer}[/] / {image.stage} -> {image.tag}")
     start = time.monotonic()
     engine.build(
-        context=context, dockerfile=image.dockerfile, stage=image.stage, tag=image.tag, args=args, labels=labels
+        context=context,
+        dockerfile=image.dockerfile,
+        stage=image.stage,
+        tag=image.tag,
+        args=args,
+        labels=labels,
     )
     seconds = time.monotonic() - start
     console.print(f"[green]built[/] {image.tag} in {seconds:.1f} s")

@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from epstack import __version__
+from epstack.build import build_target
+from epstack.engine import DockerEngine
 from epstack.errors import BadInput, EpstackError
 from epstack.pins import Pins, load_pins
 from epstack.render import plan_render, source_date, source_revision, write_plan
@@ -34,9 +36,11 @@ def cmd_pins_check(args: argparse.Namespace, console: Console) -> int:
     table = Table("target", "layer", "image")
     for target in pins.targets:
         for layer in ("base", "deepep", "sglang"):
-            table.add_row(target, layer, pins.image_ref(layer, target))  # type: ignore[arg-type]
+            table.add_row(target, layer, pins.image_ref(layer, target))
     console.print(table)
-    console.print(f"[green]{_pins_path(args.pins)}: ok[/] ({len(pins.targets)} targets, default {pins.default_target})")
+    console.print(
+        f"[green]{_pins_path(args.pins)}: ok[/] ({len(pins.targets)} targets, default {pins.default_target})"
+    )
     return 0
 
 
@@ -52,19 +56,19 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
-    # Imported here: only `build` needs the Docker engine modules.
-    from epstack.build import build_target
-    from epstack.engine import DockerEngine
-
     pins = load_pins(_pins_path(args.pins))
     target = args.target or pins.default_target
     if target not in pins.targets:
-        raise BadInput(f"{target}: not a target of {_pins_path(args.pins)}; fix: use one of {', '.join(pins.targets)}")
+        raise BadInput(
+            f"{target}: not a target of {_pins_path(args.pins)}; fix: use one of {', '.join(pins.targets)}"
+        )
     plan = plan_render(pins, created=source_date(), revision=source_revision())
     write_plan(plan, args.out)
     console.print(f"rendered into {args.out}; building {target}")
     engine = DockerEngine.find()
-    report = build_target(pins=pins, plan=plan, context=args.out, target=target, engine=engine, console=console)
+    report = build_target(
+        pins=pins, plan=plan, context=args.out, target=target, engine=engine, console=console
+    )
     table = Table("image", "result", title=f"epstack build {target}")
     table.columns[0].overflow = "fold"
     for ref, seconds in report.built.items():
@@ -90,24 +94,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     render = commands.add_parser("render", help="render Dockerfiles, bake file and tags for every target")
     render.add_argument("--pins", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
-    render.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
+    render.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})"
+    )
     render.set_defaults(func=cmd_render)
 
     build = commands.add_parser("build", help="render, then build a target layer by layer")
     build.add_argument("target", nargs="?", help="target such as hopper-efa (default DEFAULT_TARGET)")
     build.add_argument("--pins", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
-    build.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"render directory (default {DEFAULT_OUT})")
+    build.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"render directory (default {DEFAULT_OUT})"
+    )
     build.set_defaults(func=cmd_build)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    console = Console(stderr=True, highlight=False)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         code: int = args.func(args, console)
     except EpstackError as exc:
-        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        console.print(f"[red]error:[/] {exc}")
         return exc.exit_code
     return code
 

@@ -28,9 +28,7 @@ def call(
     if echo:
         _start(argv)
     try:
-        result = subprocess.run(
-            argv, env=env, cwd=cwd, input=stdin, capture_output=capture, check=False
-        )
+        result = subprocess.run(argv, env=env, cwd=cwd, input=stdin, capture_output=capture, check=False)
     except FileNotFoundError:
         raise EnvironmentProblem(f"{argv[0]}: command not found") from None
     if result.returncode != 0:
@@ -45,10 +43,7 @@ def succeeds(*args: str | Path, env: Mapping[str, str] | None = None) -> bool:
     """True when the command exits 0; output discarded, nothing printed."""
     try:
         return (
-            subprocess.run(
-                [str(a) for a in args], env=env, capture_output=True, check=False
-            ).returncode
-            == 0
+            subprocess.run([str(a) for a in args], env=env, capture_output=True, check=False).returncode == 0
         )
     except FileNotFoundError:
         return False

@@ -42,6 +42,6 @@ def ensure_offline_base(engine: DockerEngine, *, mirror: str = DEBIAN_MIRROR) ->
         engine.import_rootfs(
             rootfs,
             OFFLINE_BASE,
-            changes=[f"ENV PIP_CERT={bundle}", f"ENV SSL_CERT_FILE={bundle}", "CMD [\"/bin/bash\"]"],
+            changes=[f"ENV PIP_CERT={bundle}", f"ENV SSL_CERT_FILE={bundle}", 'CMD ["/bin/bash"]'],
         )
     return OFFLINE_BASE

@@ -33,12 +33,12 @@ EFA_GIN_MIN_OFI_NCCL = Version("1.21.0")
 # CUDA 13 dropped everything below Turing; CUDA 12 has no Blackwell "f" family targets.
 CUDA_ARCHS: dict[int, frozenset[str]] = {
     12: frozenset(
-        "5.0 5.2 5.3 6.0 6.1 6.2 7.0 7.2 7.5 8.0 8.6 8.7 8.9 9.0 9.0a "
-        "10.0 10.0a 10.1 10.1a 12.0 12.0a".split()
+        {"5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9"}
+        | {"9.0", "9.0a", "10.0", "10.0a", "10.1", "10.1a", "12.0", "12.0a"}
     ),
     13: frozenset(
-        "7.5 8.0 8.6 8.7 8.9 9.0 9.0a 10.0 10.0a 10.0f 10.3 10.3a 10.3f "
-        "11.0 11.0a 11.0f 12.0 12.0a 12.0f 12.1 12.1a 12.1f".split()
+        {"7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "9.0a", "10.0", "10.0a", "10.0f", "10.3", "10.3a"}
+        | {"10.3f", "11.0", "11.0a", "11.0f", "12.0", "12.0a", "12.0f", "12.1", "12.1a", "12.1f"}
     ),
 }
 
@@ -51,34 +51,42 @@ _SHA = re.compile(r"^[0-9a-f]{40}$")
 
 def _exact_version(value: str) -> str:
     if _RANGE.search(value):
-        raise ValueError(f"{value!r} is a range, not an exact version; write the version alone, e.g. 2.30.7")
+        raise ValueError(
+            f"{value!r} is a range, not an exact version; fix: write the version alone, e.g. 2.30.7"
+        )
     try:
         version = Version(value)
     except InvalidVersion:
-        raise ValueError(f"{value!r} is not a version; write an exact version such as 2.30.7") from None
+        raise ValueError(f"{value!r} is not a version; fix: write an exact version such as 2.30.7") from None
     if version.local:
-        raise ValueError(f"{value!r} carries a local tag; write {version.public} and put the tag in its own key")
+        raise ValueError(
+            f"{value!r} carries a local tag; fix: write {version.public} and put the tag in its own key"
+        )
     return value
 
 
 def _debian_version(value: str) -> str:
     if _RANGE.search(value) or not re.match(r"^[0-9][A-Za-z0-9.+~:-]*$", value):
-        raise ValueError(f"{value!r} is not an exact Debian package version, e.g. 50.0-2ubuntu0.2")
+        raise ValueError(f"{value!r} is not an exact Debian package version; fix: write e.g. 50.0-2ubuntu0.2")
     return value
 
 
 def _image_by_digest(value: str) -> str:
     if "@sha256:" not in value:
-        raise ValueError(f"{value!r} has no digest; append @sha256:<64 hex> of the image you tested")
+        raise ValueError(f"{value!r} has no digest; fix: append @sha256:<64 hex> of the image you tested")
     if not _DIGEST_REF.match(value):
-        raise ValueError(f"{value!r} is not NAME:TAG@sha256:<64 lowercase hex>")
+        raise ValueError(
+            f"{value!r} is not an image by digest; fix: write NAME:TAG@sha256:<64 lowercase hex>"
+        )
     return value
 
 
 def _full_sha(value: str) -> str:
     if not _SHA.match(value):
         kind = "a short hash" if re.match(r"^[0-9a-f]{4,39}$", value) else "a branch or tag name"
-        raise ValueError(f"{value!r} is {kind}; write the full 40-hex commit SHA (git rev-parse {value})")
+        raise ValueError(
+            f"{value!r} is {kind}; fix: write the full 40-hex commit SHA (git rev-parse {value})"
+        )
     return value
 
 
@@ -86,7 +94,7 @@ def _arch_list(value: str) -> tuple[str, ...]:
     archs = tuple(a.strip() for a in value.split(",") if a.strip())
     for arch in archs:
         if not re.match(r"^\d+\.\d+[af]?$", arch):
-            raise ValueError(f"{arch!r} is not a CUDA arch; write e.g. 9.0a or 10.0a, comma-separated")
+            raise ValueError(f"{arch!r} is not a CUDA arch; fix: write e.g. 9.0a or 10.0a, comma-separated")
     return archs
 
 
@@ -94,14 +102,14 @@ def _fabric_list(value: str) -> tuple[str, ...]:
     fabrics = tuple(f.strip() for f in value.split(",") if f.strip())
     for fabric in fabrics:
         if fabric not in FABRICS:
-            raise ValueError(f"{fabric!r} is not a fabric; use {', '.join(FABRICS)}")
+            raise ValueError(f"{fabric!r} is not a fabric; fix: use {', '.join(FABRICS)}")
     return fabrics
 
 
 def _pattern(regex: str, example: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         if not re.match(regex, value):
-            raise ValueError(f"{value!r} is not of the form {example}")
+            raise ValueError(f"{value!r} is not of the form {example}; fix: write a value like {example}")
         return value
 
     return check
@@ -120,8 +128,8 @@ class Pins(BaseModel):
     cuda_version: ExactVersion = Field(alias="CUDA_VERSION")
     cuda_devel_image: ImageByDigest = Field(alias="CUDA_DEVEL_IMAGE")
     cuda_runtime_image: ImageByDigest = Field(alias="CUDA_RUNTIME_IMAGE")
-    ubuntu_snapshot: Annotated[str, AfterValidator(_pattern(r"^\d{8}T\d{6}Z$", "20261115T000000Z"))] = (
-        Field(alias="UBUNTU_SNAPSHOT")
+    ubuntu_snapshot: Annotated[str, AfterValidator(_pattern(r"^\d{8}T\d{6}Z$", "20261115T000000Z"))] = Field(
+        alias="UBUNTU_SNAPSHOT"
     )
     python_version: Annotated[str, AfterValidator(_pattern(r"^3\.\d{1,2}$", "3.12"))] = Field(
         alias="PYTHON_VERSION"
@@ -135,15 +143,15 @@ class Pins(BaseModel):
     nvshmem_version: ExactVersion = Field(alias="NVSHMEM_VERSION")
     gdrcopy_version: ExactVersion = Field(alias="GDRCOPY_VERSION")
     gdrcopy_ref: Annotated[str, AfterValidator(_full_sha)] = Field(alias="GDRCOPY_REF")
-    deepep_repo: Annotated[str, AfterValidator(_pattern(r"^https://\S+\.git$", "https://host/org/repo.git"))] = (
-        Field(alias="DEEPEP_REPO")
-    )
+    deepep_repo: Annotated[
+        str, AfterValidator(_pattern(r"^https://\S+\.git$", "https://host/org/repo.git"))
+    ] = Field(alias="DEEPEP_REPO")
     deepep_ref: Annotated[str, AfterValidator(_full_sha)] = Field(alias="DEEPEP_REF")
     sglang_version: ExactVersion = Field(alias="SGLANG_VERSION")
     efa_installer_version: ExactVersion = Field(alias="EFA_INSTALLER_VERSION")
-    efa_installer_sha256: Annotated[str, AfterValidator(_pattern(r"^[0-9a-f]{64}$", "<64 lowercase hex>"))] = (
-        Field(alias="EFA_INSTALLER_SHA256")
-    )
+    efa_installer_sha256: Annotated[
+        str, AfterValidator(_pattern(r"^[0-9a-f]{64}$", "<64 lowercase hex>"))
+    ] = Field(alias="EFA_INSTALLER_SHA256")
     aws_ofi_nccl_version: ExactVersion = Field(alias="AWS_OFI_NCCL_VERSION")
     rdma_core_version: DebianVersion = Field(alias="RDMA_CORE_VERSION")
     fabrics: Annotated[tuple[str, ...], BeforeValidator(_fabric_list)] = Field(alias="FABRICS")
@@ -209,8 +217,8 @@ class Pins(BaseModel):
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
     def image_tag(self, layer: Layer, target: str) -> str:
-        """Human-readable tag ending in the layer hash, e.g. sglang-0.5.23-deepep-d4f41e4-cu13.0-hopper-efa-<12hex>."""
-        arch, fabric = target.rsplit("-", 1)
+        """Readable tag ending in the layer hash: sglang-0.5.23-deepep-d4f41e4-cu13.0-hopper-efa-<12 hex>."""
+        fabric = target.rsplit("-", 1)[1]
         cuda = f"cu{self.cuda_major_minor}"
         digest = self.layer_hash(layer, target)
         if layer == "base":
@@ -235,7 +243,8 @@ def load_pins(path: Path) -> Pins:
             try:
                 raw["archs"][name] = _arch_list(entry.value)
             except ValueError as exc:
-                raise pins_file.error(key, str(exc), f"write {key}=9.0a (comma-separated CUDA archs)") from None
+                message, _, fix = str(exc).partition("; fix: ")
+                raise pins_file.error(key, f"{key}: {message}", fix) from None
     try:
         pins = Pins.model_validate(raw)
     except ValidationError as exc:
@@ -259,8 +268,8 @@ def _first_error(pins_file: PinsFile, exc: ValidationError) -> BadInput:
     alias = Pins.model_fields[field].alias if field in Pins.model_fields else field
     if error["type"] == "missing":
         return pins_file.error(None, f"missing key {alias}", f"add a line {alias}=<value> (see README.md)")
-    message = str(error.get("ctx", {}).get("error", error["msg"]))
-    return pins_file.error(alias, f"{alias}: {message}", f"correct {alias}")
+    message, _, fix = str(error.get("ctx", {}).get("error", error["msg"])).partition("; fix: ")
+    return pins_file.error(alias, f"{alias}: {message}", fix or f"correct {alias}")
 
 
 # ---- compatibility rules: each raises pins_file.error(key, what is wrong, how to fix) ----
@@ -270,7 +279,8 @@ def _rule_nccl_for_deepep_v2(pins: Pins, pins_file: PinsFile) -> None:
     if Version(pins.nccl_version) < DEEPEP_V2_MIN_NCCL:
         raise pins_file.error(
             "NCCL_VERSION",
-            f"NCCL {pins.nccl_version} is older than {DEEPEP_V2_MIN_NCCL}, which DeepEP V2 (GIN device API) needs",
+            f"NCCL {pins.nccl_version} is older than {DEEPEP_V2_MIN_NCCL}, "
+            "which DeepEP V2 (GIN device API) needs",
             f"set NCCL_VERSION={DEEPEP_V2_MIN_NCCL} or newer (2.30.7 is tested)",
         )
 
@@ -279,8 +289,10 @@ def _rule_gin_over_efa(pins: Pins, pins_file: PinsFile) -> None:
     if "efa" in pins.fabrics and Version(pins.aws_ofi_nccl_version) < EFA_GIN_MIN_OFI_NCCL:
         raise pins_file.error(
             "AWS_OFI_NCCL_VERSION",
-            f"aws-ofi-nccl {pins.aws_ofi_nccl_version} has no NCCL GIN support, which DeepEP V2 needs across nodes",
-            f"set AWS_OFI_NCCL_VERSION={EFA_GIN_MIN_OFI_NCCL} or newer, with an EFA installer that bundles it",
+            f"aws-ofi-nccl {pins.aws_ofi_nccl_version} has no NCCL GIN support, "
+            "which DeepEP V2 needs across nodes",
+            f"set AWS_OFI_NCCL_VERSION={EFA_GIN_MIN_OFI_NCCL} or newer, "
+            "with an EFA installer that bundles it",
         )
 
 
@@ -293,11 +305,16 @@ def _rule_one_cuda_major(pins: Pins, pins_file: PinsFile) -> None:
             f"torch's CUDA tag {pins.torch_cuda_tag} is CUDA {torch_major}, the base image is CUDA {major}",
             f"use a cu{major}x torch build or a CUDA {torch_major} base image",
         )
-    for key, ref in (("CUDA_DEVEL_IMAGE", pins.cuda_devel_image), ("CUDA_RUNTIME_IMAGE", pins.cuda_runtime_image)):
+    for key, ref in (
+        ("CUDA_DEVEL_IMAGE", pins.cuda_devel_image),
+        ("CUDA_RUNTIME_IMAGE", pins.cuda_runtime_image),
+    ):
         tag = ref.split("@")[0].rsplit(":", 1)[1]
         if not tag.startswith(f"{pins.cuda_version}-"):
             raise pins_file.error(
-                key, f"{key} tag {tag} is not CUDA {pins.cuda_version}", f"use a {pins.cuda_version}-* tag and its digest"
+                key,
+                f"{key} tag {tag} is not CUDA {pins.cuda_version}",
+                f"use a {pins.cuda_version}-* tag and its digest",
             )
 
 
@@ -306,7 +323,9 @@ def _rule_archs_supported(pins: Pins, pins_file: PinsFile) -> None:
     supported = CUDA_ARCHS.get(major)
     if supported is None:
         raise pins_file.error(
-            "CUDA_VERSION", f"CUDA major {major} is not known to epstack", f"use CUDA {' or '.join(map(str, CUDA_ARCHS))}"
+            "CUDA_VERSION",
+            f"CUDA major {major} is not known to epstack",
+            f"use CUDA {' or '.join(map(str, CUDA_ARCHS))}",
         )
     if not pins.archs:
         raise pins_file.error(None, "no ARCH_<NAME> key, so no target", "add e.g. ARCH_HOPPER=9.0a")
@@ -338,3 +357,14 @@ RULES: tuple[Callable[[Pins, PinsFile], None], ...] = (
     _rule_archs_supported,
     _rule_default_target,
 )
+
+
+SCHEMA_PATH = Path(__file__).with_name("pins.schema.json")
+
+
+def pins_json_schema() -> str:
+    """JSON schema of `epstack pins check --json` output; committed as epstack/pins.schema.json."""
+    schema = Pins.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "epstack pins (pins.env, as `epstack pins check --json` prints it)"
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"

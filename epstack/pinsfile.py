@@ -12,6 +12,8 @@ _KEY = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # What a shell would expand, chain or redirect; none of it is data.
 _SHELL = re.compile(r"\$|`|;|\||&|<|>|\\|\"|'")
 _INLINE_COMMENT = re.compile(r"\s+#.*$")
+# A version specifier such as >=2.30.7 is a range, not shell: let the model say so.
+_VERSION_SPEC = re.compile(r"^(?:(?:===?|[<>]=?|~=|!=)\s*[\d.*]+\s*,?\s*)+$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,7 +85,7 @@ def _parse_line(path: Path, number: int, line: str, comment: str) -> Entry:
     value = _INLINE_COMMENT.sub("", value).strip()
     if not value:
         raise BadInput(f"{where}: {key} has no value; fix: give {key} a literal value")
-    bad = _SHELL.search(value)
+    bad = None if _VERSION_SPEC.match(value) else _SHELL.search(value)
     if bad:
         raise BadInput(
             f"{where}: {key} contains shell syntax {bad.group()!r}; "

@@ -73,7 +73,8 @@ def source_date(env: dict[str, str] | None = None) -> datetime:
             return datetime.fromtimestamp(int(env["SOURCE_DATE_EPOCH"]), tz=UTC)
         except ValueError:
             raise BadInput(
-                f"SOURCE_DATE_EPOCH={env['SOURCE_DATE_EPOCH']!r} is not an integer; fix: set seconds since 1970"
+                f"SOURCE_DATE_EPOCH={env['SOURCE_DATE_EPOCH']!r} is not an integer; "
+                "fix: set it to seconds since 1970"
             ) from None
     commit_time = _git("log", "-1", "--format=%ct")
     return datetime.fromtimestamp(int(commit_time) if commit_time else 0, tz=UTC)
@@ -174,7 +175,7 @@ def _target_images(pins: Pins, target: str, *, created: datetime, revision: str)
             "org.opencontainers.image.title": f"epstack {layer} ({target})",
             "org.opencontainers.image.vendor": "epstack",
             "org.opencontainers.image.version": pins.image_tag(layer, target),
-            "org.opencontainers.image.base.name": base_image.split("@")[0],
+            "org.opencontainers.image.base.name": base_image.split("@", maxsplit=1)[0],
             "org.opencontainers.image.base.digest": base_image.split("@")[1],
             "io.epstack.target": target,
             "io.epstack.layer": layer,
@@ -188,24 +189,43 @@ def _target_images(pins: Pins, target: str, *, created: datetime, revision: str)
     directory = f"targets/{target}"
     return [
         ImageSpec(
-            name=f"{target}-devel", target=target, layer="base", stage="devel",
-            dockerfile=f"{directory}/base.Dockerfile", tag=devel_ref,
+            name=f"{target}-devel",
+            target=target,
+            layer="base",
+            stage="devel",
+            dockerfile=f"{directory}/base.Dockerfile",
+            tag=devel_ref,
             labels=labels("base", False, pins.cuda_devel_image),
         ),
         ImageSpec(
-            name=f"{target}-base", target=target, layer="base", stage="base",
-            dockerfile=f"{directory}/base.Dockerfile", tag=base_ref, labels=labels("base", False),
+            name=f"{target}-base",
+            target=target,
+            layer="base",
+            stage="base",
+            dockerfile=f"{directory}/base.Dockerfile",
+            tag=base_ref,
+            labels=labels("base", False),
         ),
         ImageSpec(
-            name=f"{target}-deepep", target=target, layer="deepep", stage="deepep",
-            dockerfile=f"{directory}/deepep.Dockerfile", tag=deepep_ref, labels=labels("deepep", False),
+            name=f"{target}-deepep",
+            target=target,
+            layer="deepep",
+            stage="deepep",
+            dockerfile=f"{directory}/deepep.Dockerfile",
+            tag=deepep_ref,
+            labels=labels("deepep", False),
             args={"DEVEL_IMAGE": devel_ref, "BASE_IMAGE": base_ref},
             depends_on=(f"{target}-devel", f"{target}-base"),
         ),
         ImageSpec(
-            name=f"{target}-sglang", target=target, layer="sglang", stage="sglang",
-            dockerfile=f"{directory}/sglang.Dockerfile", tag=pins.image_ref("sglang", target),
-            labels=labels("sglang", True), args={"DEEPEP_IMAGE": deepep_ref},
+            name=f"{target}-sglang",
+            target=target,
+            layer="sglang",
+            stage="sglang",
+            dockerfile=f"{directory}/sglang.Dockerfile",
+            tag=pins.image_ref("sglang", target),
+            labels=labels("sglang", True),
+            args={"DEEPEP_IMAGE": deepep_ref},
             depends_on=(f"{target}-deepep",),
         ),
     ]

@@ -1,0 +1,43 @@
+# epstack: `make image` renders and builds the default target; `make test` runs every test.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TARGET ?=
+RENDER := build/render
+
+.PHONY: image render lint test unit schema bench clean
+
+$(BIN)/epstack: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@
+
+render: $(BIN)/epstack
+	$(BIN)/epstack pins check
+	$(BIN)/epstack render --out $(RENDER)
+
+lint: render
+	$(BIN)/hadolint $(RENDER)/targets/*/*.Dockerfile
+	$(BIN)/shellcheck scripts/*/*.sh .ci/run
+
+image: lint
+	-scripts/dev/docker-engine.sh start
+	$(BIN)/epstack build $(TARGET) --out $(RENDER)
+
+test: $(BIN)/epstack
+	scripts/dev/docker-engine.sh start
+	$(BIN)/ruff check epstack tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+unit: $(BIN)/epstack
+	$(BIN)/pytest -m "not docker and not network and not gpu"
+
+schema: $(BIN)/epstack
+	$(BIN)/python -c "from epstack.pins import SCHEMA_PATH, pins_json_schema; SCHEMA_PATH.write_text(pins_json_schema())"
+
+bench: $(BIN)/epstack
+	$(BIN)/python benchmarks/render_and_rebuild.py
+
+clean:
+	rm -rf build $(VENV)

@@ -1,0 +1,115 @@
+# epstack 0.1.0: base layer for target blackwell-ib. CUDA 13.0.3, Python 3.12, torch, NCCL, NVSHMEM, GDRCopy, ib.
+# Rendered from images/base/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
+# Stages: os -> python (pinned NCCL/NVSHMEM wheels) -> devel (torch; builds DeepEP)
+#         base (runtime image + venv + DeepEP JIT toolchain + GDRCopy + fabric)
+ARG CUDA_DEVEL_IMAGE=nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266
+ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb
+
+# ---- os: compilers and Python on the CUDA devel image, apt archive pinned by date ----------
+FROM ${CUDA_DEVEL_IMAGE} AS os
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV EPSTACK_HOME=/opt/epstack \
+    VIRTUAL_ENV=/opt/epstack/venv \
+    PATH=/opt/epstack/venv/bin:/usr/local/cuda/bin:${PATH} \
+    UV_VERSION=0.13.9 \
+    UV_LINK_MODE=copy \
+    UV_COMPILE_BYTECODE=1 \
+    PYTHONDONTWRITEBYTECODE=1
+ARG UBUNTU_SNAPSHOT=20261115T000000Z
+ARG PYTHON_VERSION=3.12
+COPY scripts/image/install-os-packages.sh /opt/epstack/scripts/
+RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
+      "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" "python${PYTHON_VERSION}-dev" \
+      build-essential ca-certificates curl git libnuma-dev pkg-config
+
+# ---- python: the venv with NCCL 2.30.7 and NVSHMEM 3.4.5 wheels -------------
+FROM os AS python
+ARG PYTHON_VERSION=3.12
+COPY scripts/image/install-python-packages.sh /opt/epstack/scripts/
+COPY targets/blackwell-ib/overrides.txt targets/blackwell-ib/python-requirements.txt /opt/epstack/pins/
+RUN --mount=type=cache,target=/root/.cache/uv \
+    /opt/epstack/scripts/install-python-packages.sh \
+      /opt/epstack/pins/python-requirements.txt /opt/epstack/pins/overrides.txt
+
+# ---- devel: torch 2.14.1 (cu130) and GDRCopy 2.5.2; DeepEP is built on this image ----------
+FROM python AS devel
+COPY targets/blackwell-ib/torch-requirements.txt /opt/epstack/pins/
+RUN --mount=type=cache,target=/root/.cache/uv \
+    /opt/epstack/scripts/install-python-packages.sh \
+      /opt/epstack/pins/torch-requirements.txt /opt/epstack/pins/overrides.txt
+COPY scripts/image/build-gdrcopy.sh /opt/epstack/scripts/
+RUN /opt/epstack/scripts/build-gdrcopy.sh 2.5.2 c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9 /opt/gdrcopy
+LABEL \
+    org.opencontainers.image.title="epstack base (blackwell-ib)" \
+    org.opencontainers.image.vendor="epstack" \
+    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-ib-2f779349083b" \
+    org.opencontainers.image.base.name="nvidia/cuda:13.0.3-devel-ubuntu24.04" \
+    org.opencontainers.image.base.digest="sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
+    io.epstack.target="blackwell-ib" \
+    io.epstack.layer="base" \
+    io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
+    io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    io.epstack.pin.cuda_version="13.0.3" \
+    io.epstack.pin.fabric="ib" \
+    io.epstack.pin.gdrcopy_ref="c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9" \
+    io.epstack.pin.gdrcopy_version="2.5.2" \
+    io.epstack.pin.nccl_version="2.30.7" \
+    io.epstack.pin.nvshmem_version="3.4.5" \
+    io.epstack.pin.python_version="3.12" \
+    io.epstack.pin.rdma_core_version="50.0-2ubuntu0.2" \
+    io.epstack.pin.torch_cuda_tag="cu130" \
+    io.epstack.pin.torch_version="2.14.1" \
+    io.epstack.pin.ubuntu_snapshot="20261115T000000Z" \
+    io.epstack.pin.uv_version="0.13.9"
+
+# ---- base: runtime image with the devel venv, DeepEP's JIT toolchain, GDRCopy, ib ----------
+FROM ${CUDA_RUNTIME_IMAGE} AS base
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV EPSTACK_HOME=/opt/epstack \
+    VIRTUAL_ENV=/opt/epstack/venv \
+    PATH=/opt/epstack/venv/bin:/usr/local/cuda/bin:${PATH} \
+    UV_VERSION=0.13.9 \
+    UV_LINK_MODE=copy \
+    UV_COMPILE_BYTECODE=1 \
+    PYTHONDONTWRITEBYTECODE=1
+ARG UBUNTU_SNAPSHOT=20261115T000000Z
+ARG PYTHON_VERSION=3.12
+COPY scripts/image/install-os-packages.sh /opt/epstack/scripts/
+# g++ is the host compiler nvcc drives when DeepEP JIT-compiles its kernels at first use.
+RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
+      "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" ca-certificates curl g++ libnuma1
+COPY --from=devel /opt/epstack/ /opt/epstack/
+COPY --from=devel /opt/gdrcopy/ /opt/gdrcopy/
+COPY --from=devel /usr/local/cuda-13.0/bin/ /usr/local/cuda-13.0/bin/
+COPY --from=devel /usr/local/cuda-13.0/nvvm/ /usr/local/cuda-13.0/nvvm/
+COPY --from=devel /usr/local/cuda-13.0/targets/x86_64-linux/ /usr/local/cuda-13.0/targets/x86_64-linux/
+RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
+      ibverbs-providers=50.0-2ubuntu0.2 \
+      libibverbs1=50.0-2ubuntu0.2 \
+      librdmacm1=50.0-2ubuntu0.2 \
+      rdma-core=50.0-2ubuntu0.2
+ENV LD_LIBRARY_PATH=/opt/gdrcopy/lib
+ENV CUDA_HOME=/usr/local/cuda \
+    NCCL_CUMEM_ENABLE=1
+LABEL \
+    org.opencontainers.image.title="epstack base (blackwell-ib)" \
+    org.opencontainers.image.vendor="epstack" \
+    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-ib-2f779349083b" \
+    org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
+    org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    io.epstack.target="blackwell-ib" \
+    io.epstack.layer="base" \
+    io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
+    io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    io.epstack.pin.cuda_version="13.0.3" \
+    io.epstack.pin.fabric="ib" \
+    io.epstack.pin.gdrcopy_ref="c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9" \
+    io.epstack.pin.gdrcopy_version="2.5.2" \
+    io.epstack.pin.nccl_version="2.30.7" \
+    io.epstack.pin.nvshmem_version="3.4.5" \
+    io.epstack.pin.python_version="3.12" \
+    io.epstack.pin.rdma_core_version="50.0-2ubuntu0.2" \
+    io.epstack.pin.torch_cuda_tag="cu130" \
+    io.epstack.pin.torch_version="2.14.1" \
+    io.epstack.pin.ubuntu_snapshot="20261115T000000Z" \
+    io.epstack.pin.uv_version="0.13.9"

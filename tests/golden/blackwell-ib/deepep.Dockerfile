@@ -1,0 +1,46 @@
+# epstack 0.1.0: deepep layer for target blackwell-ib. DeepEP V2 at d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb for TORCH_CUDA_ARCH_LIST=10.0a.
+# Rendered from images/deepep/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
+# Stages: build (on the devel image: clone at the pinned SHA with fmt, compile the wheel)
+#         deepep (base image + the wheel only; the build tree stays behind)
+ARG DEVEL_IMAGE=epstack:devel-cu13.0-nccl2.30.7-ib-2f779349083b
+ARG BASE_IMAGE=epstack:base-cu13.0-nccl2.30.7-ib-2f779349083b
+
+FROM ${DEVEL_IMAGE} AS build
+COPY scripts/image/build-deepep.sh /opt/epstack/scripts/
+COPY targets/blackwell-ib/deepep-build-requirements.txt /opt/epstack/pins/
+RUN --mount=type=cache,target=/root/.cache/uv \
+    /opt/epstack/scripts/build-deepep.sh https://github.com/deepseek-ai/DeepEP.git d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb \
+      "10.0a" /opt/epstack/pins/deepep-build-requirements.txt /opt/epstack/wheels
+
+FROM ${BASE_IMAGE} AS deepep
+COPY --from=build /opt/epstack/wheels/ /opt/epstack/wheels/
+RUN --mount=type=cache,target=/root/.cache/uv \
+    uv pip install --no-deps /opt/epstack/wheels/deep_ep-*.whl
+# DeepEP V2 JIT-compiles its kernels at first use: cache them where every user can write.
+ENV EP_JIT_CACHE_DIR=/var/cache/deep_ep
+RUN install -d -m 1777 /var/cache/deep_ep
+LABEL \
+    org.opencontainers.image.title="epstack deepep (blackwell-ib)" \
+    org.opencontainers.image.vendor="epstack" \
+    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-blackwell-ib-d61cc4dc31b3" \
+    org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
+    org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    io.epstack.target="blackwell-ib" \
+    io.epstack.layer="deepep" \
+    io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
+    io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    io.epstack.pin.cuda_version="13.0.3" \
+    io.epstack.pin.deepep_ref="d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb" \
+    io.epstack.pin.deepep_repo="https://github.com/deepseek-ai/DeepEP.git" \
+    io.epstack.pin.fabric="ib" \
+    io.epstack.pin.gdrcopy_ref="c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9" \
+    io.epstack.pin.gdrcopy_version="2.5.2" \
+    io.epstack.pin.nccl_version="2.30.7" \
+    io.epstack.pin.nvshmem_version="3.4.5" \
+    io.epstack.pin.python_version="3.12" \
+    io.epstack.pin.rdma_core_version="50.0-2ubuntu0.2" \
+    io.epstack.pin.torch_cuda_arch_list="10.0a" \
+    io.epstack.pin.torch_cuda_tag="cu130" \
+    io.epstack.pin.torch_version="2.14.1" \
+    io.epstack.pin.ubuntu_snapshot="20261115T000000Z" \
+    io.epstack.pin.uv_version="0.13.9"

@@ -1,0 +1,48 @@
+# epstack 0.1.0: deepep layer for target hopper-efa. DeepEP V2 at d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb for TORCH_CUDA_ARCH_LIST=9.0a.
+# Rendered from images/deepep/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
+# Stages: build (on the devel image: clone at the pinned SHA with fmt, compile the wheel)
+#         deepep (base image + the wheel only; the build tree stays behind)
+ARG DEVEL_IMAGE=epstack:devel-cu13.0-nccl2.30.7-efa-71c39fc87839
+ARG BASE_IMAGE=epstack:base-cu13.0-nccl2.30.7-efa-71c39fc87839
+
+FROM ${DEVEL_IMAGE} AS build
+COPY scripts/image/build-deepep.sh /opt/epstack/scripts/
+COPY targets/hopper-efa/deepep-build-requirements.txt /opt/epstack/pins/
+RUN --mount=type=cache,target=/root/.cache/uv \
+    /opt/epstack/scripts/build-deepep.sh https://github.com/deepseek-ai/DeepEP.git d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb \
+      "9.0a" /opt/epstack/pins/deepep-build-requirements.txt /opt/epstack/wheels
+
+FROM ${BASE_IMAGE} AS deepep
+COPY --from=build /opt/epstack/wheels/ /opt/epstack/wheels/
+RUN --mount=type=cache,target=/root/.cache/uv \
+    uv pip install --no-deps /opt/epstack/wheels/deep_ep-*.whl
+# DeepEP V2 JIT-compiles its kernels at first use: cache them where every user can write.
+ENV EP_JIT_CACHE_DIR=/var/cache/deep_ep
+RUN install -d -m 1777 /var/cache/deep_ep
+LABEL \
+    org.opencontainers.image.title="epstack deepep (hopper-efa)" \
+    org.opencontainers.image.vendor="epstack" \
+    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-hopper-efa-bbaf08a49cd6" \
+    org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
+    org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    io.epstack.target="hopper-efa" \
+    io.epstack.layer="deepep" \
+    io.epstack.pin.aws_ofi_nccl_version="1.21.1" \
+    io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
+    io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    io.epstack.pin.cuda_version="13.0.3" \
+    io.epstack.pin.deepep_ref="d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb" \
+    io.epstack.pin.deepep_repo="https://github.com/deepseek-ai/DeepEP.git" \
+    io.epstack.pin.efa_installer_sha256="fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841" \
+    io.epstack.pin.efa_installer_version="1.50.0" \
+    io.epstack.pin.fabric="efa" \
+    io.epstack.pin.gdrcopy_ref="c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9" \
+    io.epstack.pin.gdrcopy_version="2.5.2" \
+    io.epstack.pin.nccl_version="2.30.7" \
+    io.epstack.pin.nvshmem_version="3.4.5" \
+    io.epstack.pin.python_version="3.12" \
+    io.epstack.pin.torch_cuda_arch_list="9.0a" \
+    io.epstack.pin.torch_cuda_tag="cu130" \
+    io.epstack.pin.torch_version="2.14.1" \
+    io.epstack.pin.ubuntu_snapshot="20261115T000000Z" \
+    io.epstack.pin.uv_version="0.13.9"

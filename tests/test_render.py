@@ -1,0 +1,165 @@
+"""Render: deterministic, complete, lint-clean, and atomic."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from epstack.cli import main
+from epstack.pins import load_pins
+from epstack.render import plan_render, tree_digest, write_plan
+from tests.conftest import PINS, REPO, pins_variant, venv_tool
+
+GOLDEN = Path(__file__).parent / "golden"
+CREATED = datetime(2026, 11, 29, tzinfo=UTC)
+REVISION = "0" * 40
+LINT_CODES = {"DL3006", "DL3007", "DL3008", "DL3013"}
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("render") / "out"
+    write_plan(plan_render(load_pins(PINS), created=CREATED, revision=REVISION), out)
+    return out
+
+
+def test_render_twice_is_byte_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764374400")
+    assert main(["render", "--pins", str(PINS), "--out", str(tmp_path / "a")]) == 0
+    assert main(["render", "--pins", str(PINS), "--out", str(tmp_path / "b")]) == 0
+    assert tree_digest(tmp_path / "a") == tree_digest(tmp_path / "b")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        "docker-bake.json",
+        "epstack-render.json",
+        "scripts",
+        "src",
+        "targets",
+    ]
+
+
+@pytest.mark.parametrize("target", ["hopper-efa", "blackwell-ib"])
+@pytest.mark.parametrize("layer", ["base", "deepep", "sglang"])
+def test_dockerfile_matches_golden(rendered: Path, target: str, layer: str) -> None:
+    """The complete expected text; regenerate with EPSTACK_UPDATE_GOLDEN=1 and review the diff."""
+    text = (rendered / "targets" / target / f"{layer}.Dockerfile").read_text()
+    golden = GOLDEN / target / f"{layer}.Dockerfile"
+    if __import__("os").environ.get("EPSTACK_UPDATE_GOLDEN"):
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+def test_every_rendered_dockerfile_passes_hadolint(rendered: Path) -> None:
+    dockerfiles = sorted(rendered.glob("targets/*/*.Dockerfile"))
+    assert len(dockerfiles) == 12
+    result = subprocess.run(
+        [venv_tool("hadolint"), "--no-fail", "--format", "json", *map(str, dockerfiles)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    findings = json.loads(result.stdout)
+    assert [f for f in findings if f["code"] in LINT_CODES] == []
+    assert findings == [], "hadolint has other findings too"
+
+
+def test_hadolint_would_catch_an_unpinned_from(tmp_path: Path) -> None:
+    """Proves the lint above can fail: a FROM without tag or digest is DL3006."""
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM ubuntu\nRUN true\n")
+    result = subprocess.run(
+        [venv_tool("hadolint"), "--no-fail", "--format", "json", str(dockerfile)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "DL3006" in {f["code"] for f in json.loads(result.stdout)}
+
+
+def test_labels_carry_every_pin_and_tags_follow_the_pins(rendered: Path) -> None:
+    pins = load_pins(PINS)
+    plan = json.loads((rendered / "epstack-render.json").read_text())
+    sglang = next(i for i in plan["images"] if i["name"] == "hopper-efa-sglang")
+    assert sglang["tag"] == f"epstack:{pins.image_tag('sglang', 'hopper-efa')}"
+    labels = sglang["labels"]
+    for key, value in pins.layer_pins("sglang", "hopper-efa").items():
+        assert labels[f"io.epstack.pin.{key.lower()}"] == value
+    assert labels["org.opencontainers.image.created"] == "2026-11-29T00:00:00Z"
+    assert labels["org.opencontainers.image.revision"] == REVISION
+    assert labels["org.opencontainers.image.base.digest"] == pins.cuda_runtime_image.split("@")[1]
+    base = next(i for i in plan["images"] if i["name"] == "hopper-efa-base")
+    assert "org.opencontainers.image.revision" not in base["labels"], "a commit must not rebuild lower layers"
+
+
+def test_bake_file_chains_layers(rendered: Path) -> None:
+    bake = json.loads((rendered / "docker-bake.json").read_text())
+    assert bake["group"]["default"]["targets"] == ["hopper-efa-sglang"]
+    assert len(bake["group"]["all"]["targets"]) == 4
+    deepep = bake["target"]["hopper-efa-deepep"]
+    assert deepep["dockerfile"] == "targets/hopper-efa/deepep.Dockerfile"
+    assert deepep["contexts"] == {
+        deepep["args"]["DEVEL_IMAGE"]: "target:hopper-efa-devel",
+        deepep["args"]["BASE_IMAGE"]: "target:hopper-efa-base",
+    }
+    for entry in bake["target"].values():
+        assert (rendered / entry["dockerfile"]).is_file()
+
+
+def test_every_copy_source_exists_in_the_context(rendered: Path) -> None:
+    for dockerfile in rendered.glob("targets/*/*.Dockerfile"):
+        for line in dockerfile.read_text().splitlines():
+            if line.startswith("COPY ") and "--from=" not in line:
+                for source in line.split()[1:-1]:
+                    assert (rendered / source).exists(), f"{dockerfile.name}: {source}"
+
+
+def test_sglang_layer_never_installs_what_lower_layers_own(rendered: Path) -> None:
+    text = (rendered / "targets/hopper-efa/sglang.Dockerfile").read_text()
+    for package in ("torch", "nvidia-nccl-cu13", "nvidia-nvshmem-cu13", "sgl-deep-ep"):
+        assert f"--no-install-package {package}" in text
+    overrides = (rendered / "targets/hopper-efa/overrides.txt").read_text()
+    assert "nvidia-nccl-cu13==2.30.7" in overrides and "torch==2.14.1" in overrides
+
+
+def test_ib_target_pins_rdma_core_and_efa_target_checks_installer(rendered: Path) -> None:
+    ib = (rendered / "targets/hopper-ib/base.Dockerfile").read_text()
+    assert "libibverbs1=50.0-2ubuntu0.2" in ib and "install-efa.sh" not in ib
+    efa = (rendered / "targets/hopper-efa/base.Dockerfile").read_text()
+    assert "install-efa.sh 1.50.0 fa6dff85" in efa and "rdma-core=" not in efa
+
+
+def test_deepep_builds_for_the_target_arch(rendered: Path) -> None:
+    assert '"9.0a"' in (rendered / "targets/hopper-efa/deepep.Dockerfile").read_text()
+    assert '"10.0a"' in (rendered / "targets/blackwell-efa/deepep.Dockerfile").read_text()
+
+
+def test_bad_pins_leave_an_existing_directory_untouched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert main(["render", "--pins", str(PINS), "--out", str(out)]) == 0
+    before = tree_digest(out)
+    bad = pins_variant(tmp_path, NCCL_VERSION="2.28.9")
+    capsys.readouterr()
+    assert main(["render", "--pins", str(bad), "--out", str(out)]) == 2
+    assert tree_digest(out) == before
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "fix:" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "pins.env"], "no staging directory left"
+
+
+def test_bad_pins_create_no_directory(tmp_path: Path) -> None:
+    bad = pins_variant(tmp_path, DEEPEP_REF="main")
+    assert main(["render", "--pins", str(bad), "--out", str(tmp_path / "new")]) == 2
+    assert not (tmp_path / "new").exists()
+
+
+def test_rendered_scripts_are_the_repository_scripts(rendered: Path) -> None:
+    for script in (REPO / "scripts/image").glob("*.sh"):
+        copied = rendered / "scripts/image" / script.name
+        assert copied.read_bytes() == script.read_bytes()
+        assert copied.stat().st_mode & 0o111
