@@ -19,7 +19,6 @@ def call(
     *args: str | Path,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
-    stdin: bytes | None = None,
     capture: bool = False,
     echo: bool = True,
 ) -> str:
@@ -28,7 +27,7 @@ def call(
     if echo:
         _start(argv)
     try:
-        result = subprocess.run(argv, env=env, cwd=cwd, input=stdin, capture_output=capture, check=False)
+        result = subprocess.run(argv, env=env, cwd=cwd, capture_output=capture, check=False)
     except FileNotFoundError:
         raise EnvironmentProblem(f"{argv[0]}: command not found") from None
     if result.returncode != 0:
