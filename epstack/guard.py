@@ -1,0 +1,571 @@
+"""`epstack guard`: is what this Python has installed and loaded exactly what pins.env pins?
+
+Each check is a small function returning Check rows; a layer runs its own checks and those of the
+layers below it, because an upper layer's install is what moves a lower layer's pins. Runtime facts
+beat package claims: NCCL is the libnccl mapped into this process, never torch.cuda.nccl.version().
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, replace
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Literal
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+from rich.console import Console
+from rich.table import Table
+
+from epstack import cmd
+from epstack.errors import EpstackError
+from epstack.pins import Pins, load_pins
+
+Verdict = Literal["ok", "mismatch", "missing", "skipped", "override (pinned)"]
+FAILED: frozenset[Verdict] = frozenset({"mismatch", "missing"})
+GUARD_LAYERS = ("base", "deepep", "sglang", "all")
+
+DEFAULT_MANIFEST = Path("/opt/epstack/wheels/deepep-source.json")
+LIBSTDCXX_FIX = "rebuild DeepEP with CC=/usr/bin/gcc CXX=/usr/bin/g++ and CUDAHOSTCXX unset"
+# libstdc++ definitions a DeepEP _C.so must import, never export: codecvt facets (what crashed the
+# JIT's std::regex, see shared/gpu-notes.md) and anything carrying libstdc++'s symbol versions.
+# Only strong definitions count: weak (W/V) copies of inline header code are in every C++ .so.
+_LIBSTDCXX_SYMBOL = re.compile(r"^_Z(?:NK?|T[VIS])St\d+\w*codecvt|@@?(?:GLIBCXX|CXXABI)_")
+_STRONG_DEFINITION = frozenset("TDBR")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    """One row of the report."""
+
+    component: str
+    expected: str
+    found: str
+    verdict: Verdict
+    detail: str = ""
+    layer: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict in FAILED
+
+
+@dataclass(frozen=True, kw_only=True)
+class GuardReport:
+    pins: Path
+    layer: str
+    checks: tuple[Check, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not any(check.failed for check in self.checks)
+
+    def to_json(self) -> str:
+        checks = [asdict(check) for check in self.checks]
+        document = {"pins": str(self.pins), "layer": self.layer, "checks": checks, "ok": self.ok}
+        return json.dumps(document, indent=2) + "\n"
+
+
+# ---- Python distributions --------------------------------------------------------------------
+
+
+def _installed_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _same_release(found: str, pinned: str) -> bool:
+    try:
+        return Version(found).public == Version(pinned).public
+    except InvalidVersion:
+        return False
+
+
+def check_distribution(name: str, pinned: str) -> Check:
+    """The installed distribution's version (local tag ignored) equals the pin."""
+    found = _installed_version(name)
+    if found is None:
+        return Check(component=name, expected=pinned, found="not installed", verdict="missing")
+    verdict: Verdict = "ok" if _same_release(found, pinned) else "mismatch"
+    return Check(component=name, expected=pinned, found=found, verdict=verdict)
+
+
+def _cuda_of_tag(tag: str) -> str:
+    """cu130 -> 13.0"""
+    return f"{tag[2:-1]}.{tag[-1]}"
+
+
+def check_torch_cuda(pins: Pins, torch: ModuleType | None, import_error: str) -> Check:
+    """torch's local tag (+cu130) if any; PyPI's default wheel has none, so then torch.version.cuda."""
+    expected = f"{pins.torch_cuda_tag} (CUDA {_cuda_of_tag(pins.torch_cuda_tag)})"
+    version = _installed_version("torch")
+    if version is None:
+        return Check(
+            component="torch CUDA", expected=expected, found="torch not installed", verdict="missing"
+        )
+    local = Version(version).local
+    if local:
+        verdict: Verdict = "ok" if local == pins.torch_cuda_tag else "mismatch"
+        return Check(component="torch CUDA", expected=expected, found=local, verdict=verdict)
+    if torch is None:
+        return Check(
+            component="torch CUDA",
+            expected=expected,
+            found="unknown",
+            verdict="mismatch",
+            detail=f"no local tag and import torch failed: {import_error}",
+        )
+    cuda = torch.version.cuda
+    found = f"CUDA {cuda}" if cuda else "CPU build"
+    verdict = (
+        "ok"
+        if cuda and ".".join(str(cuda).split(".")[:2]) == _cuda_of_tag(pins.torch_cuda_tag)
+        else "mismatch"
+    )
+    return Check(
+        component="torch CUDA", expected=expected, found=found, verdict=verdict, detail="torch.version.cuda"
+    )
+
+
+def check_requirements(owner: str, pinned: Mapping[str, str]) -> list[Check]:
+    """An installed package's requirements on pinned packages; "override (pinned)" where the pin differs."""
+    requires = metadata.requires(owner) if _installed_version(owner) else None
+    rows = []
+    for line in requires or []:
+        requirement = Requirement(line)
+        name = canonicalize_name(requirement.name)
+        if name not in pinned or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
+            continue
+        agrees = requirement.specifier.contains(pinned[name], prereleases=True)
+        rows.append(
+            Check(
+                component=f"{owner} requires {name}",
+                expected=f"{pinned[name]} (pinned)",
+                found=f"{requirement.specifier}" or "any",
+                verdict="ok" if agrees else "override (pinned)",
+                detail="" if agrees else f"pins.env installs {name} {pinned[name]} on purpose",
+            )
+        )
+    return rows
+
+
+# ---- libraries loaded into this process ------------------------------------------------------
+
+
+def mapped_libraries(maps_text: str, prefix: str) -> list[str]:
+    """Distinct paths in /proc/<pid>/maps text whose file name starts with prefix (e.g. libnccl.so)."""
+    paths: dict[str, None] = {}
+    for line in maps_text.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and Path(fields[5]).name.startswith(prefix):
+            paths[fields[5]] = None
+    return list(paths)
+
+
+def library_version(library: str | Path, symbol: str) -> int:
+    """Call `int symbol(int *version)` (ncclGetVersion, cudaRuntimeGetVersion, cuDriverGetVersion)."""
+    function = getattr(ctypes.CDLL(str(library)), symbol)
+    function.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    function.restype = ctypes.c_int
+    value = ctypes.c_int(0)
+    status = function(ctypes.byref(value))
+    if status != 0:
+        raise OSError(f"{symbol} returned {status}")
+    return value.value
+
+
+def nccl_version(library: str | Path) -> str:
+    """ncclGetVersion of a library: 23007 -> 2.30.7 (codes below 10000 are NCCL < 2.9: 2708 -> 2.7.8)."""
+    code = library_version(library, "ncclGetVersion")
+    major, rest = divmod(code, 10000) if code >= 10000 else divmod(code, 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def check_nccl_loaded(pinned: str, maps_text: str) -> Check:
+    """Exactly one libnccl mapped, and its own ncclGetVersion equals the pin."""
+    libraries = mapped_libraries(maps_text, "libnccl.so")
+    if not libraries:
+        return Check(
+            component="NCCL (loaded)",
+            expected=pinned,
+            found="not loaded",
+            verdict="missing",
+            detail="no libnccl mapped after import torch",
+        )
+    if len(libraries) > 1:
+        found = f"{len(libraries)} libnccl mapped"
+        return Check(
+            component="NCCL (loaded)",
+            expected=pinned,
+            found=found,
+            verdict="mismatch",
+            detail=" ".join(libraries),
+        )
+    try:
+        version = nccl_version(libraries[0])
+    except (OSError, AttributeError) as exc:
+        return Check(
+            component="NCCL (loaded)",
+            expected=pinned,
+            found="unreadable",
+            verdict="mismatch",
+            detail=str(exc),
+        )
+    verdict: Verdict = "ok" if _same_release(version, pinned) else "mismatch"
+    return Check(
+        component="NCCL (loaded)", expected=pinned, found=version, verdict=verdict, detail=libraries[0]
+    )
+
+
+def _cuda_version(code: int) -> str:
+    """13000 -> 13.0"""
+    return f"{code // 1000}.{code % 1000 // 10}"
+
+
+def check_cuda(pins: Pins, torch: ModuleType | None, maps: Callable[[], str]) -> list[Check]:
+    """CUDA runtime (the loaded libcudart) equals the pin, driver at least as new; skipped without a GPU."""
+    expected = pins.cuda_major_minor
+    if torch is None or not torch.cuda.is_available():
+        reason = "torch not importable" if torch is None else "no GPU: torch.cuda.is_available() is False"
+        return [
+            Check(
+                component="CUDA runtime/driver",
+                expected=expected,
+                found="-",
+                verdict="skipped",
+                detail=reason,
+            )
+        ]
+    torch.cuda.init()
+    runtimes = mapped_libraries(maps(), "libcudart.so")
+    runtime = (
+        _cuda_version(library_version(runtimes[0], "cudaRuntimeGetVersion")) if runtimes else "not loaded"
+    )
+    driver = _cuda_version(library_version("libcuda.so.1", "cuDriverGetVersion"))
+    driver_ok = Version(driver) >= Version(expected)
+    return [
+        Check(
+            component="CUDA runtime (loaded)",
+            expected=expected,
+            found=runtime,
+            verdict="ok" if runtime == expected else "mismatch",
+            detail=" ".join(runtimes),
+        ),
+        Check(
+            component="CUDA driver",
+            expected=f">= {expected}",
+            found=driver,
+            verdict="ok" if driver_ok else "mismatch",
+        ),
+    ]
+
+
+# ---- deep_ep ---------------------------------------------------------------------------------
+
+
+def deep_ep_owners(distributions: Iterable[metadata.Distribution]) -> dict[str, list[Path]]:
+    """Distributions whose RECORD lists files under deep_ep/, with those files' paths."""
+    owners: dict[str, list[Path]] = {}
+    for dist in distributions:
+        files = [f for f in dist.files or [] if f.parts and f.parts[0] == "deep_ep"]
+        if files:
+            owners.setdefault(dist.metadata["Name"], []).extend(Path(str(dist.locate_file(f))) for f in files)
+    return owners
+
+
+def check_deep_ep_owner(owners: Mapping[str, list[Path]]) -> Check:
+    names = ", ".join(sorted(owners))
+    if not owners:
+        return Check(component="deep_ep owner", expected="1 distribution", found="none", verdict="missing")
+    if len(owners) > 1:
+        return Check(
+            component="deep_ep owner",
+            expected="1 distribution",
+            found=names,
+            verdict="mismatch",
+            detail=f"{len(owners)} distributions own deep_ep files; keep only the one built from DEEPEP_REF",
+        )
+    return Check(component="deep_ep owner", expected="1 distribution", found=names, verdict="ok")
+
+
+def check_deep_ep_source(pins: Pins, manifest: Path) -> Check:
+    """The build-time manifest records the repo and commit deep_ep was built from."""
+    expected = f"{pins.deepep_repo}@{pins.deepep_ref[:12]}"
+    try:
+        source = json.loads(manifest.read_text())
+        found = f"{source['repo']}@{source['commit'][:12]}"
+        same = source["repo"] == pins.deepep_repo and source["commit"] == pins.deepep_ref
+    except FileNotFoundError:
+        return Check(
+            component="deep_ep source",
+            expected=expected,
+            found="no manifest",
+            verdict="missing",
+            detail=str(manifest),
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return Check(
+            component="deep_ep source",
+            expected=expected,
+            found="unreadable manifest",
+            verdict="mismatch",
+            detail=f"{manifest}: {exc!r}",
+        )
+    archs = source.get("torch_cuda_arch_list", "?")
+    return Check(
+        component="deep_ep source",
+        expected=expected,
+        found=found,
+        verdict="ok" if same else "mismatch",
+        detail=f"{manifest}; TORCH_CUDA_ARCH_LIST={archs}",
+    )
+
+
+def check_elastic_buffer(owners: Mapping[str, list[Path]]) -> Check:
+    """`import deep_ep` works and has ElasticBuffer (DeepEP V2); imported only when installed."""
+    if not owners:
+        return Check(
+            component="deep_ep.ElasticBuffer",
+            expected="importable",
+            found="deep_ep not installed",
+            verdict="missing",
+        )
+    module, error = _try_import("deep_ep")
+    if module is None:
+        return Check(
+            component="deep_ep.ElasticBuffer",
+            expected="importable",
+            found="import failed",
+            verdict="mismatch",
+            detail=error,
+        )
+    has = hasattr(module, "ElasticBuffer")
+    return Check(
+        component="deep_ep.ElasticBuffer",
+        expected="importable",
+        found="importable" if has else "absent",
+        verdict="ok" if has else "mismatch",
+    )
+
+
+def exported_libstdcxx_symbols(shared_object: Path) -> list[str]:
+    """Dynamic symbols the object strongly defines that belong to libstdc++ (nm -D --defined-only)."""
+    output = cmd.call("nm", "-D", "--defined-only", shared_object, capture=True, echo=False)
+    symbols = (line.split()[-2:] for line in output.splitlines())
+    return [
+        name
+        for kind, name in (s for s in symbols if len(s) == 2)
+        if kind in _STRONG_DEFINITION and _LIBSTDCXX_SYMBOL.search(name)
+    ]
+
+
+def check_libstdcxx(shared_object: Path | None) -> Check:
+    """A _C.so exporting libstdc++ definitions interposes them: DeepEP's JIT segfaults on first dispatch."""
+    component, expected = "deep_ep _C.so libstdc++", "no libstdc++ exports"
+    if shared_object is None:
+        return Check(component=component, expected=expected, found="no _C.so", verdict="missing")
+    try:
+        symbols = exported_libstdcxx_symbols(shared_object)
+    except EpstackError as exc:
+        return Check(component=component, expected=expected, found="-", verdict="skipped", detail=str(exc))
+    if not symbols:
+        return Check(
+            component=component, expected=expected, found="none", verdict="ok", detail=str(shared_object)
+        )
+    return Check(
+        component=component,
+        expected=expected,
+        found=f"{len(symbols)} exported (e.g. {symbols[0]})",
+        verdict="mismatch",
+        detail=f"{shared_object} was built with a mismatched toolchain; fix: {LIBSTDCXX_FIX}",
+    )
+
+
+def check_jit_prerequisites(env: Mapping[str, str], nccl_header: Path | None) -> list[Check]:
+    """DeepEP V2 JITs its kernels at run time: nvcc, cuobjdump, CUDA and NCCL headers, a writable cache."""
+    cuda_home = Path(env.get("CUDA_HOME") or env.get("CUDA_PATH") or "/usr/local/cuda")
+    rows = []
+    for tool in ("nvcc", "cuobjdump"):
+        local = cuda_home / "bin" / tool
+        found = shutil.which(tool, path=env.get("PATH", "")) or (
+            str(local) if os.access(local, os.X_OK) else None
+        )
+        rows.append(
+            Check(
+                component=tool,
+                expected="on PATH or $CUDA_HOME/bin",
+                found=found or "not found",
+                verdict="ok" if found else "missing",
+            )
+        )
+    for component, header in (
+        ("CUDA headers", cuda_home / "include" / "cuda.h"),
+        ("NCCL headers", nccl_header),
+    ):
+        present = header is not None and header.is_file()
+        rows.append(
+            Check(
+                component=component,
+                expected="present",
+                found=str(header) if present else "not found",
+                verdict="ok" if present else "missing",
+            )
+        )
+    cache = Path(env.get("EP_JIT_CACHE_DIR") or Path(env.get("HOME", "~")).expanduser() / ".deep_ep")
+    existing = next(p for p in (cache, *cache.parents) if p.exists())
+    writable = os.access(existing, os.W_OK | os.X_OK) and existing.is_dir()
+    rows.append(
+        Check(
+            component="EP_JIT_CACHE_DIR",
+            expected="writable",
+            found=str(cache),
+            verdict="ok" if writable else "mismatch",
+            detail="" if writable else f"{existing} is not a writable directory",
+        )
+    )
+    return rows
+
+
+# ---- collecting and reporting ----------------------------------------------------------------
+
+
+def _try_import(name: str) -> tuple[ModuleType | None, str]:
+    try:
+        return importlib.import_module(name), ""
+    except Exception as exc:  # an import can fail any way (ImportError, OSError from a .so, ...)
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _read_maps() -> str:
+    return Path("/proc/self/maps").read_text()
+
+
+def _package_file(distribution: str, name: str) -> Path | None:
+    try:
+        dist = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+    return next((Path(str(dist.locate_file(f))) for f in dist.files or [] if f.name == name), None)
+
+
+def _pinned_packages(pins: Pins) -> dict[str, str]:
+    return {
+        "torch": pins.torch_version,
+        "nvidia-nccl-cu13": pins.nccl_version,
+        "nvidia-nvshmem-cu13": pins.nvshmem_version,
+    }
+
+
+def base_checks(pins: Pins) -> list[Check]:
+    torch, error = _try_import("torch") if _installed_version("torch") else (None, "torch not installed")
+    return [
+        check_distribution("torch", pins.torch_version),
+        check_torch_cuda(pins, torch, error),
+        check_distribution("nvidia-nccl-cu13", pins.nccl_version),
+        check_distribution("nvidia-nvshmem-cu13", pins.nvshmem_version),
+        *check_requirements("torch", _pinned_packages(pins)),
+        check_nccl_loaded(pins.nccl_version, _read_maps()),
+        *check_cuda(pins, torch, _read_maps),
+    ]
+
+
+def deepep_checks(pins: Pins) -> list[Check]:
+    owners = deep_ep_owners(metadata.distributions())
+    extensions = [p for paths in owners.values() for p in paths if re.match(r"^_C\..*so$", p.name)]
+    manifest = Path(os.environ.get("EPSTACK_DEEPEP_MANIFEST") or DEFAULT_MANIFEST)
+    return [
+        check_deep_ep_source(pins, manifest),
+        check_deep_ep_owner(owners),
+        check_elastic_buffer(owners),
+        check_libstdcxx(extensions[0] if extensions else None),
+        *check_jit_prerequisites(os.environ, _package_file("nvidia-nccl-cu13", "nccl.h")),
+    ]
+
+
+def sglang_checks(pins: Pins) -> list[Check]:
+    return [
+        check_distribution("sglang", pins.sglang_version),
+        *check_requirements("sglang", _pinned_packages(pins)),
+    ]
+
+
+LAYER_CHECKS: dict[str, Callable[[Pins], list[Check]]] = {
+    "base": base_checks,
+    "deepep": deepep_checks,
+    "sglang": sglang_checks,
+}
+
+
+def run_guard(pins_path: Path, layer: str) -> GuardReport:
+    """The checks of `layer` and every layer below it ("all": every layer)."""
+    pins = load_pins(pins_path)
+    names = list(LAYER_CHECKS)
+    selected = names if layer == "all" else names[: names.index(layer) + 1]
+    checks = [replace(check, layer=name) for name in selected for check in LAYER_CHECKS[name](pins)]
+    return GuardReport(pins=pins_path, layer=layer, checks=tuple(checks))
+
+
+_STYLE = {
+    "ok": "green",
+    "mismatch": "red",
+    "missing": "red",
+    "skipped": "yellow",
+    "override (pinned)": "cyan",
+}
+
+
+def cmd_guard(args: argparse.Namespace, console: Console) -> int:
+    pins_path = args.pins or Path(os.environ.get("EPSTACK_PINS", "pins.env"))  # as cli._pins_path
+    report = run_guard(pins_path, args.layer)
+    table = Table(
+        "layer", "component", "expected", "found", "verdict", "detail", title=f"epstack guard {args.layer}"
+    )
+    for column in table.columns:
+        column.overflow = "fold"
+    for check in report.checks:
+        style = _STYLE[check.verdict]
+        table.add_row(
+            check.layer,
+            check.component,
+            check.expected,
+            check.found,
+            f"[{style}]{check.verdict}[/]",
+            check.detail,
+        )
+    console.print(table)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(report.to_json())
+    failed = sum(check.failed for check in report.checks)
+    console.print(
+        f"[green]guard: ok[/] ({len(report.checks)} checks)"
+        if report.ok
+        else f"[red]guard: {failed} of {len(report.checks)} checks failed[/]"
+    )
+    return 0 if report.ok else 1
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `guard` to the top-level subcommands."""
+    guard = subparsers.add_parser("guard", help="compare what is installed and loaded with pins.env")
+    guard.add_argument("--pins", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
+    guard.add_argument(
+        "--layer",
+        choices=GUARD_LAYERS,
+        default="all",
+        help="check this layer and those below it (default all)",
+    )
+    guard.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
+    guard.set_defaults(func=cmd_guard)

@@ -1,0 +1,307 @@
+"""epstack guard: exit codes and report on a machine without the stack, and each check against real
+artifacts: shared libraries compiled here with gcc/g++, dist-info directories, manifests."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from epstack import guard
+from epstack.errors import EpstackError
+from epstack.guard import (
+    LIBSTDCXX_FIX,
+    check_deep_ep_owner,
+    check_deep_ep_source,
+    check_distribution,
+    check_jit_prerequisites,
+    check_libstdcxx,
+    check_nccl_loaded,
+    check_requirements,
+    check_torch_cuda,
+    deep_ep_owners,
+    nccl_version,
+)
+from epstack.pins import load_pins
+from tests.conftest import PINS, REPO, pins_variant
+
+FIXTURES = Path(__file__).with_name("fixtures") / "guard"
+SHA = "d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb"
+
+
+def run_cli(argv: list[str]) -> int:
+    """What cli.main does for `epstack guard`: parse, run, turn EpstackError into its exit code."""
+    parser = argparse.ArgumentParser(prog="epstack")
+    guard.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args, Console(stderr=True, width=200))
+    except EpstackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return code
+
+
+def compiler(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must have {name}")
+        pytest.skip(f"{name} not installed")
+    return path
+
+
+@pytest.fixture(scope="module")
+def fake_nccl(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two real libnccl.so.2 builds: 2.28.9 (what torch 2.11 pins) and 2.30.7 (what pins.env pins)."""
+    libraries = {}
+    for version, code in (("2.28.9", 22809), ("2.30.7", 23007)):
+        library = tmp_path_factory.mktemp(f"nccl-{version}") / "libnccl.so.2"
+        source = FIXTURES / "fake_nccl.c"
+        subprocess.run(
+            [compiler("gcc"), "-shared", "-fPIC", f"-DNCCL_VERSION_CODE={code}", "-o", library, source],
+            check=True,
+        )
+        libraries[version] = library
+    return libraries
+
+
+@pytest.fixture
+def no_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No DeepEP manifest, no CUDA toolkit, nothing on PATH (this machine has no torch or NCCL either)."""
+    monkeypatch.setenv("EPSTACK_DEEPEP_MANIFEST", str(tmp_path / "absent.json"))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setenv("EP_JIT_CACHE_DIR", str(tmp_path / "jit"))
+
+
+def test_without_the_stack_exits_1_listing_every_missing_component(
+    tmp_path: Path, no_stack: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report_path = tmp_path / "out" / "r.json"
+    assert run_cli(["guard", "--pins", str(PINS), "--json", str(report_path)]) == 1
+    report = json.loads(report_path.read_text())
+    assert report["ok"] is False and report["layer"] == "all" and report["pins"] == str(PINS)
+    verdicts = {check["component"]: check["verdict"] for check in report["checks"]}
+    missing = {
+        "torch",
+        "torch CUDA",
+        "nvidia-nccl-cu13",
+        "nvidia-nvshmem-cu13",
+        "NCCL (loaded)",
+        "deep_ep source",
+        "deep_ep owner",
+        "deep_ep.ElasticBuffer",
+        "deep_ep _C.so libstdc++",
+        "nvcc",
+        "cuobjdump",
+        "CUDA headers",
+        "NCCL headers",
+        "sglang",
+    }
+    assert {c for c, v in verdicts.items() if v == "missing"} == missing
+    assert verdicts["CUDA runtime/driver"] == "skipped"
+    assert verdicts["EP_JIT_CACHE_DIR"] == "ok"
+    err = capsys.readouterr().err
+    assert f"guard: {len(missing)} of {len(verdicts)} checks failed" in err
+    assert "nvidia-nvshmem-cu13" in err and "3.4.5" in err
+
+
+def test_layer_base_checks_only_the_base(tmp_path: Path, no_stack: None) -> None:
+    report_path = tmp_path / "r.json"
+    assert run_cli(["guard", "--pins", str(PINS), "--layer", "base", "--json", str(report_path)]) == 1
+    layers = {check["layer"] for check in json.loads(report_path.read_text())["checks"]}
+    assert layers == {"base"}
+
+
+def test_bad_pins_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["guard", "--pins", str(pins_variant(tmp_path, NCCL_VERSION="2.28.9"))]) == 2
+    assert "NCCL_VERSION" in capsys.readouterr().err
+    assert run_cli(["guard", "--pins", str(tmp_path / "missing.env")]) == 2
+
+
+# ---- NCCL: the loaded library, not torch's compile-time number --------------------------------
+
+
+def test_nccl_version_from_real_libraries(fake_nccl: dict[str, Path]) -> None:
+    assert nccl_version(fake_nccl["2.28.9"]) == "2.28.9"
+    assert nccl_version(fake_nccl["2.30.7"]) == "2.30.7"
+
+
+LOAD_AND_CHECK = """
+import ctypes, json, sys
+from pathlib import Path
+from epstack.guard import check_nccl_loaded
+for library in sys.argv[1:]:
+    ctypes.CDLL(library)  # as `import torch` loads the libnccl.so.2 it finds first
+print(json.dumps(check_nccl_loaded("2.30.7", Path("/proc/self/maps").read_text()).__dict__))
+"""
+
+
+@pytest.mark.parametrize(
+    ("loaded", "found", "verdict"),
+    [
+        (["2.28.9"], "2.28.9", "mismatch"),
+        (["2.30.7"], "2.30.7", "ok"),
+        (["2.28.9", "2.30.7"], "2 libnccl mapped", "mismatch"),
+    ],
+)
+def test_guard_reads_the_nccl_mapped_into_the_process(
+    fake_nccl: dict[str, Path], loaded: list[str], found: str, verdict: str
+) -> None:
+    paths = [str(fake_nccl[version]) for version in loaded]
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_CHECK, *paths], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    check = json.loads(result.stdout)
+    assert (check["expected"], check["found"], check["verdict"]) == ("2.30.7", found, verdict)
+    assert all(path in check["detail"] for path in paths)
+
+
+def test_two_libnccl_in_maps_text_is_a_mismatch() -> None:
+    maps = (
+        "7f0000000000-7f0000001000 r-xp 00000000 08:01 1 /venv/nvidia/nccl/lib/libnccl.so.2\n"
+        "7f0000001000-7f0000002000 r--p 00001000 08:01 1 /venv/nvidia/nccl/lib/libnccl.so.2\n"
+        "7f0000002000-7f0000003000 r-xp 00000000 08:01 2 /usr/lib/x86_64-linux-gnu/libnccl.so.2.28.9\n"
+        "7f0000003000-7f0000004000 rw-p 00000000 00:00 0 \n"
+    )
+    check = check_nccl_loaded("2.30.7", maps)
+    assert (check.found, check.verdict) == ("2 libnccl mapped", "mismatch")
+    assert check_nccl_loaded("2.30.7", maps.splitlines()[-1]).verdict == "missing"
+
+
+# ---- libstdc++ interposition ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def extensions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two real _C.so: one exporting libstdc++'s codecvt (-static-libstdc++), one importing it."""
+    out = tmp_path_factory.mktemp("ext")
+    built = {}
+    for name, flags in (("interposing", ["-static-libstdc++"]), ("clean", [])):
+        built[name] = out / f"_C.{name}.so"
+        source = FIXTURES / "uses_locale.cpp"
+        subprocess.run([compiler("g++"), "-shared", "-fPIC", *flags, "-o", built[name], source], check=True)
+    return built
+
+
+def test_libstdcxx_exports_are_told_apart(extensions: dict[str, Path]) -> None:
+    compiler("nm")
+    bad = check_libstdcxx(extensions["interposing"])
+    assert bad.verdict == "mismatch" and LIBSTDCXX_FIX in bad.detail and "codecvt" in bad.found
+    assert check_libstdcxx(extensions["clean"]).verdict == "ok"
+
+
+def test_libstdcxx_check_skips_without_nm(
+    extensions: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    check = check_libstdcxx(extensions["interposing"])
+    assert check.verdict == "skipped" and "nm" in check.detail
+
+
+# ---- Python distributions and their own requirements ------------------------------------------
+
+
+def write_dist(
+    site: Path, name: str, version: str, files: tuple[str, ...], requires: tuple[str, ...] = ()
+) -> None:
+    """A dist-info directory as pip writes it: METADATA and a RECORD listing the files."""
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    (info / "METADATA").write_text("\n".join([*lines, *(f"Requires-Dist: {r}" for r in requires)]) + "\n")
+    record = [*files, f"{info.name}/METADATA", f"{info.name}/RECORD"]
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in record))
+
+
+def test_torch_with_an_older_nccl_requirement_is_an_override(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nccl = 'nvidia-nccl-cu13==2.28.9; platform_system == "Linux"'
+    write_dist(
+        tmp_path, "torch", "2.11.0+cu130", ("torch/__init__.py",), (nccl, "filelock", 'foo; extra == "x"')
+    )
+    write_dist(tmp_path, "nvidia-nccl-cu13", "2.30.7", ("nvidia/nccl/include/nccl.h",))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pins = load_pins(PINS)
+    assert check_distribution("torch", "2.11.0").verdict == "ok"
+    assert check_distribution("torch", "2.14.1").verdict == "mismatch"
+    assert check_distribution("nvidia-nccl-cu13", "2.30.7").verdict == "ok"
+    assert check_torch_cuda(pins, None, "not imported").verdict == "ok"  # the +cu130 tag decides
+    (row,) = check_requirements("torch", {"nvidia-nccl-cu13": "2.30.7", "torch": "2.11.0"})
+    assert (row.component, row.found, row.verdict) == (
+        "torch requires nvidia-nccl-cu13",
+        "==2.28.9",
+        "override (pinned)",
+    )
+    assert not row.failed
+    assert check_requirements("torch", {"nvidia-nccl-cu13": "2.28.9"})[0].verdict == "ok"
+
+
+def test_torch_without_local_tag_and_not_importable_is_a_mismatch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_dist(tmp_path, "torch", "2.14.1", ("torch/__init__.py",))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    check = check_torch_cuda(load_pins(PINS), None, "ImportError: boom")
+    assert check.verdict == "mismatch" and "boom" in check.detail
+
+
+# ---- deep_ep ----------------------------------------------------------------------------------
+
+
+def test_second_distribution_owning_deep_ep_is_a_mismatch(tmp_path: Path) -> None:
+    write_dist(
+        tmp_path, "deep_ep", "2.0.0", ("deep_ep/__init__.py", "deep_ep/_C.cpython-312-x86_64-linux-gnu.so")
+    )
+    write_dist(tmp_path, "unrelated", "1.0", ("unrelated/__init__.py",))
+    owners = deep_ep_owners(metadata.distributions(path=[str(tmp_path)]))
+    assert list(owners) == ["deep_ep"] and owners["deep_ep"][1].name.startswith("_C.")
+    assert check_deep_ep_owner(owners).verdict == "ok"
+    write_dist(tmp_path, "sgl-deep-ep", "0.1.2.post1", ("deep_ep/__init__.py", "deep_ep/buffer.py"))
+    check = check_deep_ep_owner(deep_ep_owners(metadata.distributions(path=[str(tmp_path)])))
+    assert (check.verdict, check.found) == ("mismatch", "deep_ep, sgl-deep-ep")
+    assert check_deep_ep_owner({}).verdict == "missing"
+
+
+def test_deep_ep_source_manifest(tmp_path: Path) -> None:
+    pins = load_pins(PINS)
+    manifest = tmp_path / "deepep-source.json"
+    assert check_deep_ep_source(pins, manifest).verdict == "missing"
+    source = {"repo": pins.deepep_repo, "commit": SHA, "torch_cuda_arch_list": "9.0a"}
+    manifest.write_text(json.dumps(source))
+    assert check_deep_ep_source(pins, manifest).verdict == "ok"
+    manifest.write_text(json.dumps({**source, "commit": "dd758ca" + "0" * 33}))
+    assert check_deep_ep_source(pins, manifest).verdict == "mismatch"
+    manifest.write_text("{not json")
+    assert check_deep_ep_source(pins, manifest).found == "unreadable manifest"
+
+
+def test_jit_prerequisites(tmp_path: Path) -> None:
+    cuda = tmp_path / "cuda"
+    for tool in ("nvcc", "cuobjdump"):
+        (cuda / "bin").mkdir(parents=True, exist_ok=True)
+        (cuda / "bin" / tool).write_text("#!/bin/sh\n")
+        (cuda / "bin" / tool).chmod(0o755)
+    (cuda / "include").mkdir()
+    (cuda / "include" / "cuda.h").write_text("")
+    nccl_h = tmp_path / "nccl.h"
+    nccl_h.write_text("")
+    env = {"CUDA_HOME": str(cuda), "PATH": "", "EP_JIT_CACHE_DIR": str(tmp_path / "cache" / "deep_ep")}
+    assert [c.verdict for c in check_jit_prerequisites(env, nccl_h)] == ["ok"] * 5
+    (cuda / "bin" / "nvcc").unlink()
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache").chmod(0o500)
+    rows = {c.component: c.verdict for c in check_jit_prerequisites(env, None)}
+    assert rows["nvcc"] == "missing" and rows["NCCL headers"] == "missing"
+    if os.geteuid() != 0:  # root writes anywhere
+        assert rows["EP_JIT_CACHE_DIR"] == "mismatch"
