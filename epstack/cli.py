@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,24 +11,19 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from epstack import __version__
+from epstack import __version__, guard, predict
 from epstack.build import build_target
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput, EpstackError
-from epstack.pins import Pins, load_pins
+from epstack.pins import Pins, load_pins, pins_path
 from epstack.render import plan_render, source_date, source_revision, write_plan
 
-DEFAULT_PINS = Path("pins.env")
 DEFAULT_OUT = Path("build/render")
-
-
-def _pins_path(value: Path | None) -> Path:
-    """CLI argument, else $EPSTACK_PINS, else ./pins.env."""
-    return value or Path(os.environ.get("EPSTACK_PINS", DEFAULT_PINS))
+LOG_WIDTH = 160
 
 
 def cmd_pins_check(args: argparse.Namespace, console: Console) -> int:
-    pins = load_pins(_pins_path(args.pins))
+    pins = load_pins(pins_path(args.pins))
     if args.json:
         print(json.dumps(pins.model_dump(by_alias=True), indent=2, sort_keys=True))
         return 0
@@ -39,7 +33,7 @@ def cmd_pins_check(args: argparse.Namespace, console: Console) -> int:
             table.add_row(target, layer, pins.image_ref(layer, target))
     console.print(table)
     console.print(
-        f"[green]{_pins_path(args.pins)}: ok[/] ({len(pins.targets)} targets, default {pins.default_target})"
+        f"[green]{pins_path(args.pins)}: ok[/] ({len(pins.targets)} targets, default {pins.default_target})"
     )
     return 0
 
@@ -51,16 +45,16 @@ def _render(pins: Pins, out: Path, console: Console) -> None:
 
 
 def cmd_render(args: argparse.Namespace, console: Console) -> int:
-    _render(load_pins(_pins_path(args.pins)), args.out, console)
+    _render(load_pins(pins_path(args.pins)), args.out, console)
     return 0
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
-    pins = load_pins(_pins_path(args.pins))
+    pins = load_pins(pins_path(args.pins))
     target = args.target or pins.default_target
     if target not in pins.targets:
         raise BadInput(
-            f"{target}: not a target of {_pins_path(args.pins)}; fix: use one of {', '.join(pins.targets)}"
+            f"{target}: not a target of {pins_path(args.pins)}; fix: use one of {', '.join(pins.targets)}"
         )
     plan = plan_render(pins, created=source_date(), revision=source_revision())
     write_plan(plan, args.out)
@@ -91,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("pins", nargs="?", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
     check.add_argument("--json", action="store_true", help="print the validated pins as JSON")
     check.set_defaults(func=cmd_pins_check)
+    predict.register(pins)
 
     render = commands.add_parser("render", help="render Dockerfiles, bake file and tags for every target")
     render.add_argument("--pins", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
@@ -106,12 +101,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, default=DEFAULT_OUT, help=f"render directory (default {DEFAULT_OUT})"
     )
     build.set_defaults(func=cmd_build)
+
+    guard.register(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    # Logs (CI, docker build) are no terminal: give tables room instead of rich's 80 columns.
+    width = None if sys.stderr.isatty() else LOG_WIDTH
+    console = Console(stderr=True, highlight=False, soft_wrap=True, width=width)
     try:
         code: int = args.func(args, console)
     except EpstackError as exc:

@@ -29,7 +29,7 @@ from rich.table import Table
 
 from epstack import cmd
 from epstack.errors import EpstackError
-from epstack.pins import Pins, load_pins
+from epstack.pins import Pins, load_pins, pins_path
 
 Verdict = Literal["ok", "mismatch", "missing", "skipped", "override (pinned)"]
 FAILED: frozenset[Verdict] = frozenset({"mismatch", "missing"})
@@ -527,8 +527,7 @@ _STYLE = {
 
 
 def cmd_guard(args: argparse.Namespace, console: Console) -> int:
-    pins_path = args.pins or Path(os.environ.get("EPSTACK_PINS", "pins.env"))  # as cli._pins_path
-    report = run_guard(pins_path, args.layer)
+    report = run_guard(pins_path(args.pins), args.layer)
     table = Table(
         "layer", "component", "expected", "found", "verdict", "detail", title=f"epstack guard {args.layer}"
     )

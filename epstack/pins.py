@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -230,6 +231,14 @@ class Pins(BaseModel):
 
     def image_ref(self, layer: Layer, target: str) -> str:
         return f"{self.image_repository}:{self.image_tag(layer, target)}"
+
+
+DEFAULT_PINS = Path("pins.env")
+
+
+def pins_path(value: Path | None) -> Path:
+    """The pins file a command reads: its argument, else $EPSTACK_PINS, else ./pins.env."""
+    return value or Path(os.environ.get("EPSTACK_PINS", DEFAULT_PINS))
 
 
 def load_pins(path: Path) -> Pins:

@@ -26,7 +26,7 @@ from packaging.version import Version
 from rich.console import Console
 
 from epstack.errors import CommandFailed, EnvironmentProblem
-from epstack.pins import Pins, load_pins
+from epstack.pins import Pins, load_pins, pins_path
 
 TIMEOUT_S = 120
 # Ubuntu 24.04 has glibc 2.39: every manylinux tag up to it installs (sglang ships manylinux_2_34).
@@ -193,8 +193,8 @@ def resolve(requirement: str, python_version: str, *, timeout: int = TIMEOUT_S) 
 
 
 def cmd_pins_predict(args: argparse.Namespace, console: Console) -> int:
-    pins_path = args.pins or Path(os.environ.get("EPSTACK_PINS", "pins.env"))  # as cli._pins_path
-    pins = load_pins(pins_path)
+    path = pins_path(args.pins)
+    pins = load_pins(path)
     prediction = predict(pins, resolve(f"sglang=={pins.sglang_version}", pins.python_version))
     console.print(f"pip would install {prediction.installs} distributions for {prediction.requested}")
     for move in prediction.moves:
@@ -206,7 +206,7 @@ def cmd_pins_predict(args: argparse.Namespace, console: Console) -> int:
             f"one built from DEEPEP_REF {pins.deepep_ref[:7]}[/] (required by {forced_by})"
         )
     if not prediction.drifts:
-        console.print(f"[green]{pins_path}: installing {prediction.requested} moves no pinned package[/]")
+        console.print(f"[green]{path}: installing {prediction.requested} moves no pinned package[/]")
     return 1 if prediction.drifts else 0
 
 

@@ -3,7 +3,6 @@ artifacts: shared libraries compiled here with gcc/g++, dist-info directories, m
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -13,10 +12,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
-from epstack import guard
-from epstack.errors import EpstackError
+from epstack.cli import main
 from epstack.guard import (
     LIBSTDCXX_FIX,
     check_deep_ep_owner,
@@ -35,19 +32,6 @@ from tests.conftest import PINS, REPO, pins_variant
 
 FIXTURES = Path(__file__).with_name("fixtures") / "guard"
 SHA = "d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb"
-
-
-def run_cli(argv: list[str]) -> int:
-    """What cli.main does for `epstack guard`: parse, run, turn EpstackError into its exit code."""
-    parser = argparse.ArgumentParser(prog="epstack")
-    guard.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        code: int = args.func(args, Console(stderr=True, width=200))
-    except EpstackError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return code
 
 
 def compiler(name: str) -> str:
@@ -87,7 +71,7 @@ def test_without_the_stack_exits_1_listing_every_missing_component(
     tmp_path: Path, no_stack: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report_path = tmp_path / "out" / "r.json"
-    assert run_cli(["guard", "--pins", str(PINS), "--json", str(report_path)]) == 1
+    assert main(["guard", "--pins", str(PINS), "--json", str(report_path)]) == 1
     report = json.loads(report_path.read_text())
     assert report["ok"] is False and report["layer"] == "all" and report["pins"] == str(PINS)
     verdicts = {check["component"]: check["verdict"] for check in report["checks"]}
@@ -117,15 +101,15 @@ def test_without_the_stack_exits_1_listing_every_missing_component(
 
 def test_layer_base_checks_only_the_base(tmp_path: Path, no_stack: None) -> None:
     report_path = tmp_path / "r.json"
-    assert run_cli(["guard", "--pins", str(PINS), "--layer", "base", "--json", str(report_path)]) == 1
+    assert main(["guard", "--pins", str(PINS), "--layer", "base", "--json", str(report_path)]) == 1
     layers = {check["layer"] for check in json.loads(report_path.read_text())["checks"]}
     assert layers == {"base"}
 
 
 def test_bad_pins_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_cli(["guard", "--pins", str(pins_variant(tmp_path, NCCL_VERSION="2.28.9"))]) == 2
+    assert main(["guard", "--pins", str(pins_variant(tmp_path, NCCL_VERSION="2.28.9"))]) == 2
     assert "NCCL_VERSION" in capsys.readouterr().err
-    assert run_cli(["guard", "--pins", str(tmp_path / "missing.env")]) == 2
+    assert main(["guard", "--pins", str(tmp_path / "missing.env")]) == 2
 
 
 # ---- NCCL: the loaded library, not torch's compile-time number --------------------------------

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
-from epstack import predict as predict_module
-from epstack.errors import CommandFailed, EnvironmentProblem, EpstackError
+from epstack.cli import main
+from epstack.errors import CommandFailed, EnvironmentProblem
 from epstack.pins import load_pins
 from epstack.predict import parse_report, predict, resolve
 from tests.conftest import PINS, pins_variant
@@ -26,20 +23,6 @@ REPORT = Path(__file__).with_name("fixtures") / "guard" / "pip-report-sglang-0.5
 def report() -> dict[str, Any]:
     data: dict[str, Any] = json.loads(REPORT.read_text())
     return data
-
-
-def run_cli(argv: list[str]) -> int:
-    """What cli.main does for `epstack pins predict`."""
-    parser = argparse.ArgumentParser(prog="epstack")
-    pins = parser.add_subparsers(dest="command", required=True).add_parser("pins")
-    predict_module.register(pins.add_subparsers(dest="pins_command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        code: int = args.func(args, Console(stderr=True, width=300))
-    except EpstackError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return code
 
 
 def test_parse_report() -> None:
@@ -99,7 +82,7 @@ def test_offline_is_an_environment_problem(monkeypatch: pytest.MonkeyPatch) -> N
 def test_predict_against_pypi(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pins = pins_variant(tmp_path, TORCH_VERSION="2.11.0")
     start = time.monotonic()
-    assert run_cli(["pins", "predict", str(pins)]) == 1
+    assert main(["pins", "predict", str(pins)]) == 1
     seconds = time.monotonic() - start
     err = capsys.readouterr().err
     assert "torch 2.11.0 -> 2.14.1 (required by sglang==0.5.23: torch==2.14.1" in err
