@@ -15,11 +15,11 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
-from typing import Literal
+from typing import Literal, Protocol
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -28,12 +28,13 @@ from rich.console import Console
 from rich.table import Table
 
 from epstack import cmd
-from epstack.errors import EpstackError
-from epstack.pins import Pins, load_pins, pins_path
+from epstack.errors import BadInput, EpstackError
+from epstack.pins import load_pins, pins_path
+from epstack.pinsfile import read_pins_file
 
 Verdict = Literal["ok", "mismatch", "missing", "skipped", "override (pinned)"]
 FAILED: frozenset[Verdict] = frozenset({"mismatch", "missing"})
-GUARD_LAYERS = ("base", "deepep", "sglang", "all")
+GUARD_LAYERS = ("python", "base", "deepep", "sglang", "all")
 
 DEFAULT_MANIFEST = Path("/opt/epstack/wheels/deepep-source.json")
 LIBSTDCXX_FIX = "rebuild DeepEP with CC=/usr/bin/gcc CXX=/usr/bin/g++ and CUDAHOSTCXX unset"
@@ -42,6 +43,72 @@ LIBSTDCXX_FIX = "rebuild DeepEP with CC=/usr/bin/gcc CXX=/usr/bin/g++ and CUDAHO
 # Only strong definitions count: weak (W/V) copies of inline header code are in every C++ .so.
 _LIBSTDCXX_SYMBOL = re.compile(r"^_Z(?:NK?|T[VIS])St\d+\w*codecvt|@@?(?:GLIBCXX|CXXABI)_")
 _STRONG_DEFINITION = frozenset("TDBR")
+
+
+class Expected(Protocol):
+    """What the guard compares with: a Pins model, or the layer pins file render puts in each image."""
+
+    @property
+    def cuda_major_minor(self) -> str: ...
+    @property
+    def torch_version(self) -> str: ...
+    @property
+    def torch_cuda_tag(self) -> str: ...
+    @property
+    def nccl_version(self) -> str: ...
+    @property
+    def nvshmem_version(self) -> str: ...
+    @property
+    def deepep_repo(self) -> str: ...
+    @property
+    def deepep_ref(self) -> str: ...
+    @property
+    def sglang_version(self) -> str: ...
+
+
+# The pins.env keys each guard layer reads (its own and those of the layers below it).
+LAYER_KEYS: dict[str, tuple[str, ...]] = {
+    "python": ("NCCL_VERSION", "NVSHMEM_VERSION"),
+    "base": ("CUDA_VERSION", "TORCH_VERSION", "TORCH_CUDA_TAG"),
+    "deepep": ("DEEPEP_REPO", "DEEPEP_REF"),
+    "sglang": ("SGLANG_VERSION",),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerPins:
+    """A rendered layer pins file (targets/<target>/<layer>.pins.env): only the keys of that layer and
+    those below it, so an image never holds (and is never rebuilt for) the pins of the layers above."""
+
+    cuda_version: str = ""
+    torch_version: str = ""
+    torch_cuda_tag: str = ""
+    nccl_version: str = ""
+    nvshmem_version: str = ""
+    deepep_repo: str = ""
+    deepep_ref: str = ""
+    sglang_version: str = ""
+
+    @property
+    def cuda_major_minor(self) -> str:
+        return ".".join(self.cuda_version.split(".")[:2])
+
+
+def load_expected(path: Path, layers: list[str]) -> Expected:
+    """A full pins.env (validated by load_pins), or a layer pins file holding every key `layers` read."""
+    pins_file = read_pins_file(path)
+    if "DEFAULT_TARGET" in pins_file.entries:
+        return load_pins(path)
+    for layer in layers:
+        for key in LAYER_KEYS[layer]:
+            if key not in pins_file.entries:
+                raise BadInput(
+                    f"{path}: no {key}, which guard --layer {layer} needs; "
+                    "fix: pass pins.env or the layer pins file of this image"
+                )
+    known = {f.name for f in fields(LayerPins)}
+    values = {key.lower(): entry.value for key, entry in pins_file.entries.items() if key.lower() in known}
+    return LayerPins(**values)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +174,7 @@ def _cuda_of_tag(tag: str) -> str:
     return f"{tag[2:-1]}.{tag[-1]}"
 
 
-def check_torch_cuda(pins: Pins, torch: ModuleType | None, import_error: str) -> Check:
+def check_torch_cuda(pins: Expected, torch: ModuleType | None, import_error: str) -> Check:
     """torch's local tag (+cu130) if any; PyPI's default wheel has none, so then torch.version.cuda."""
     expected = f"{pins.torch_cuda_tag} (CUDA {_cuda_of_tag(pins.torch_cuda_tag)})"
     version = _installed_version("torch")
@@ -234,7 +301,7 @@ def _cuda_version(code: int) -> str:
     return f"{code // 1000}.{code % 1000 // 10}"
 
 
-def check_cuda(pins: Pins, torch: ModuleType | None, maps: Callable[[], str]) -> list[Check]:
+def check_cuda(pins: Expected, torch: ModuleType | None, maps: Callable[[], str]) -> list[Check]:
     """CUDA runtime (the loaded libcudart) equals the pin, driver at least as new; skipped without a GPU."""
     expected = pins.cuda_major_minor
     if torch is None or not torch.cuda.is_available():
@@ -300,7 +367,7 @@ def check_deep_ep_owner(owners: Mapping[str, list[Path]]) -> Check:
     return Check(component="deep_ep owner", expected="1 distribution", found=names, verdict="ok")
 
 
-def check_deep_ep_source(pins: Pins, manifest: Path) -> Check:
+def check_deep_ep_source(pins: Expected, manifest: Path) -> Check:
     """The build-time manifest records the repo and commit deep_ep was built from."""
     expected = f"{pins.deepep_repo}@{pins.deepep_ref[:12]}"
     try:
@@ -460,7 +527,7 @@ def _package_file(distribution: str, name: str) -> Path | None:
     return next((Path(str(dist.locate_file(f))) for f in dist.files or [] if f.name == name), None)
 
 
-def _pinned_packages(pins: Pins) -> dict[str, str]:
+def _pinned_packages(pins: Expected) -> dict[str, str]:
     return {
         "torch": pins.torch_version,
         "nvidia-nccl-cu13": pins.nccl_version,
@@ -468,20 +535,25 @@ def _pinned_packages(pins: Pins) -> dict[str, str]:
     }
 
 
-def base_checks(pins: Pins) -> list[Check]:
+def python_checks(pins: Expected) -> list[Check]:
+    return [
+        check_distribution("nvidia-nccl-cu13", pins.nccl_version),
+        check_distribution("nvidia-nvshmem-cu13", pins.nvshmem_version),
+    ]
+
+
+def base_checks(pins: Expected) -> list[Check]:
     torch, error = _try_import("torch") if _installed_version("torch") else (None, "torch not installed")
     return [
         check_distribution("torch", pins.torch_version),
         check_torch_cuda(pins, torch, error),
-        check_distribution("nvidia-nccl-cu13", pins.nccl_version),
-        check_distribution("nvidia-nvshmem-cu13", pins.nvshmem_version),
         *check_requirements("torch", _pinned_packages(pins)),
         check_nccl_loaded(pins.nccl_version, _read_maps()),
         *check_cuda(pins, torch, _read_maps),
     ]
 
 
-def deepep_checks(pins: Pins) -> list[Check]:
+def deepep_checks(pins: Expected) -> list[Check]:
     owners = deep_ep_owners(metadata.distributions())
     extensions = [p for paths in owners.values() for p in paths if re.match(r"^_C\..*so$", p.name)]
     manifest = Path(os.environ.get("EPSTACK_DEEPEP_MANIFEST") or DEFAULT_MANIFEST)
@@ -494,14 +566,15 @@ def deepep_checks(pins: Pins) -> list[Check]:
     ]
 
 
-def sglang_checks(pins: Pins) -> list[Check]:
+def sglang_checks(pins: Expected) -> list[Check]:
     return [
         check_distribution("sglang", pins.sglang_version),
         *check_requirements("sglang", _pinned_packages(pins)),
     ]
 
 
-LAYER_CHECKS: dict[str, Callable[[Pins], list[Check]]] = {
+LAYER_CHECKS: dict[str, Callable[[Expected], list[Check]]] = {
+    "python": python_checks,
     "base": base_checks,
     "deepep": deepep_checks,
     "sglang": sglang_checks,
@@ -510,9 +583,9 @@ LAYER_CHECKS: dict[str, Callable[[Pins], list[Check]]] = {
 
 def run_guard(pins_path: Path, layer: str) -> GuardReport:
     """The checks of `layer` and every layer below it ("all": every layer)."""
-    pins = load_pins(pins_path)
     names = list(LAYER_CHECKS)
     selected = names if layer == "all" else names[: names.index(layer) + 1]
+    pins = load_expected(pins_path, selected)
     checks = [replace(check, layer=name) for name in selected for check in LAYER_CHECKS[name](pins)]
     return GuardReport(pins=pins_path, layer=layer, checks=tuple(checks))
 

@@ -115,6 +115,8 @@ def plan_render(pins: Pins, *, created: datetime, revision: str) -> RenderPlan:
     for target in pins.targets:
         for name, text in _requirement_files(pins).items():
             files[f"targets/{target}/{name}"] = text.encode()
+        for layer in ("base", "deepep", "sglang"):
+            files[f"targets/{target}/{layer}.pins.env"] = _layer_pins_file(pins, layer, target).encode()
         target_images = _target_images(pins, target, created=created, revision=revision)
         for layer in ("base", "deepep", "sglang"):
             context = {
@@ -137,8 +139,8 @@ def plan_render(pins: Pins, *, created: datetime, revision: str) -> RenderPlan:
 
 
 def _package_sources() -> list[Path]:
-    """The epstack package and its build metadata, copied so images can install it."""
-    sources = [REPO_ROOT / "pyproject.toml", REPO_ROOT / "README.md"]
+    """The epstack package and its build metadata, copied so images can install the guard."""
+    sources = [REPO_ROOT / "pyproject.toml"]
     sources += sorted(
         p for p in (REPO_ROOT / "epstack").rglob("*") if p.is_file() and "__pycache__" not in p.parts
     )
@@ -159,6 +161,14 @@ def _requirement_files(pins: Pins) -> dict[str, str]:
         + f"nvidia-nccl-cu13=={pins.nccl_version}\n"
         + f"nvidia-nvshmem-cu13=={pins.nvshmem_version}\n",
     }
+
+
+def _layer_pins_file(pins: Pins, layer: Layer, target: str) -> str:
+    """What the image of `layer` was pinned to: the guard's expectations inside that image. Only the
+    layer's own keys and those below, so an upper pin never changes (or rebuilds) a lower image."""
+    lines = [f"# {layer} layer of {target}, rendered from pins.env by epstack; read by `epstack guard`."]
+    lines += [f"{key}={value}" for key, value in sorted(pins.layer_pins(layer, target).items())]
+    return "\n".join(lines) + "\n"
 
 
 def _target_images(pins: Pins, target: str, *, created: datetime, revision: str) -> list[ImageSpec]:

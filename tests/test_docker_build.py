@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,106 @@ def test_make_image_path_reports_what_it_could_not_build(
     err = capsys.readouterr().err
     assert "cannot pull nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:" in err
     assert "not built" in err and "built in" in err
+
+
+DRIFT = "nvidia-nvshmem-cu13==3.5.21"
+
+
+@pytest.fixture(scope="module")
+def offline_image(tmp_path_factory: pytest.TempPathFactory, engine: DockerEngine) -> str:
+    """The python stage of hopper-ib on the offline base, as `epstack build` makes it."""
+    pins = load_pins(PINS)
+    plan = plan_render(pins, created=source_date(), revision="test")
+    context = tmp_path_factory.mktemp("offline") / "ctx"
+    write_plan(plan, context)
+    build_target(
+        pins=pins, plan=plan, context=context, target="hopper-ib", engine=engine, console=Console(stderr=True)
+    )
+    return offline_tag(pins, "hopper-ib")
+
+
+def docker_build(engine: DockerEngine, directory: Path, dockerfile: str) -> subprocess.CompletedProcess[str]:
+    """A user's own layer over an epstack image (the way drift usually arrives)."""
+    (directory / "Dockerfile").write_text(dockerfile)
+    return subprocess.run(
+        [
+            engine.cli,
+            "build",
+            "--no-cache",
+            "--progress",
+            "plain",
+            "-t",
+            f"epstack-test/{directory.name}",
+            str(directory),
+        ],
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_a_drifting_layer_fails_its_build_with_the_table(
+    tmp_path: Path, engine: DockerEngine, offline_image: str
+) -> None:
+    result = docker_build(
+        engine,
+        tmp_path,
+        f"FROM {offline_image}\nRUN uv pip install {DRIFT}\nRUN /opt/epstack/scripts/guard-layer.sh python\n",
+    )
+    assert result.returncode != 0
+    row = next(line for line in result.stderr.splitlines() if "│ nvidia-nvshmem-cu13" in line)
+    assert "3.4.5" in row and "3.5.21" in row and "mismatch" in row
+    assert "guard: 1 of 2 checks failed" in result.stderr
+
+
+def test_a_correct_layer_passes_its_build(tmp_path: Path, engine: DockerEngine, offline_image: str) -> None:
+    result = docker_build(
+        engine,
+        tmp_path,
+        f"FROM {offline_image}\nRUN uv pip install {DRIFT} && uv pip install nvidia-nvshmem-cu13==3.4.5\n"
+        "RUN /opt/epstack/scripts/guard-layer.sh python\n",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "guard: ok (2 checks)" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def drifted_image(tmp_path_factory: pytest.TempPathFactory, engine: DockerEngine, offline_image: str) -> str:
+    """An image whose own layer moved a pin and skipped the build-time guard."""
+    directory = tmp_path_factory.mktemp("drifted")
+    built = docker_build(engine, directory, f"FROM {offline_image}\nRUN uv pip install {DRIFT}\n")
+    assert built.returncode == 0, built.stderr[-2000:]
+    return f"epstack-test/{directory.name}"
+
+
+@pytest.mark.parametrize(
+    ("mode", "exit_code", "ran"),
+    [("strict", 1, False), ("warn", 0, True), ("off", 0, True), ("loud", 2, False)],
+)
+def test_entrypoint_guard_modes_on_a_drifted_image(
+    engine: DockerEngine, drifted_image: str, mode: str, exit_code: int, ran: bool
+) -> None:
+    show = "echo started; grep -c mismatch /tmp/epstack-guard.json || true"
+    result = subprocess.run(
+        [engine.cli, "run", "--rm", "-e", f"EPSTACK_GUARD={mode}", drifted_image, "sh", "-c", show],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == exit_code, result.stderr
+    assert ("started" in result.stdout) == ran
+    if mode == "warn":
+        assert result.stdout.split() == ["started", "1"], "report written where the entrypoint says"
+        assert "3.5.21" in result.stderr
+
+
+def test_entrypoint_guard_passes_on_the_built_image(engine: DockerEngine, offline_image: str) -> None:
+    result = subprocess.run(
+        [engine.cli, "run", "--rm", offline_image, "python", "-c", "print('served')"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0 and result.stdout == "served\n"
+    assert "guard: ok (2 checks)" in result.stderr

@@ -99,11 +99,26 @@ def test_without_the_stack_exits_1_listing_every_missing_component(
     assert "nvidia-nvshmem-cu13" in err and "3.4.5" in err
 
 
-def test_layer_base_checks_only_the_base(tmp_path: Path, no_stack: None) -> None:
+def test_layer_base_checks_the_base_and_below(tmp_path: Path, no_stack: None) -> None:
     report_path = tmp_path / "r.json"
     assert main(["guard", "--pins", str(PINS), "--layer", "base", "--json", str(report_path)]) == 1
     layers = {check["layer"] for check in json.loads(report_path.read_text())["checks"]}
-    assert layers == {"base"}
+    assert layers == {"python", "base"}
+
+
+def test_layer_pins_file_needs_the_keys_of_its_layer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    layer_file = tmp_path / "base.pins.env"
+    layer_file.write_text("NCCL_VERSION=2.30.7\nNVSHMEM_VERSION=3.4.5\n")
+    report_path = tmp_path / "r.json"
+    assert main(["guard", "--pins", str(layer_file), "--layer", "python", "--json", str(report_path)]) == 1
+    rows = {c["component"]: c for c in json.loads(report_path.read_text())["checks"]}
+    assert set(rows) == {"nvidia-nccl-cu13", "nvidia-nvshmem-cu13"}
+    assert rows["nvidia-nccl-cu13"]["expected"] == "2.30.7"
+    capsys.readouterr()
+    assert main(["guard", "--pins", str(layer_file), "--layer", "deepep"]) == 2
+    assert "no CUDA_VERSION, which guard --layer base needs" in capsys.readouterr().err
 
 
 def test_bad_pins_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

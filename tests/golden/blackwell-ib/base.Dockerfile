@@ -1,7 +1,8 @@
 # epstack 0.1.0: base layer for target blackwell-ib. CUDA 13.0.3, Python 3.12, torch, NCCL, NVSHMEM, GDRCopy, ib.
 # Rendered from images/base/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
-# Stages: os -> python (pinned NCCL/NVSHMEM wheels) -> devel (torch; builds DeepEP)
+# Stages: os -> python (pinned NCCL/NVSHMEM wheels, epstack guard) -> devel (torch; builds DeepEP)
 #         base (runtime image + venv + DeepEP JIT toolchain + GDRCopy + fabric)
+# Every install step is followed by `epstack guard` for its layer: drift fails the build.
 ARG CUDA_DEVEL_IMAGE=nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266
 ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb
 
@@ -10,7 +11,7 @@ FROM ${CUDA_DEVEL_IMAGE} AS os
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV EPSTACK_HOME=/opt/epstack \
     VIRTUAL_ENV=/opt/epstack/venv \
-    PATH=/opt/epstack/venv/bin:/usr/local/cuda/bin:${PATH} \
+    PATH=/opt/epstack/bin:/opt/epstack/venv/bin:/usr/local/cuda/bin:${PATH} \
     UV_VERSION=0.13.9 \
     UV_LINK_MODE=copy \
     UV_COMPILE_BYTECODE=1 \
@@ -22,7 +23,7 @@ RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
       "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" "python${PYTHON_VERSION}-dev" \
       build-essential ca-certificates curl git libnuma-dev pkg-config
 
-# ---- python: the venv with NCCL 2.30.7 and NVSHMEM 3.4.5 wheels -------------
+# ---- python: the venv with NCCL 2.30.7 and NVSHMEM 3.4.5 wheels, and epstack's guard ----------
 FROM os AS python
 ARG PYTHON_VERSION=3.12
 COPY scripts/image/install-python-packages.sh /opt/epstack/scripts/
@@ -30,6 +31,14 @@ COPY targets/blackwell-ib/overrides.txt targets/blackwell-ib/python-requirements
 RUN --mount=type=cache,target=/root/.cache/uv \
     /opt/epstack/scripts/install-python-packages.sh \
       /opt/epstack/pins/python-requirements.txt /opt/epstack/pins/overrides.txt
+COPY scripts/image/install-epstack.sh scripts/image/guard-layer.sh scripts/image/entrypoint.sh /opt/epstack/scripts/
+COPY src/ /opt/epstack/src/
+RUN --mount=type=cache,target=/root/.cache/uv /opt/epstack/scripts/install-epstack.sh /opt/epstack/src
+ENTRYPOINT ["/opt/epstack/scripts/entrypoint.sh"]
+ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
+    EPSTACK_GUARD_LAYER=python
+COPY targets/blackwell-ib/base.pins.env /opt/epstack/pins/
+RUN /opt/epstack/scripts/guard-layer.sh python
 
 # ---- devel: torch 2.14.1 (cu130) and GDRCopy 2.5.2; DeepEP is built on this image ----------
 FROM python AS devel
@@ -39,6 +48,10 @@ RUN --mount=type=cache,target=/root/.cache/uv \
       /opt/epstack/pins/torch-requirements.txt /opt/epstack/pins/overrides.txt
 COPY scripts/image/build-gdrcopy.sh /opt/epstack/scripts/
 RUN /opt/epstack/scripts/build-gdrcopy.sh 2.5.2 c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9 /opt/gdrcopy
+ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
+    EPSTACK_GUARD_LAYER=base
+COPY targets/blackwell-ib/base.pins.env /opt/epstack/pins/
+RUN /opt/epstack/scripts/guard-layer.sh base
 LABEL \
     org.opencontainers.image.title="epstack base (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
@@ -67,7 +80,7 @@ FROM ${CUDA_RUNTIME_IMAGE} AS base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV EPSTACK_HOME=/opt/epstack \
     VIRTUAL_ENV=/opt/epstack/venv \
-    PATH=/opt/epstack/venv/bin:/usr/local/cuda/bin:${PATH} \
+    PATH=/opt/epstack/bin:/opt/epstack/venv/bin:/usr/local/cuda/bin:${PATH} \
     UV_VERSION=0.13.9 \
     UV_LINK_MODE=copy \
     UV_COMPILE_BYTECODE=1 \
@@ -91,6 +104,11 @@ RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
 ENV LD_LIBRARY_PATH=/opt/gdrcopy/lib
 ENV CUDA_HOME=/usr/local/cuda \
     NCCL_CUMEM_ENABLE=1
+ENTRYPOINT ["/opt/epstack/scripts/entrypoint.sh"]
+ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
+    EPSTACK_GUARD_LAYER=base
+COPY targets/blackwell-ib/base.pins.env /opt/epstack/pins/
+RUN /opt/epstack/scripts/guard-layer.sh base
 LABEL \
     org.opencontainers.image.title="epstack base (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \

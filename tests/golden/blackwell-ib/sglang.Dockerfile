@@ -13,8 +13,10 @@ RUN --mount=type=cache,target=/root/.cache/uv \
       --no-install-package nvidia-nccl-cu13 \
       --no-install-package nvidia-nvshmem-cu13 \
       --no-install-package sgl-deep-ep
-COPY src/ /opt/epstack/src/
-RUN uv pip install --no-deps /opt/epstack/src
+ENV EPSTACK_PINS=/opt/epstack/pins/sglang.pins.env \
+    EPSTACK_GUARD_LAYER=sglang
+COPY targets/blackwell-ib/sglang.pins.env /opt/epstack/pins/
+RUN /opt/epstack/scripts/guard-layer.sh sglang
 LABEL \
     org.opencontainers.image.title="epstack sglang (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \

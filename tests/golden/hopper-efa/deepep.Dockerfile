@@ -19,6 +19,10 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 # DeepEP V2 JIT-compiles its kernels at first use: cache them where every user can write.
 ENV EP_JIT_CACHE_DIR=/var/cache/deep_ep
 RUN install -d -m 1777 /var/cache/deep_ep
+ENV EPSTACK_PINS=/opt/epstack/pins/deepep.pins.env \
+    EPSTACK_GUARD_LAYER=deepep
+COPY targets/hopper-efa/deepep.pins.env /opt/epstack/pins/
+RUN /opt/epstack/scripts/guard-layer.sh deepep
 LABEL \
     org.opencontainers.image.title="epstack deepep (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \
