@@ -5,11 +5,11 @@ BIN := $(VENV)/bin
 TARGET ?=
 RENDER := build/render
 
-.PHONY: image render lint test unit schema bench clean
+.PHONY: image render lint test unit schema constraints bench clean
 
-$(BIN)/epstack: pyproject.toml
+$(BIN)/epstack: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
 	touch $@
 
 render: $(BIN)/epstack
@@ -35,6 +35,10 @@ unit: $(BIN)/epstack
 
 schema: $(BIN)/epstack
 	$(BIN)/python -c "from epstack.pins import SCHEMA_PATH, pins_json_schema; SCHEMA_PATH.write_text(pins_json_schema())"
+
+constraints: $(BIN)/epstack
+	{ sed -n 1,2p constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^epstack'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 bench: $(BIN)/epstack
 	$(BIN)/python benchmarks/render_and_rebuild.py

@@ -140,7 +140,7 @@ def plan_render(pins: Pins, *, created: datetime, revision: str) -> RenderPlan:
 
 def _package_sources() -> list[Path]:
     """The epstack package and its build metadata, copied so images can install the guard."""
-    sources = [REPO_ROOT / "pyproject.toml"]
+    sources = [REPO_ROOT / "pyproject.toml", REPO_ROOT / "constraints.txt"]
     sources += sorted(
         p for p in (REPO_ROOT / "epstack").rglob("*") if p.is_file() and "__pycache__" not in p.parts
     )

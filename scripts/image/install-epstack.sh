@@ -7,7 +7,7 @@ set -euo pipefail
 
 src=$1
 "${VIRTUAL_ENV}/bin/uv" pip install --quiet --python "${VIRTUAL_ENV}/bin/python" \
-  --target /opt/epstack/tool "${src}"
+  --constraint "${src}/constraints.txt" --target /opt/epstack/tool "${src}"
 rm -rf "${src}"
 mkdir -p /opt/epstack/bin
 cat > /opt/epstack/bin/epstack <<'WRAPPER'
