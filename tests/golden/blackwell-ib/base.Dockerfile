@@ -96,9 +96,6 @@ COPY --from=devel /opt/gdrcopy/ /opt/gdrcopy/
 COPY --from=devel /usr/local/cuda-13.0/bin/ /usr/local/cuda-13.0/bin/
 COPY --from=devel /usr/local/cuda-13.0/nvvm/ /usr/local/cuda-13.0/nvvm/
 COPY --from=devel /usr/local/cuda-13.0/targets/x86_64-linux/ /usr/local/cuda-13.0/targets/x86_64-linux/
-# DeepEP's JIT reads $CUDA_HOME/include (cccl included); the runtime image may lack the link.
-RUN [ -e /usr/local/cuda-13.0/include ] || \
-    ln -s targets/x86_64-linux/include /usr/local/cuda-13.0/include
 RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
       ibverbs-providers=50.0-2ubuntu0.2 \
       libibverbs1=50.0-2ubuntu0.2 \
@@ -107,6 +104,9 @@ RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
 ENV LD_LIBRARY_PATH=/opt/gdrcopy/lib
 ENV CUDA_HOME=/usr/local/cuda \
     NCCL_CUMEM_ENABLE=1
+# DeepEP's JIT reads $CUDA_HOME/include (cccl included); the runtime image may lack the link.
+RUN [ -e /usr/local/cuda-13.0/include ] || \
+    ln -s targets/x86_64-linux/include /usr/local/cuda-13.0/include
 ENTRYPOINT ["/opt/epstack/scripts/entrypoint.sh"]
 ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_GUARD_LAYER=base

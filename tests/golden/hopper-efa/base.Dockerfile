@@ -98,9 +98,6 @@ COPY --from=devel /opt/gdrcopy/ /opt/gdrcopy/
 COPY --from=devel /usr/local/cuda-13.0/bin/ /usr/local/cuda-13.0/bin/
 COPY --from=devel /usr/local/cuda-13.0/nvvm/ /usr/local/cuda-13.0/nvvm/
 COPY --from=devel /usr/local/cuda-13.0/targets/x86_64-linux/ /usr/local/cuda-13.0/targets/x86_64-linux/
-# DeepEP's JIT reads $CUDA_HOME/include (cccl included); the runtime image may lack the link.
-RUN [ -e /usr/local/cuda-13.0/include ] || \
-    ln -s targets/x86_64-linux/include /usr/local/cuda-13.0/include
 COPY scripts/image/install-efa.sh /opt/epstack/scripts/
 RUN /opt/epstack/scripts/install-efa.sh 1.50.0 fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841 1.21.1
 ENV LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib:/opt/gdrcopy/lib \
@@ -108,6 +105,9 @@ ENV LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib:/opt/gdrcopy/li
     NCCL_GIN_TYPE=5
 ENV CUDA_HOME=/usr/local/cuda \
     NCCL_CUMEM_ENABLE=1
+# DeepEP's JIT reads $CUDA_HOME/include (cccl included); the runtime image may lack the link.
+RUN [ -e /usr/local/cuda-13.0/include ] || \
+    ln -s targets/x86_64-linux/include /usr/local/cuda-13.0/include
 ENTRYPOINT ["/opt/epstack/scripts/entrypoint.sh"]
 ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_GUARD_LAYER=base
