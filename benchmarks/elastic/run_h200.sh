@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The GPU run behind benchmarks/elastic/results/: on a bare 2-GPU host (no network, no Docker),
+# install the stack with the project's own scripts, then run the phases named on the command line:
+#   install   NCCL 2.30.7 from source over the pip wheel, DeepEP d4f41e4 (skipped when present)
+#   smoke     epstack smoke elastic on 2 ranks at test_ep's default sizes
+#   smoke-topk0  the same with ElasticBuffer(num_topk=0), + test_ep's first mode (bandwidth ratio)
+#   upstream  DeepEP's tests/elastic/test_ep.py, all 144 modes
+#   torchrun  the same host as 2 torchrun "nodes" of one GPU each (--nnodes 2)
+#   hang      rank 1 hangs on entering buffer construction; the smoke must end within --timeout
+# Sources come as archives in $GPU_SRC (default .gpu-src): nccl-*.tar.gz, DeepEP-*.tar.gz,
+# fmt-*.tar.gz. JSON and logs go to $OUT (default ./out).
+set -uo pipefail
+out=${OUT:-$PWD/out}
+srcs=${GPU_SRC:-.gpu-src}
+py=${PYTHON:-python3}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 EP_JIT_CACHE_DIR=${EP_JIT_CACHE_DIR:-/tmp/ep-jit-cache}
+# No RDMA NIC here: no GIN, direct mode. NVLS stays off (the machine sets it; kept explicit).
+export EP_DISABLE_GIN=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+smoke=("$py" -m epstack.smoke elastic)
+start=$SECONDS
+note() { echo "[$((SECONDS - start))s] $*" | tee -a "$out/run.log"; }
+
+installed() {
+    "$py" - <<'PY' 2>/dev/null
+import ctypes, importlib.util, sys
+import torch  # maps libnccl
+path = next(l.split()[-1] for l in open("/proc/self/maps") if "libnccl" in l)
+code = ctypes.c_int(); ctypes.CDLL(path).ncclGetVersion(ctypes.byref(code))
+sys.exit(0 if code.value >= 23004 and importlib.util.find_spec("deep_ep") else 1)
+PY
+}
+
+for phase in "$@"; do
+    case $phase in
+    install)
+        if installed && [[ -d /opt/src/DeepEP ]]; then note "install: already there"; continue; fi
+        note "install: NCCL"
+        bash scripts/gpu/install-nccl.sh --src "$(ls "$srcs"/nccl-*.tar.gz)" --arch 90 \
+            --prefix /opt/nccl 2>&1 | tee -a "$out/install.log" | tail -n 3
+        note "install: DeepEP"
+        bash scripts/gpu/install-deepep.sh --src "$(ls "$srcs"/DeepEP-*.tar.gz)" \
+            --fmt "$(ls "$srcs"/fmt-*.tar.gz)" --keep /opt/src 2>&1 | tee -a "$out/install.log" \
+            | tail -n 3
+        note "install: done (exit ${PIPESTATUS[0]})"
+        ;;
+    smoke | smoke-topk0 | upstream)
+        # smoke: ElasticBuffer(num_topk=6), the model's top-k; smoke-topk0: num_topk=0 as test_ep
+        # builds it, plus test_ep's first mode for the same-call bandwidth ratio; upstream: all of
+        # test_ep (144 modes) on its own.
+        name="smoke-2rank"
+        extra=(--timeout 300)
+        case $phase in
+            smoke-topk0) name="smoke-2rank-topk0"
+                extra+=(--buffer-num-topk 0 --upstream-tests /opt/src/DeepEP --upstream-args=--test-first-only
+                        --min-bandwidth-ratio 0.97) ;;
+            upstream) name=test_ep-144
+                extra+=(--upstream-only --upstream-tests /opt/src/DeepEP --upstream-timeout 560) ;;
+        esac
+        note "$phase"
+        cmd=("${smoke[@]}" --nproc-per-node 2 "${extra[@]}" --run-dir "/tmp/$name"
+             --json "$out/$name.json")
+        echo "+ ${cmd[*]}" >>"$out/run.log"
+        "${cmd[@]}" >"/tmp/$name.console" 2>&1
+        rc=$?
+        tail -n 30 "/tmp/$name.console"
+        note "$phase: exit $rc"
+        if [[ -f /tmp/$name/upstream/rank0.log ]]; then
+            cp "/tmp/$name/upstream/rank0.log" "$out/$name.test_ep.log"
+        fi
+        ;;
+    torchrun)
+        note "torchrun: 2 nodes x 1 GPU"
+        for node in 0 1; do
+            CUDA_VISIBLE_DEVICES=$node "$py" -m torch.distributed.run --nnodes 2 \
+                --node-rank $node --nproc-per-node 1 --master-addr 127.0.0.1 \
+                --master-port 29631 -m epstack.smoke elastic --timeout 300 \
+                --run-dir /tmp/smoke-node$node --json "$out/smoke-torchrun-2node.json" \
+                >"/tmp/torchrun-node$node.log" 2>&1 &
+            pids[node]=$!
+        done
+        echo "+ CUDA_VISIBLE_DEVICES=<node> python -m torch.distributed.run --nnodes 2 --node-rank <node> --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 29631 -m epstack.smoke elastic --timeout 300 --json smoke-torchrun-2node.json" >>"$out/run.log"
+        wait "${pids[0]}"; rc0=$?
+        wait "${pids[1]}"; rc1=$?
+        tail -n 25 /tmp/torchrun-node0.log
+        tail -n 5 /tmp/torchrun-node1.log
+        note "torchrun: node 0 exit $rc0, node 1 exit $rc1"
+        ;;
+    hang)
+        note "hang: rank 1 stops on entering buffer construction, --timeout 30"
+        cmd=("${smoke[@]}" --nproc-per-node 2 --timeout 30 --skip-bench --run-dir /tmp/smoke-hang
+             --json "$out/smoke-hang.json")
+        echo "+ EPSTACK_SMOKE_HANG_STAGE=buffer EPSTACK_SMOKE_HANG_RANK=1 ${cmd[*]}" >>"$out/run.log"
+        t0=$SECONDS
+        EPSTACK_SMOKE_HANG_STAGE=buffer EPSTACK_SMOKE_HANG_RANK=1 "${cmd[@]}" >/tmp/hang.console 2>&1
+        rc=$?
+        tail -n 8 /tmp/hang.console
+        left=$(pgrep -f epstack.smoke.worker | wc -l)
+        note "hang: exit $rc after $((SECONDS - t0)) s; worker processes left: $left"
+        ;;
+    *) note "unknown phase $phase" ;;
+    esac
+done
+note "all phases done"

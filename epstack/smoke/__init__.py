@@ -1,0 +1,15 @@
+"""`epstack smoke elastic`: does deep_ep.ElasticBuffer start, move the right tokens, and how fast.
+
+Layout, one concept a module:
+  launch     who am I in the job (torchrun, Slurm, Kubernetes indexed Job, or none): pure
+  config     the smoke's sizes and presets: pure
+  stage      the per-rank stage file the supervisor reads to name a hang: pure
+  supervise  starts the ranks as process groups, enforces the deadline, kills what is left
+  worker     one rank on a GPU (torch, deep_ep); started by supervise, never imported by the CLI
+  reference  routing and the expected dispatch/combine as plain torch functions (CPU-testable)
+  nccl       the NCCL library actually mapped into the process, and its version
+  classify   known failures, named in words from their real error texts
+  upstream   DeepEP's own tests/elastic/test_ep.py: run it and parse its verdict and bandwidth
+  report     the JSON report and the short table
+  cli        `register(subparsers)` for epstack's argparse
+"""
