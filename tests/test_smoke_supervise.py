@@ -29,6 +29,7 @@ run_dir = Path(sys.argv[sys.argv.index("--run-dir") + 1])
 rank = int(os.environ["RANK"])
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
 (run_dir / f"grandchild{{rank}}.pid").write_text(str(child.pid))
+(run_dir / f"rank{{rank}}.pid").write_text(str(os.getpid()))
 stage = StageWriter.from_env(run_dir, rank)
 for name in ("start", "import", "init", "buffer", "route", "dispatch", "combine", "report"):
     stage.enter(name)
@@ -60,14 +61,24 @@ def _commands(stub: Path, run_dir: Path, n: int, **env: str) -> list[RankCommand
     ]
 
 
-def _gone(pid: int) -> bool:
+def _dead(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    # a zombie still answers kill(0); it is gone once its state says so
+    # a zombie still answers kill(0); it is dead once its state says so
     status = Path(f"/proc/{pid}/status")
     return not status.exists() or "zombie" in status.read_text()
+
+
+def _gone(pid: int, within_s: float = 5.0) -> bool:
+    """SIGKILL is delivered asynchronously: give the kernel a moment."""
+    deadline = time.monotonic() + within_s
+    while not _dead(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def test_a_rank_that_never_leaves_dispatch_ends_every_rank(stub: Path, tmp_path: Path) -> None:
