@@ -5,7 +5,10 @@ BIN := $(VENV)/bin
 TARGET ?=
 RENDER := build/render
 
-.PHONY: image render lint test unit schema constraints bench clean
+NPROC ?= 2
+DEEPEP ?=
+
+.PHONY: image render lint test unit schema constraints bench smoke smoke-upstream clean
 
 $(BIN)/epstack: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +21,7 @@ render: $(BIN)/epstack
 
 lint: render
 	$(BIN)/hadolint $(RENDER)/targets/*/*.Dockerfile
-	$(BIN)/shellcheck scripts/*/*.sh .ci/run
+	$(BIN)/shellcheck scripts/*/*.sh benchmarks/*/*.sh .ci/run
 
 image: lint
 	-scripts/dev/docker-engine.sh start
@@ -37,8 +40,15 @@ schema: $(BIN)/epstack
 	$(BIN)/python -c "from epstack.pins import SCHEMA_PATH, pins_json_schema; SCHEMA_PATH.write_text(pins_json_schema())"
 
 constraints: $(BIN)/epstack
-	{ sed -n 1,2p constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^epstack'; } > constraints.txt.new
+	{ sed -n 1,2p constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^epstack' \
+	  | sed 's/+cpu$$//'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
+
+smoke:
+	python3 -m epstack smoke elastic --nproc-per-node $(NPROC) --json build/smoke-elastic.json
+
+smoke-upstream:
+	python3 -m epstack smoke elastic --nproc-per-node $(NPROC) --upstream-only --upstream-tests $(DEEPEP)
 
 bench: $(BIN)/epstack
 	$(BIN)/python benchmarks/render_and_rebuild.py

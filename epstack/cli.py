@@ -17,6 +17,7 @@ from epstack.engine import DockerEngine
 from epstack.errors import BadInput, EpstackError
 from epstack.pins import Pins, load_pins, pins_path
 from epstack.render import plan_render, source_date, source_revision, write_plan
+from epstack.smoke import cli as smoke_cli
 
 DEFAULT_OUT = Path("build/render")
 LOG_WIDTH = 160
@@ -74,7 +75,9 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="epstack", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="epstack", description="Pinned, layered, proven SGLang + DeepEP V2 images from one pins.env."
+    )
     parser.add_argument("--version", action="version", version=f"epstack {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -103,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.set_defaults(func=cmd_build)
 
     guard.register(commands)
+    smoke_cli.register(commands)
     return parser
 
 

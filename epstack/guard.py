@@ -8,7 +8,6 @@ beat package claims: NCCL is the libnccl mapped into this process, never torch.c
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib
 import json
 import os
@@ -29,6 +28,7 @@ from rich.table import Table
 
 from epstack import cmd
 from epstack.errors import BadInput, EpstackError
+from epstack.loaded import library_version, mapped_libraries, nccl_version
 from epstack.pins import load_pins, pins_path
 from epstack.pinsfile import read_pins_file
 
@@ -229,35 +229,6 @@ def check_requirements(owner: str, pinned: Mapping[str, str]) -> list[Check]:
 
 
 # ---- libraries loaded into this process ------------------------------------------------------
-
-
-def mapped_libraries(maps_text: str, prefix: str) -> list[str]:
-    """Distinct paths in /proc/<pid>/maps text whose file name starts with prefix (e.g. libnccl.so)."""
-    paths: dict[str, None] = {}
-    for line in maps_text.splitlines():
-        fields = line.split(maxsplit=5)
-        if len(fields) == 6 and Path(fields[5]).name.startswith(prefix):
-            paths[fields[5]] = None
-    return list(paths)
-
-
-def library_version(library: str | Path, symbol: str) -> int:
-    """Call `int symbol(int *version)` (ncclGetVersion, cudaRuntimeGetVersion, cuDriverGetVersion)."""
-    function = getattr(ctypes.CDLL(str(library)), symbol)
-    function.argtypes = [ctypes.POINTER(ctypes.c_int)]
-    function.restype = ctypes.c_int
-    value = ctypes.c_int(0)
-    status = function(ctypes.byref(value))
-    if status != 0:
-        raise OSError(f"{symbol} returned {status}")
-    return value.value
-
-
-def nccl_version(library: str | Path) -> str:
-    """ncclGetVersion of a library: 23007 -> 2.30.7 (codes below 10000 are NCCL < 2.9: 2708 -> 2.7.8)."""
-    code = library_version(library, "ncclGetVersion")
-    major, rest = divmod(code, 10000) if code >= 10000 else divmod(code, 1000)
-    return f"{major}.{rest // 100}.{rest % 100}"
 
 
 def check_nccl_loaded(pinned: str, maps_text: str) -> Check:

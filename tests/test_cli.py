@@ -62,6 +62,7 @@ def test_build_without_engine_says_how_to_start_one(
 
 
 def test_shell_scripts_pass_shellcheck() -> None:
-    scripts = [*sorted(map(str, REPO.glob("scripts/**/*.sh"))), str(REPO / ".ci/run")]
+    scripts = [*sorted(map(str, REPO.glob("scripts/**/*.sh"))), *map(str, REPO.glob("benchmarks/*/*.sh"))]
+    scripts.append(str(REPO / ".ci/run"))
     result = subprocess.run([venv_tool("shellcheck"), *scripts], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout

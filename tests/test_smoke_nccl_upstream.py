@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from epstack.errors import BadInput
+from epstack.loaded import decode_nccl_version, mapped_libraries
 from epstack.smoke.config import DEFAULT_SHAPE, SmokeConfig, resolve_shape
-from epstack.smoke.nccl import NcclInfo, decode_version, mapped_nccl
+from epstack.smoke.nccl import NcclInfo
 from epstack.smoke.report import aggregate, ratios
 from epstack.smoke.upstream import EXPECTED_MODES, parse
 
@@ -25,13 +26,14 @@ MAPS = f"""\
 
 
 def test_mapped_nccl_in_first_mapped_order() -> None:
-    assert mapped_nccl(MAPS) == (WHEEL, "/opt/nccl/lib/libnccl.so.2.30.7")
-    assert mapped_nccl("7f-8f r--p 0 00:00 0 [heap]\n") == ()
+    plugin = "7f1c2f000000-7f1c2f100000 r--p 00000000 00:2d 5 /opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so\n"
+    assert mapped_libraries(MAPS + plugin, "libnccl.so") == [WHEEL, "/opt/nccl/lib/libnccl.so.2.30.7"]
+    assert mapped_libraries("7f-8f r--p 0 00:00 0 [heap]\n", "libnccl.so") == []
 
 
 @pytest.mark.parametrize(("code", "version"), [(23007, (2, 30, 7)), (22809, (2, 28, 9)), (2708, (2, 7, 8))])
 def test_decode_version(code: int, version: tuple[int, int, int]) -> None:
-    assert decode_version(code) == version
+    assert decode_nccl_version(code) == version
 
 
 def test_min_version() -> None:

@@ -94,7 +94,7 @@ def _kernel_times(
     with prof:
         for _ in range(iters):
             flush.zero_()
-            torch.cuda._sleep(int(2e7))
+            torch.cuda._sleep(int(2e7))  # type: ignore[no-untyped-call]
             barrier()
             fn()
         torch.cuda.synchronize()
@@ -119,9 +119,10 @@ def _event_times(fn: Callable[[], object], iters: int, barrier: Callable[[], Non
     flush = torch.empty(int(256e6 // 4), dtype=torch.int, device="cuda")
     pairs = []
     for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         flush.zero_()
-        torch.cuda._sleep(int(2e7))
+        torch.cuda._sleep(int(2e7))  # type: ignore[no-untyped-call]
         barrier()
         start.record()
         fn()
@@ -157,7 +158,7 @@ def run(cfg: SmokeConfig, stage: StageWriter, result: dict[str, Any]) -> int:  #
             "code": nccl.code,
             "path": nccl.path,
             "mapped": list(nccl.paths),
-            "torch_compiled": ".".join(map(str, torch.cuda.nccl.version())),
+            "torch_compiled": ".".join(map(str, torch.cuda.nccl.version())),  # type: ignore[no-untyped-call]
         }
     if nccl is None:
         raise EnvironmentError_("no libnccl is mapped after importing torch")
