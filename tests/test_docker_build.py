@@ -9,29 +9,30 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from epstack.build import OFFLINE_STAGE, build_target, offline_tag
+from epstack.build import OFFLINE_STAGE, BuildReport, build_target, offline_tag
 from epstack.cli import main
 from epstack.engine import DockerEngine
 from epstack.offline_base import OFFLINE_BASE, OFFLINE_PYTHON
-from epstack.pins import load_pins
-from epstack.render import plan_render, source_date, write_plan
+from epstack.pins import Pins, load_pins
+from epstack.render import RenderPlan, plan_render, source_date, write_plan
 from tests.conftest import PINS, pins_variant
 
 pytestmark = pytest.mark.docker
 
 
+def build_offline(pins: Pins, context: Path, engine: DockerEngine) -> tuple[RenderPlan, BuildReport]:
+    """Render into `context` and build hopper-ib there, as `epstack build` does without CUDA images."""
+    plan = plan_render(pins, created=source_date(), revision="test")
+    write_plan(plan, context)
+    report = build_target(
+        pins=pins, plan=plan, context=context, target="hopper-ib", engine=engine, console=Console(stderr=True)
+    )
+    return plan, report
+
+
 def test_offline_build_installs_the_pinned_wheels(tmp_path: Path, engine: DockerEngine) -> None:
     pins = load_pins(PINS)
-    plan = plan_render(pins, created=source_date(), revision="test")
-    write_plan(plan, tmp_path / "ctx")
-    report = build_target(
-        pins=pins,
-        plan=plan,
-        context=tmp_path / "ctx",
-        target="hopper-ib",
-        engine=engine,
-        console=Console(stderr=True),
-    )
+    plan, report = build_offline(pins, tmp_path / "ctx", engine)
     tag = offline_tag(pins, "hopper-ib")
     assert report.offline and list(report.built) == [tag]
     assert set(report.not_built) == {image.tag for image in plan.images_for("hopper-ib")}
@@ -51,16 +52,7 @@ def test_offline_build_installs_the_pinned_wheels(tmp_path: Path, engine: Docker
 def test_a_pin_change_reaches_the_image(tmp_path: Path, engine: DockerEngine) -> None:
     """NVSHMEM moved in pins.env -> new tag, and the image holds the new wheel."""
     pins = load_pins(pins_variant(tmp_path, NVSHMEM_VERSION="3.5.21"))
-    plan = plan_render(pins, created=source_date(), revision="test")
-    write_plan(plan, tmp_path / "ctx")
-    report = build_target(
-        pins=pins,
-        plan=plan,
-        context=tmp_path / "ctx",
-        target="hopper-ib",
-        engine=engine,
-        console=Console(stderr=True),
-    )
+    _, report = build_offline(pins, tmp_path / "ctx", engine)
     assert offline_tag(pins, "hopper-ib") != offline_tag(load_pins(PINS), "hopper-ib")
     assert "nvidia-nvshmem-cu13==3.5.21" in report.check_output.split()
 
@@ -81,12 +73,7 @@ DRIFT = "nvidia-nvshmem-cu13==3.5.21"
 def offline_image(tmp_path_factory: pytest.TempPathFactory, engine: DockerEngine) -> str:
     """The python stage of hopper-ib on the offline base, as `epstack build` makes it."""
     pins = load_pins(PINS)
-    plan = plan_render(pins, created=source_date(), revision="test")
-    context = tmp_path_factory.mktemp("offline") / "ctx"
-    write_plan(plan, context)
-    build_target(
-        pins=pins, plan=plan, context=context, target="hopper-ib", engine=engine, console=Console(stderr=True)
-    )
+    build_offline(pins, tmp_path_factory.mktemp("offline") / "ctx", engine)
     return offline_tag(pins, "hopper-ib")
 
 
