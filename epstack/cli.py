@@ -15,7 +15,7 @@ from epstack import __version__, guard, predict
 from epstack.build import build_target
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput, EpstackError
-from epstack.pins import Pins, load_pins, pins_path
+from epstack.pins import LAYERS, Pins, load_pins, pins_path
 from epstack.render import plan_render, source_date, source_revision, write_plan
 from epstack.smoke import cli as smoke_cli
 
@@ -30,7 +30,7 @@ def cmd_pins_check(args: argparse.Namespace, console: Console) -> int:
         return 0
     table = Table("target", "layer", "image")
     for target in pins.targets:
-        for layer in ("base", "deepep", "sglang"):
+        for layer in LAYERS:
             table.add_row(target, layer, pins.image_ref(layer, target))
     console.print(table)
     console.print(

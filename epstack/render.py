@@ -26,7 +26,7 @@ import jinja2
 
 from epstack import __version__
 from epstack.errors import BadInput
-from epstack.pins import Layer, Pins
+from epstack.pins import LAYERS, Layer, Pins
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = REPO_ROOT / "images"
@@ -115,10 +115,10 @@ def plan_render(pins: Pins, *, created: datetime, revision: str) -> RenderPlan:
     for target in pins.targets:
         for name, text in _requirement_files(pins).items():
             files[f"targets/{target}/{name}"] = text.encode()
-        for layer in ("base", "deepep", "sglang"):
+        for layer in LAYERS:
             files[f"targets/{target}/{layer}.pins.env"] = _layer_pins_file(pins, layer, target).encode()
         target_images = _target_images(pins, target, created=created, revision=revision)
-        for layer in ("base", "deepep", "sglang"):
+        for layer in LAYERS:
             context = {
                 "pins": pins,
                 "target": target,
