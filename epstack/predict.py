@@ -166,7 +166,10 @@ def resolve(requirement: str, python_version: str, *, timeout: int = TIMEOUT_S) 
     env["PIP_CONFIG_FILE"] = os.devnull  # no pip.conf at all: no global constraints, find-links or caps
     with tempfile.TemporaryDirectory(prefix="epstack-predict-") as tmp:
         report = Path(tmp) / "report.json"
-        argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+        # fast-deps: read each wheel's METADATA with HTTP range requests instead of downloading
+        # it whole (the index here serves no PEP 658 metadata): 24 s instead of 32 s for SGLang.
+        argv = [sys.executable, "-m", "pip", "install", "--use-feature=fast-deps",
+                "--dry-run", "--ignore-installed", "--quiet",
                 "--disable-pip-version-check", "--report", str(report), "--only-binary=:all:",
                 *(f"--platform={platform}" for platform in PLATFORMS), f"--python-version={python_version}",
                 "--implementation=cp", f"--target={Path(tmp) / 'target'}", "--timeout=15", "--retries=1",
