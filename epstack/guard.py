@@ -26,9 +26,8 @@ from packaging.version import InvalidVersion, Version
 from rich.console import Console
 from rich.table import Table
 
-from epstack import cmd
 from epstack.errors import BadInput, EpstackError
-from epstack.loaded import library_version, mapped_libraries, nccl_version
+from epstack.loaded import library_version, libstdcxx_interposition, mapped_libraries, nccl_version
 from epstack.pins import load_pins, pins_path
 from epstack.pinsfile import read_pins_file
 
@@ -38,11 +37,6 @@ GUARD_LAYERS = ("python", "base", "deepep", "sglang", "all")
 
 DEFAULT_MANIFEST = Path("/opt/epstack/wheels/deepep-source.json")
 LIBSTDCXX_FIX = "rebuild DeepEP with CC=/usr/bin/gcc CXX=/usr/bin/g++ and CUDAHOSTCXX unset"
-# libstdc++ definitions a DeepEP _C.so must import, never export: codecvt facets (what crashed the
-# JIT's std::regex, see shared/gpu-notes.md) and anything carrying libstdc++'s symbol versions.
-# Only strong definitions count: weak (W/V) copies of inline header code are in every C++ .so.
-_LIBSTDCXX_SYMBOL = re.compile(r"^_Z(?:NK?|T[VIS])St\d+\w*codecvt|@@?(?:GLIBCXX|CXXABI)_")
-_STRONG_DEFINITION = frozenset("TDBR")
 
 
 class Expected(Protocol):
@@ -398,34 +392,25 @@ def check_elastic_buffer(owners: Mapping[str, list[Path]]) -> Check:
     )
 
 
-def exported_libstdcxx_symbols(shared_object: Path) -> list[str]:
-    """Dynamic symbols the object strongly defines that belong to libstdc++ (nm -D --defined-only)."""
-    output = cmd.call("nm", "-D", "--defined-only", shared_object, capture=True, echo=False)
-    symbols = (line.split()[-2:] for line in output.splitlines())
-    return [
-        name
-        for kind, name in (s for s in symbols if len(s) == 2)
-        if kind in _STRONG_DEFINITION and _LIBSTDCXX_SYMBOL.search(name)
-    ]
-
-
 def check_libstdcxx(shared_object: Path | None) -> Check:
     """A _C.so exporting libstdc++ definitions interposes them: DeepEP's JIT segfaults on first dispatch."""
     component, expected = "deep_ep _C.so libstdc++", "no libstdc++ exports"
     if shared_object is None:
         return Check(component=component, expected=expected, found="no _C.so", verdict="missing")
     try:
-        symbols = exported_libstdcxx_symbols(shared_object)
+        symbols = libstdcxx_interposition(shared_object)
     except EpstackError as exc:
         return Check(component=component, expected=expected, found="-", verdict="skipped", detail=str(exc))
     if not symbols:
         return Check(
             component=component, expected=expected, found="none", verdict="ok", detail=str(shared_object)
         )
+    # Name a codecvt symbol where there is one: that is the facet DeepEP's JIT crashes in.
+    example = next((symbol for symbol in symbols if "codecvt" in symbol), symbols[0])
     return Check(
         component=component,
         expected=expected,
-        found=f"{len(symbols)} exported (e.g. {symbols[0]})",
+        found=f"{len(symbols)} exported (e.g. {example})",
         verdict="mismatch",
         detail=f"{shared_object} was built with a mismatched toolchain; fix: {LIBSTDCXX_FIX}",
     )

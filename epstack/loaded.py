@@ -5,7 +5,10 @@ calls through ctypes. No dependencies beyond the standard library: GPU hosts imp
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Iterable
 from pathlib import Path
+
+from epstack.cmd import call
 
 
 def mapped_libraries(maps_text: str, prefix: str) -> list[str]:
@@ -40,3 +43,57 @@ def decode_nccl_version(code: int) -> tuple[int, int, int]:
 def nccl_version(library: str | Path) -> str:
     """ncclGetVersion of a library as text: 23007 -> 2.30.7."""
     return ".".join(map(str, decode_nccl_version(library_version(library, "ncclGetVersion"))))
+
+
+_STRONG = frozenset("TDBRGSi")  # defined, not weak: these interpose on libstdc++'s own
+
+
+def defined_symbols(nm_text: str) -> dict[str, str]:
+    """`nm -D --defined-only` output -> {symbol: type letter}."""
+    out: dict[str, str] = {}
+    for line in nm_text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and len(parts[1]) == 1:
+            out[parts[2].split("@")[0]] = parts[1]
+        elif len(parts) == 2 and len(parts[0]) == 1:  # no address column (absolute symbols)
+            out[parts[1].split("@")[0]] = parts[0]
+    return out
+
+
+def _is_std(symbol: str) -> bool:
+    return symbol.startswith(("_ZNSt", "_ZNKSt", "_ZSt", "_ZTVSt", "_ZTISt", "_ZTSSt", "_ZGVNSt"))
+
+
+def interposed_symbols(c_so_nm: str, libstdcxx_nm: str | None) -> list[str]:
+    """Symbols deep_ep/_C.so exports that libstdc++ itself defines (the interposition).
+
+    Weak template instantiations (std::vector<T> members) are normal in any C++ extension; a
+    strong definition of a symbol libstdc++ also exports, or anything codecvt, is not. Without
+    libstdc++'s own list, strong std:: definitions are the evidence.
+    """
+    ours = defined_symbols(c_so_nm)
+    theirs = defined_symbols(libstdcxx_nm) if libstdcxx_nm is not None else None
+    found: Iterable[str]
+    if theirs is not None:
+        found = (s for s, t in ours.items() if s in theirs and (t in _STRONG or "codecvt" in s))
+    else:
+        found = (s for s, t in ours.items() if _is_std(s) and (t in _STRONG or "codecvt" in s))
+    return sorted(found)
+
+
+def libstdcxx_interposition(shared_object: Path) -> list[str]:
+    """What `shared_object` interposes on the libstdc++ it loads with (nm -D and ldd): a C++
+    extension linked against a second g++'s libstdc++ exports its symbols, and DeepEP's JIT then
+    reaches the wrong std::codecvt and SEGFAULTs. Raises EpstackError when nm or ldd cannot run."""
+    ours = call("nm", "-D", "--defined-only", shared_object, capture=True, echo=False)
+    links = call("ldd", shared_object, capture=True, echo=False)
+    libstdcxx = next(
+        (
+            line.split("=>")[1].split()[0]
+            for line in links.splitlines()
+            if "libstdc++" in line and "=>" in line
+        ),
+        None,
+    )
+    theirs = call("nm", "-D", "--defined-only", libstdcxx, capture=True, echo=False) if libstdcxx else None
+    return interposed_symbols(ours, theirs)

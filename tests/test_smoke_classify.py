@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from epstack.smoke.classify import classify, defined_symbols, interposed_symbols
+from epstack.loaded import defined_symbols, interposed_symbols
+from epstack.smoke.classify import classify
 
 # Texts as DeepEP d4f41e4 (EPException: "<name> exception (<file>:<line>): <#cond>"), its Python
 # checks, the dynamic loader and epstack's own worker print them.

@@ -7,7 +7,6 @@ shows up as an unclassified failure rather than a wrong name.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -76,7 +75,7 @@ _RULES = (
     ),
     _Rule(
         # A rank killed by SIGSEGV; with libstdc++ symbols exported from deep_ep/_C.so the JIT's
-        # std::regex reaches the wrong codecvt and crashes (see interposed_symbols).
+        # std::regex reaches the wrong codecvt and crashes (see epstack.loaded.interposed_symbols).
         key="libstdcxx-interposition",
         pattern=re.compile(r"deep_ep/_C\.so exports libstdc\+\+ symbols"),
         summary="deep_ep/_C.so defines and exports libstdc++ symbols (built with a second g++); "
@@ -95,39 +94,3 @@ def classify(text: str) -> Finding | None:
         if rule.pattern.search(text):
             return Finding(key=rule.key, summary=rule.summary, fix=rule.fix, environment=True)
     return None
-
-
-_STRONG = frozenset("TDBRGSi")  # defined, not weak: these interpose on libstdc++'s own
-
-
-def defined_symbols(nm_text: str) -> dict[str, str]:
-    """`nm -D --defined-only` output -> {symbol: type letter}."""
-    out: dict[str, str] = {}
-    for line in nm_text.splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and len(parts[1]) == 1:
-            out[parts[2].split("@")[0]] = parts[1]
-        elif len(parts) == 2 and len(parts[0]) == 1:  # no address column (absolute symbols)
-            out[parts[1].split("@")[0]] = parts[0]
-    return out
-
-
-def _is_std(symbol: str) -> bool:
-    return symbol.startswith(("_ZNSt", "_ZNKSt", "_ZSt", "_ZTVSt", "_ZTISt", "_ZTSSt", "_ZGVNSt"))
-
-
-def interposed_symbols(c_so_nm: str, libstdcxx_nm: str | None) -> list[str]:
-    """Symbols deep_ep/_C.so exports that libstdc++ itself defines (the interposition).
-
-    Weak template instantiations (std::vector<T> members) are normal in any C++ extension; a
-    strong definition of a symbol libstdc++ also exports, or anything codecvt, is not. Without
-    libstdc++'s own list, strong std:: definitions are the evidence.
-    """
-    ours = defined_symbols(c_so_nm)
-    theirs = defined_symbols(libstdcxx_nm) if libstdcxx_nm is not None else None
-    found: Iterable[str]
-    if theirs is not None:
-        found = (s for s, t in ours.items() if s in theirs and (t in _STRONG or "codecvt" in s))
-    else:
-        found = (s for s, t in ours.items() if _is_std(s) and (t in _STRONG or "codecvt" in s))
-    return sorted(found)

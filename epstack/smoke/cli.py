@@ -10,9 +10,7 @@ import argparse
 import importlib.util
 import json
 import os
-import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict
@@ -21,11 +19,12 @@ from typing import Any
 
 from rich.console import Console
 
-from epstack.errors import BadInput
+from epstack.errors import BadInput, EpstackError
+from epstack.loaded import libstdcxx_interposition
 from epstack.smoke import launch as launch_mod
 from epstack.smoke import report as report_mod
 from epstack.smoke import upstream as upstream_mod
-from epstack.smoke.classify import classify, interposed_symbols
+from epstack.smoke.classify import classify
 from epstack.smoke.config import DEFAULT_NUM_TOKENS, PRESETS, SmokeConfig, resolve_shape
 from epstack.smoke.supervise import RankCommand, Supervised, supervise
 
@@ -138,25 +137,17 @@ def _free_port() -> int:
 
 
 def _deep_ep_interposition() -> list[str] | None:
-    """Symbols deep_ep/_C.so exports that libstdc++ also defines; None when it cannot look."""
+    """Symbols deep_ep/_C.so interposes on libstdc++; None when it cannot look."""
     spec = importlib.util.find_spec("deep_ep")
-    nm = shutil.which("nm")
-    if spec is None or not spec.submodule_search_locations or nm is None:
+    if spec is None or not spec.submodule_search_locations:
         return None
     sos = sorted(Path(next(iter(spec.submodule_search_locations))).glob("_C*.so"))
     if not sos:
         return None
-
-    def defined(path: str) -> str:
-        out = subprocess.run([nm, "-D", "--defined-only", path], capture_output=True, check=False)
-        return out.stdout.decode(errors="replace")
-
-    ldd = subprocess.run(["ldd", str(sos[0])], capture_output=True, check=False).stdout.decode()
-    libstdcxx = next(
-        (line.split("=>")[1].split()[0] for line in ldd.splitlines() if "libstdc++" in line and "=>" in line),
-        None,
-    )
-    return interposed_symbols(defined(str(sos[0])), defined(libstdcxx) if libstdcxx else None)
+    try:
+        return libstdcxx_interposition(sos[0])
+    except EpstackError:
+        return None
 
 
 def _diagnose(sup: Supervised, ranks: list[dict[str, Any]]) -> tuple[int, list[dict[str, Any]]]:
