@@ -5,6 +5,7 @@ num_max_tokens_per_rank 8, so rank 1's token t has the global id 8 + t."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -207,6 +208,8 @@ def test_all_to_all_reference_matches_the_simulation(tmp_path: Path) -> None:
     script.write_text(textwrap.dedent(DIST_SCRIPT.format(repo=str(REPO))))
     out = subprocess.run(
         [sys.executable, "-W", "ignore", str(script), str(tmp_path / "store")],
+        # gloo would bind the host name's address; the ranks talk over loopback only.
+        env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"},
         capture_output=True,
         text=True,
         timeout=120,
