@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# The GPU run behind benchmarks/elastic/results/: on a bare 2-GPU host (no network, no Docker),
+# The GPU run behind benchmarks/elastic/results/: on a bare GPU host (no network, no Docker),
 # install the stack with the project's own scripts, then run the phases named on the command line:
 #   install   NCCL 2.30.7 from source over the pip wheel, DeepEP d4f41e4 (skipped when present)
-#   smoke     epstack smoke elastic on 2 ranks at test_ep's default sizes
+#   smoke     epstack smoke elastic on $NPROC ranks (default 2) at test_ep's default sizes
 #   smoke-topk0  the same with ElasticBuffer(num_topk=0), + test_ep's first mode (bandwidth ratio)
 #   upstream  DeepEP's tests/elastic/test_ep.py, all 144 modes
 #   torchrun  the same host as 2 torchrun "nodes" of one GPU each (--nnodes 2)
 #   hang      rank 1 hangs on entering buffer construction; the smoke must end within --timeout
 # Sources come as archives in $GPU_SRC (default .gpu-src): nccl-*.tar.gz, DeepEP-*.tar.gz,
-# fmt-*.tar.gz. JSON and logs go to $OUT (default ./out).
+# fmt-*.tar.gz. JSON and logs go to $OUT (default ./out). NPROC=4 or 8 for EP4/EP8 hosts.
 set -uo pipefail
 out=${OUT:-$PWD/out}
 srcs=${GPU_SRC:-.gpu-src}
 py=${PYTHON:-python3}
+nproc=${NPROC:-2}   # ranks (GPUs) for the smoke, upstream and hang phases: 2, 4 or 8
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 EP_JIT_CACHE_DIR=${EP_JIT_CACHE_DIR:-/tmp/ep-jit-cache}
 # No RDMA NIC here: no GIN, direct mode. NVLS stays off (the machine sets it; kept explicit).
@@ -48,17 +49,17 @@ for phase in "$@"; do
         # smoke: ElasticBuffer(num_topk=6), the model's top-k; smoke-topk0: num_topk=0 as test_ep
         # builds it, plus test_ep's first mode for the same-call bandwidth ratio; upstream: all of
         # test_ep (144 modes) on its own.
-        name="smoke-2rank"
+        name="smoke-${nproc}rank"
         extra=(--timeout 300)
         case $phase in
-            smoke-topk0) name="smoke-2rank-topk0"
+            smoke-topk0) name="smoke-${nproc}rank-topk0"
                 extra+=(--buffer-num-topk 0 --upstream-tests /opt/src/DeepEP --upstream-args=--test-first-only
                         --min-bandwidth-ratio 0.97) ;;
-            upstream) name=test_ep-144
+            upstream) name="test_ep-${nproc}rank-144"
                 extra+=(--upstream-only --upstream-tests /opt/src/DeepEP --upstream-timeout 560) ;;
         esac
         note "$phase"
-        cmd=("${smoke[@]}" --nproc-per-node 2 "${extra[@]}" --run-dir "/tmp/$name"
+        cmd=("${smoke[@]}" --nproc-per-node "$nproc" "${extra[@]}" --run-dir "/tmp/$name"
              --json "$out/$name.json")
         echo "+ ${cmd[*]}" >>"$out/run.log"
         "${cmd[@]}" >"/tmp/$name.console" 2>&1
@@ -88,7 +89,7 @@ for phase in "$@"; do
         ;;
     hang)
         note "hang: rank 1 stops on entering buffer construction, --timeout 30"
-        cmd=("${smoke[@]}" --nproc-per-node 2 --timeout 30 --skip-bench --run-dir /tmp/smoke-hang
+        cmd=("${smoke[@]}" --nproc-per-node "$nproc" --timeout 30 --skip-bench --run-dir /tmp/smoke-hang
              --json "$out/smoke-hang.json")
         echo "+ EPSTACK_SMOKE_HANG_STAGE=buffer EPSTACK_SMOKE_HANG_RANK=1 ${cmd[*]}" >>"$out/run.log"
         t0=$SECONDS
