@@ -124,13 +124,10 @@ def test_stage_names_are_checked(tmp_path: Path) -> None:
     assert "dispatch" in STAGES
 
 
-def test_cli_hang_exits_1_within_timeout_naming_the_stage(
-    stub: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The whole command, in-process: launch detection, supervise, report JSON, exit code."""
+@pytest.fixture
+def stub_cli(stub: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`smoke elastic` with stub ranks and no launcher in the environment."""
     monkeypatch.setattr(cli, "WORKER", (sys.executable, str(stub)))
-    monkeypatch.setenv(HANG_STAGE_ENV, "dispatch")
-    monkeypatch.setenv(HANG_RANK_ENV, "1")
     for var in (
         "RANK",
         "WORLD_SIZE",
@@ -138,8 +135,17 @@ def test_cli_hang_exits_1_within_timeout_naming_the_stage(
         "SLURM_PROCID",
         "JOB_COMPLETION_INDEX",
         "TORCHELASTIC_RUN_ID",
+        HANG_STAGE_ENV,
     ):
         monkeypatch.delenv(var, raising=False)
+
+
+def test_cli_hang_exits_1_within_timeout_naming_the_stage(
+    stub_cli: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole command, in-process: launch detection, supervise, report JSON, exit code."""
+    monkeypatch.setenv(HANG_STAGE_ENV, "dispatch")
+    monkeypatch.setenv(HANG_RANK_ENV, "1")
     report = tmp_path / "report.json"
     start = time.monotonic()
     code = smoke_main(
@@ -161,18 +167,7 @@ def test_cli_hang_exits_1_within_timeout_naming_the_stage(
     assert "rank 1 in dispatch" in data["supervisor"]["reason"]
 
 
-def test_cli_pass_and_bad_input(stub: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "WORKER", (sys.executable, str(stub)))
-    for var in (
-        "RANK",
-        "WORLD_SIZE",
-        "LOCAL_RANK",
-        "SLURM_PROCID",
-        "JOB_COMPLETION_INDEX",
-        "TORCHELASTIC_RUN_ID",
-        HANG_STAGE_ENV,
-    ):
-        monkeypatch.delenv(var, raising=False)
+def test_cli_pass_and_bad_input(stub_cli: None, tmp_path: Path) -> None:
     report = tmp_path / "ok.json"
     assert (
         smoke_main(

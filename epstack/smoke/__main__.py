@@ -21,7 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args, console)
     except EpstackError as exc:
         console.print(f"[red]error:[/] {exc}", soft_wrap=True)
-        return 2 if exc.exit_code == 3 else exc.exit_code
+        return exc.exit_code
     return code
 
 
