@@ -52,9 +52,7 @@ def build_target(
     if not missing:
         report = BuildReport(target=target, offline=False)
         for image in images:
-            report.built[image.tag] = _build(
-                engine, context=context, image=image, args=image.args, labels=image.labels, console=console
-            )
+            report.built[image.tag] = _build(engine, context=context, image=image, console=console)
         return report
 
     console.print(
@@ -71,12 +69,10 @@ def build_target(
         stage=OFFLINE_STAGE,
         dockerfile=devel.dockerfile,
         tag=offline_tag(pins, target),
+        args={"CUDA_DEVEL_IMAGE": base, "PYTHON_VERSION": OFFLINE_PYTHON},
         labels={**devel.labels, "io.epstack.offline-base": base, "io.epstack.stage": OFFLINE_STAGE},
     )
-    args = {"CUDA_DEVEL_IMAGE": base, "PYTHON_VERSION": OFFLINE_PYTHON}
-    report.built[offline.tag] = _build(
-        engine, context=context, image=offline, args=args, labels=offline.labels, console=console
-    )
+    report.built[offline.tag] = _build(engine, context=context, image=offline, console=console)
     report.check_output = engine.run(offline.tag, ["python", "-c", OFFLINE_CHECK]).strip()
     console.print(f"[green]ran in {offline.tag}[/]: {report.check_output}")
     for image in images:
@@ -89,8 +85,6 @@ def _build(
     *,
     context: Path,
     image: ImageSpec,
-    args: dict[str, str],
-    labels: dict[str, str],
     console: Console,
 ) -> float:
     console.rule(f"[bold]{image.layer}[/] / {image.stage} -> {image.tag}")
@@ -100,8 +94,8 @@ def _build(
         dockerfile=image.dockerfile,
         stage=image.stage,
         tag=image.tag,
-        args=args,
-        labels=labels,
+        args=image.args,
+        labels=image.labels,
     )
     seconds = time.monotonic() - start
     console.print(f"[green]built[/] {image.tag} in {seconds:.1f} s")
