@@ -112,22 +112,22 @@ def plan_render(pins: Pins, *, created: datetime, revision: str) -> RenderPlan:
         files[f"src/{path.relative_to(REPO_ROOT).as_posix()}"] = path.read_bytes()
 
     images: list[ImageSpec] = []
+    requirements = _requirement_files(pins)
     for target in pins.targets:
-        for name, text in _requirement_files(pins).items():
+        for name, text in requirements.items():
             files[f"targets/{target}/{name}"] = text.encode()
+        target_images = _target_images(pins, target, created=created, revision=revision)
+        context = {
+            "pins": pins,
+            "target": target,
+            "arch": target.rsplit("-", 1)[0],
+            "fabric": target.rsplit("-", 1)[1],
+            "images": {image.stage: image for image in target_images},
+            "protected_packages": PROTECTED_PACKAGES,
+            "epstack_version": __version__,
+        }
         for layer in LAYERS:
             files[f"targets/{target}/{layer}.pins.env"] = _layer_pins_file(pins, layer, target).encode()
-        target_images = _target_images(pins, target, created=created, revision=revision)
-        for layer in LAYERS:
-            context = {
-                "pins": pins,
-                "target": target,
-                "arch": target.rsplit("-", 1)[0],
-                "fabric": target.rsplit("-", 1)[1],
-                "images": {image.stage: image for image in target_images},
-                "protected_packages": PROTECTED_PACKAGES,
-                "epstack_version": __version__,
-            }
             text = env.get_template(f"{layer}/Dockerfile.j2").render(context)
             files[f"targets/{target}/{layer}.Dockerfile"] = text.encode()
         images.extend(target_images)
