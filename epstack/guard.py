@@ -163,6 +163,21 @@ def check_distribution(name: str, pinned: str) -> Check:
     return Check(component=name, expected=pinned, found=found, verdict=verdict)
 
 
+_NVSHMEM_VERSION = re.compile(r"#define NVSHMEM_VENDOR_(MAJOR|MINOR|PATCH)_VERSION (\d+)")
+
+
+def check_nvshmem_headers(pinned: str, header: Path | None) -> Check:
+    """The NVSHMEM that DeepEP compiles and links against (headers and libnvshmem_device.a come
+    together) is the pinned one, whatever the wheel's metadata says."""
+    component = "NVSHMEM (headers)"
+    if header is None or not header.is_file():
+        return Check(component=component, expected=pinned, found="no nvshmem_version.h", verdict="missing")
+    parts = dict(_NVSHMEM_VERSION.findall(header.read_text(errors="replace")))
+    found = ".".join(parts.get(k, "?") for k in ("MAJOR", "MINOR", "PATCH"))
+    verdict: Verdict = "ok" if _same_release(found, pinned) else "mismatch"
+    return Check(component=component, expected=pinned, found=found, verdict=verdict, detail=str(header))
+
+
 def _cuda_of_tag(tag: str) -> str:
     """cu130 -> 13.0"""
     return f"{tag[2:-1]}.{tag[-1]}"
@@ -495,6 +510,9 @@ def python_checks(pins: Expected) -> list[Check]:
     return [
         check_distribution("nvidia-nccl-cu13", pins.nccl_version),
         check_distribution("nvidia-nvshmem-cu13", pins.nvshmem_version),
+        check_nvshmem_headers(
+            pins.nvshmem_version, _package_file("nvidia-nvshmem-cu13", "nvshmem_version.h")
+        ),
     ]
 
 

@@ -23,6 +23,7 @@ from epstack.guard import (
     check_jit_prerequisites,
     check_libstdcxx,
     check_nccl_loaded,
+    check_nvshmem_headers,
     check_requirements,
     check_torch_cuda,
     deep_ep_owners,
@@ -83,6 +84,7 @@ def test_without_the_stack_exits_1_listing_every_missing_component(
         *(() if cpu_torch else torch_rows),
         "nvidia-nccl-cu13",
         "nvidia-nvshmem-cu13",
+        "NVSHMEM (headers)",
         "NCCL (loaded)",
         "deep_ep source",
         "deep_ep owner",
@@ -119,7 +121,7 @@ def test_layer_pins_file_needs_the_keys_of_its_layer(
     report_path = tmp_path / "r.json"
     assert main(["guard", "--pins", str(layer_file), "--layer", "python", "--json", str(report_path)]) == 1
     rows = {c["component"]: c for c in json.loads(report_path.read_text())["checks"]}
-    assert set(rows) == {"nvidia-nccl-cu13", "nvidia-nvshmem-cu13"}
+    assert set(rows) == {"nvidia-nccl-cu13", "nvidia-nvshmem-cu13", "NVSHMEM (headers)"}
     assert rows["nvidia-nccl-cu13"]["expected"] == "2.30.7"
     capsys.readouterr()
     assert main(["guard", "--pins", str(layer_file), "--layer", "deepep"]) == 2
@@ -288,6 +290,18 @@ def test_deep_ep_source_manifest(tmp_path: Path) -> None:
     assert check_deep_ep_source(pins, manifest).verdict == "mismatch"
     manifest.write_text("{not json")
     assert check_deep_ep_source(pins, manifest).found == "unreadable manifest"
+
+
+def test_nvshmem_headers_are_read_not_the_wheel_metadata(tmp_path: Path) -> None:
+    header = tmp_path / "nvshmem_version.h"
+    assert check_nvshmem_headers("3.4.5", header).verdict == "missing"
+    defines = "#define NVSHMEM_VENDOR_MAJOR_VERSION {}\n#define NVSHMEM_VENDOR_MINOR_VERSION {}\n"
+    defines += "#define NVSHMEM_VENDOR_PATCH_VERSION {}\n#define NVSHMEM_VENDOR_PACKAGE_VERSION 0\n"
+    header.write_text("#pragma once\n" + defines.format(3, 4, 5))
+    assert check_nvshmem_headers("3.4.5", header).verdict == "ok"
+    header.write_text("#pragma once\n" + defines.format(3, 3, 24))
+    check = check_nvshmem_headers("3.4.5", header)
+    assert (check.verdict, check.found) == ("mismatch", "3.3.24")
 
 
 def test_jit_prerequisites(tmp_path: Path) -> None:

@@ -4,11 +4,16 @@
 #   install   NCCL 2.30.7 from source over the pip wheel, DeepEP d4f41e4 (skipped when present)
 #   smoke     epstack smoke elastic on $NPROC ranks (default 2) at test_ep's default sizes
 #   smoke-topk0  the same with ElasticBuffer(num_topk=0), + test_ep's first mode (bandwidth ratio)
-#   upstream  DeepEP's tests/elastic/test_ep.py, all 144 modes
+#   guard     epstack guard --layer deepep and --layer all, pins.env with the host's torch 2.11.0
+#   warm      fill the DeepEP JIT cache with test_ep's kernels, 8 shards in parallel (warm_jit_cache.py)
+#   upstream  DeepEP's tests/elastic/test_ep.py, all 144 modes ($UPSTREAM_TIMEOUT s, default 560)
+#   upstream-start  the upstream phase detached (setsid), so it can outlast this device call
+#   upstream-wait   wait up to $WAIT_S s (default 570) for it, then copy its results to $OUT
 #   torchrun  the same host as 2 torchrun "nodes" of one GPU each (--nnodes 2)
 #   hang      rank 1 hangs on entering buffer construction; the smoke must end within --timeout
 # Sources come as archives in $GPU_SRC (default .gpu-src): nccl-*.tar.gz, DeepEP-*.tar.gz,
 # fmt-*.tar.gz. JSON and logs go to $OUT (default ./out). NPROC=4 or 8 for EP4/EP8 hosts.
+# The guard phase needs pydantic on the host (carried as wheels, see README.md).
 set -uo pipefail
 out=${OUT:-$PWD/out}
 srcs=${GPU_SRC:-.gpu-src}
@@ -56,7 +61,8 @@ for phase in "$@"; do
                 extra+=(--buffer-num-topk 0 --upstream-tests /opt/src/DeepEP --upstream-args=--test-first-only
                         --min-bandwidth-ratio 0.97) ;;
             upstream) name="test_ep-${nproc}rank-144"
-                extra+=(--upstream-only --upstream-tests /opt/src/DeepEP --upstream-timeout 560) ;;
+                extra+=(--upstream-only --upstream-tests /opt/src/DeepEP
+                          --upstream-timeout "${UPSTREAM_TIMEOUT:-560}") ;;
         esac
         note "$phase"
         cmd=("${smoke[@]}" --nproc-per-node "$nproc" "${extra[@]}" --run-dir "/tmp/$name"
@@ -68,6 +74,48 @@ for phase in "$@"; do
         note "$phase: exit $rc"
         if [[ -f /tmp/$name/upstream/rank0.log ]]; then
             cp "/tmp/$name/upstream/rank0.log" "$out/$name.test_ep.log"
+        fi
+        ;;
+    guard)
+        # The host's torch is 2.11.0+cu130 and cannot be replaced there (no network); the rest of
+        # pins.env is what the install phase put there.
+        pins=/tmp/pins-h200.env
+        sed 's/^TORCH_VERSION=.*/TORCH_VERSION=2.11.0/' pins.env >"$pins"
+        for layer in deepep all; do
+            cmd=("$py" -m epstack guard --pins "$pins" --layer "$layer" --json "$out/guard-$layer.json")
+            echo "+ ${cmd[*]}  # pins.env with TORCH_VERSION=2.11.0" >>"$out/run.log"
+            "${cmd[@]}"
+            note "guard --layer $layer: exit $?"
+        done
+        ;;
+    warm)
+        note "warm: DeepEP JIT cache $EP_JIT_CACHE_DIR"
+        cmd=("$py" -m benchmarks.elastic.warm_jit_cache /opt/src/DeepEP --nproc "$nproc"
+             --shards "${SHARDS:-8}" --timeout "${WARM_TIMEOUT:-280}" --json "$out/jit-warm.json")
+        echo "+ ${cmd[*]}" >>"$out/run.log"
+        "${cmd[@]}" | tail -n 12
+        note "warm: exit ${PIPESTATUS[0]}"
+        ;;
+    upstream-start)
+        bg=/tmp/upstream-bg
+        mkdir -p "$bg"
+        setsid env OUT="$bg" UPSTREAM_TIMEOUT="${UPSTREAM_TIMEOUT:-1500}" bash "$0" upstream \
+            >"$bg/console" 2>&1 </dev/null &
+        echo $! >"$bg/pid"
+        note "upstream-start: test_ep detached as pid $!, results in $bg"
+        ;;
+    upstream-wait)
+        bg=/tmp/upstream-bg
+        pid=$(cat "$bg/pid")
+        until ! kill -0 "$pid" 2>/dev/null || ((SECONDS - start >= ${WAIT_S:-570})); do sleep 5; done
+        if kill -0 "$pid" 2>/dev/null; then
+            note "upstream-wait: still running after $((SECONDS - start)) s," \
+                "$(grep -c 'Testing with' /tmp/test_ep-"$nproc"rank-144/upstream/rank0.log) modes started"
+        else
+            cp "$bg"/*.json "$bg"/*.test_ep.log "$out"/ 2>/dev/null
+            cp "$bg/run.log" "$out/upstream-run.log"
+            tail -n 20 "$bg/console"
+            note "upstream-wait: test_ep finished"
         fi
         ;;
     torchrun)

@@ -8,12 +8,17 @@
 # system gcc/g++ and CUDAHOSTCXX unset, _C.so exports none. No LD_PRELOAD needed.
 #
 # Usage: install-deepep.sh [--src ARCHIVE.tar.gz|DIR] [--fmt ARCHIVE.tar.gz|DIR] [--ref SHA]
-#                          [--arch 9.0] [--keep DIR]
-# Without --src it clones https://github.com/deepseek-ai/DeepEP at --ref with its fmt submodule.
+#                          [--repo URL] [--arch 9.0] [--keep DIR] [--manifest FILE]
+# Without --src it clones --repo at --ref with its fmt submodule. An archive must come from
+# `git archive` (its header names the commit); a directory must be a git checkout. The commit is
+# checked against --ref and recorded in --manifest (default: where `epstack guard` looks, as in
+# the images) for the guard's "deep_ep source" row.
 # Needs torch, an NCCL >= 2.30.4 wheel or root (install-nccl.sh) and nvidia-nvshmem.
 set -euo pipefail
 
 ref=${DEEPEP_REF:-d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb}
+repo=https://github.com/deepseek-ai/DeepEP.git
+manifest=/opt/epstack/wheels/deepep-source.json
 arch=9.0
 src=""
 fmt=""
@@ -24,6 +29,8 @@ while (($#)); do
         --src) src=$2; shift 2 ;;
         --fmt) fmt=$2; shift 2 ;;
         --ref) ref=$2; shift 2 ;;
+        --repo) repo=$2; shift 2 ;;
+        --manifest) manifest=$2; shift 2 ;;
         --arch) arch=$2; shift 2 ;;
         --keep) keep=$2; shift 2 ;;
         *) echo "install-deepep.sh: unknown argument $1" >&2; exit 2 ;;
@@ -33,17 +40,24 @@ done
 work=${keep:-$(mktemp -d)}
 mkdir -p "$work"
 if [[ -z $src ]]; then
-    git clone https://github.com/deepseek-ai/DeepEP.git "$work/DeepEP"
+    git clone "$repo" "$work/DeepEP"
     git -C "$work/DeepEP" checkout --quiet "$ref"
     git -C "$work/DeepEP" submodule update --init --depth 1 third-party/fmt
+    found=$(git -C "$work/DeepEP" rev-parse HEAD)
 elif [[ -f $src ]]; then
     rm -rf "$work/DeepEP"
     tar -xzf "$src" -C "$work"
+    found=$("$py" -c 'import sys, tarfile; print(tarfile.open(sys.argv[1]).pax_headers.get("comment", ""))' "$src")
 else
     rm -rf "$work/DeepEP"
     cp -a "$src" "$work/DeepEP"
+    found=$(git -C "$src" rev-parse HEAD 2>/dev/null || true)
 fi
 tree=$work/DeepEP
+if [[ $found != "$ref" ]]; then
+    echo "install-deepep.sh: the source is commit '${found:-unknown}', expected $ref; pass a git checkout or a \`git archive\` of $ref" >&2
+    exit 1
+fi
 if [[ -n $fmt ]]; then
     rm -rf "$tree/third-party/fmt"
     mkdir -p "$tree/third-party/fmt"
@@ -84,4 +98,7 @@ if ((interposed > 0)); then
     echo "install-deepep.sh: deep_ep/_C.so exports libstdc++ symbols; rebuild with one toolchain" >&2
     exit 1
 fi
-echo "+ deep_ep $ref installed"
+mkdir -p "$(dirname "$manifest")"
+"$py" -c 'import json, sys; print(json.dumps(dict(zip(("repo", "commit", "torch_cuda_arch_list"), sys.argv[1:]))))' \
+    "$repo" "$found" "$arch" >"$manifest"
+echo "+ deep_ep $ref installed; source recorded in $manifest"
