@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def _enumerate_all_ep_modes():"""
 def sharded_copy(test_ep: Path, dest: Path) -> Path:
     """test_ep.py with enumerate_ep_modes limited to $EPSTACK_MODE_SHARD ("k/n")."""
     source = test_ep.read_text()
-    if source.count(_ENUMERATE) != 1 or "\nimport os\n" not in source:
+    if source.count(_ENUMERATE) != 1 or not re.search(r"^import os$", source, re.MULTILINE):
         raise SystemExit(f"{test_ep}: no single `{_ENUMERATE}` (or no `import os`); this DeepEP differs")
     dest.write_text(source.replace(_ENUMERATE, _SHARD_FILTER))
     return dest
