@@ -109,7 +109,9 @@ def test_a_drifting_layer_fails_its_build_with_the_table(
     assert result.returncode != 0
     row = next(line for line in result.stderr.splitlines() if "│ nvidia-nvshmem-cu13" in line)
     assert "3.4.5" in row and "3.5.21" in row and "mismatch" in row
-    assert "guard: 1 of 2 checks failed" in result.stderr
+    headers = next(line for line in result.stderr.splitlines() if "│ NVSHMEM (headers)" in line)
+    assert "3.5.21" in headers and "mismatch" in headers
+    assert "guard: 2 of 3 checks failed" in result.stderr
 
 
 def test_a_correct_layer_passes_its_build(tmp_path: Path, engine: DockerEngine, offline_image: str) -> None:
@@ -120,7 +122,7 @@ def test_a_correct_layer_passes_its_build(tmp_path: Path, engine: DockerEngine, 
         "RUN /opt/epstack/scripts/guard-layer.sh python\n",
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "guard: ok (2 checks)" in result.stderr
+    assert "guard: ok (3 checks)" in result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +151,8 @@ def test_entrypoint_guard_modes_on_a_drifted_image(
     assert result.returncode == exit_code, result.stderr
     assert ("started" in result.stdout) == ran
     if mode == "warn":
-        assert result.stdout.split() == ["started", "1"], "report written where the entrypoint says"
+        # the distribution and its nvshmem_version.h
+        assert result.stdout.split() == ["started", "2"], "report written where the entrypoint says"
         assert "3.5.21" in result.stderr
 
 
@@ -161,4 +164,4 @@ def test_entrypoint_guard_passes_on_the_built_image(engine: DockerEngine, offlin
         check=False,
     )
     assert result.returncode == 0 and result.stdout == "served\n"
-    assert "guard: ok (2 checks)" in result.stderr
+    assert "guard: ok (3 checks)" in result.stderr
