@@ -19,6 +19,7 @@ out=${OUT:-$PWD/out}
 srcs=${GPU_SRC:-.gpu-src}
 py=${PYTHON:-python3}
 nproc=${NPROC:-2}   # ranks (GPUs) for the smoke, upstream and hang phases: 2, 4 or 8
+upstream_name="test_ep-${nproc}rank-144"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 EP_JIT_CACHE_DIR=${EP_JIT_CACHE_DIR:-/tmp/ep-jit-cache}
 # No RDMA NIC here: no GIN, direct mode. NVLS stays off (the machine sets it; kept explicit).
@@ -60,7 +61,7 @@ for phase in "$@"; do
             smoke-topk0) name="smoke-${nproc}rank-topk0"
                 extra+=(--buffer-num-topk 0 --upstream-tests /opt/src/DeepEP --upstream-args=--test-first-only
                         --min-bandwidth-ratio 0.97) ;;
-            upstream) name="test_ep-${nproc}rank-144"
+            upstream) name=$upstream_name
                 extra+=(--upstream-only --upstream-tests /opt/src/DeepEP
                           --upstream-timeout "${UPSTREAM_TIMEOUT:-560}") ;;
         esac
@@ -110,7 +111,7 @@ for phase in "$@"; do
         until ! kill -0 "$pid" 2>/dev/null || ((SECONDS - start >= ${WAIT_S:-570})); do sleep 5; done
         if kill -0 "$pid" 2>/dev/null; then
             note "upstream-wait: still running after $((SECONDS - start)) s," \
-                "$(grep -c 'Testing with' /tmp/test_ep-"$nproc"rank-144/upstream/rank0.log) modes started"
+                "$(grep -c 'Testing with' "/tmp/$upstream_name/upstream/rank0.log") modes started"
         else
             cp "$bg"/*.json "$bg"/*.test_ep.log "$out"/ 2>/dev/null
             cp "$bg/run.log" "$out/upstream-run.log"

@@ -39,24 +39,28 @@ done
 
 work=${keep:-$(mktemp -d)}
 mkdir -p "$work"
+# The commit is checked before anything is unpacked or built.
 if [[ -z $src ]]; then
     git clone "$repo" "$work/DeepEP"
     git -C "$work/DeepEP" checkout --quiet "$ref"
     git -C "$work/DeepEP" submodule update --init --depth 1 third-party/fmt
     found=$(git -C "$work/DeepEP" rev-parse HEAD)
 elif [[ -f $src ]]; then
-    rm -rf "$work/DeepEP"
-    tar -xzf "$src" -C "$work"
     found=$("$py" -c 'import sys, tarfile; print(tarfile.open(sys.argv[1]).pax_headers.get("comment", ""))' "$src")
 else
-    rm -rf "$work/DeepEP"
-    cp -a "$src" "$work/DeepEP"
     found=$(git -C "$src" rev-parse HEAD 2>/dev/null || true)
 fi
-tree=$work/DeepEP
 if [[ $found != "$ref" ]]; then
     echo "install-deepep.sh: the source is commit '${found:-unknown}', expected $ref; pass a git checkout or a \`git archive\` of $ref" >&2
     exit 1
+fi
+tree=$work/DeepEP
+if [[ -f $src ]]; then
+    rm -rf "$tree"
+    tar -xzf "$src" -C "$work"
+elif [[ -n $src ]]; then
+    rm -rf "$tree"
+    cp -a "$src" "$tree"
 fi
 if [[ -n $fmt ]]; then
     rm -rf "$tree/third-party/fmt"
