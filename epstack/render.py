@@ -27,13 +27,12 @@ import jinja2
 from epstack import __version__
 from epstack.errors import BadInput
 from epstack.pins import LAYERS, Layer, Pins
+from epstack.stack import DEEP_EP_PROVIDERS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = REPO_ROOT / "images"
 IMAGE_SCRIPTS = REPO_ROOT / "scripts" / "image"
 
-# Python distributions a lower layer owns; an upper layer's install may never move them.
-PROTECTED_PACKAGES = ("torch", "nvidia-nccl-cu13", "nvidia-nvshmem-cu13", "sgl-deep-ep")
 # What DeepEP's setup.py builds with (torch 2.14 needs setuptools < 82). Checked 2026-11-29.
 DEEPEP_BUILD_REQUIREMENTS = ("setuptools==81.0.0", "wheel==0.48.0", "ninja==1.13.2")
 
@@ -123,7 +122,7 @@ def plan_render(pins: Pins, *, created: datetime, revision: str) -> RenderPlan:
             "arch": target.rsplit("-", 1)[0],
             "fabric": target.rsplit("-", 1)[1],
             "images": {image.stage: image for image in target_images},
-            "protected_packages": PROTECTED_PACKAGES,
+            "protected_packages": (*pins.base_packages, *DEEP_EP_PROVIDERS),
             "epstack_version": __version__,
         }
         for layer in LAYERS:
@@ -150,16 +149,14 @@ def _package_sources() -> list[Path]:
 def _requirement_files(pins: Pins) -> dict[str, str]:
     """Exact pins per install step; overrides win over any package's own requirement."""
     header = "# Rendered from pins.env by epstack; do not edit.\n"
+    wheels = pins.wheels
     return {
         "python-requirements.txt": header
-        + f"nvidia-nccl-cu13=={pins.nccl_version}\nnvidia-nvshmem-cu13=={pins.nvshmem_version}\n",
+        + f"{wheels.nccl}=={pins.nccl_version}\n{wheels.nvshmem}=={pins.nvshmem_version}\n",
         "torch-requirements.txt": header + f"torch=={pins.torch_version}\n",
         "sglang-requirements.txt": header + f"sglang=={pins.sglang_version}\n",
         "deepep-build-requirements.txt": header + "".join(f"{r}\n" for r in DEEPEP_BUILD_REQUIREMENTS),
-        "overrides.txt": header
-        + f"torch=={pins.torch_version}\n"
-        + f"nvidia-nccl-cu13=={pins.nccl_version}\n"
-        + f"nvidia-nvshmem-cu13=={pins.nvshmem_version}\n",
+        "overrides.txt": header + "".join(f"{name}=={v}\n" for name, v in pins.base_packages.items()),
     }
 
 
