@@ -1,93 +1,132 @@
-"""Build a rendered target bottom-up (devel, base, deepep, sglang), or what of it can be built here.
+"""Build a rendered target bottom-up: devel, base, deepep, sglang.
 
-With the CUDA base images at hand (local or pullable) every image of the target is built in
-layer order, so a change to one pin rebuilds from its layer up and BuildKit's cache serves the
-rest. Without them (no registry, as on CI), the layers that need no CUDA base are built on a
-Debian stand-in (offline_base) and the rest is reported as not built.
+With the CUDA base images at hand (local or pullable) every image is built on them. Without (no
+registry, as on CI) they are built on the CUDA stand-in (epstack.standin) instead: the same
+Dockerfiles, tagged in IMAGE_REPOSITORY-standin and labelled, so they are never taken for the real
+ones. The deepep and sglang layers need DeepEP, fmt and GDRCopy at pinned commits: from the render's
+sources/ (`--sources`) or GitHub; with neither they are reported as not built, with the reason.
+Each Dockerfile runs the layer's guard after its install steps, so a built image is a guarded one.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
+from epstack.cmd import succeeds
 from epstack.engine import DockerEngine
-from epstack.offline_base import OFFLINE_PYTHON, ensure_offline_base
+from epstack.errors import EnvironmentProblem
 from epstack.pins import Pins
 from epstack.render import ImageSpec, RenderPlan
+from epstack.sources import CONTEXT_DIR, git_sources
+from epstack.standin import STANDIN_LABEL, Standin, ensure_os_image, standin_for
 
-# The stage of base.Dockerfile that needs no CUDA: Python and the pinned NCCL/NVSHMEM wheels.
-OFFLINE_STAGE = "python"
+STANDIN_SUFFIX = "-standin"
+# Layers built from git commits (epstack.stack.LAYER_PIN_KEYS): they need sources or GitHub.
+GIT_LAYERS = ("deepep", "sglang")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuiltImage:
+    ref: str
+    layer: str
+    stage: str
+    seconds: float
+    size: int  # bytes, as the engine reports the image
 
 
 @dataclass(kw_only=True)
 class BuildReport:
-    """What a build did: images built (ref -> seconds), images left out (ref -> why)."""
+    """What a build did: images built, images left out (ref -> why), and the stand-in if one was used."""
 
     target: str
-    offline: bool
-    built: dict[str, float] = field(default_factory=dict)
+    standin: Standin | None
+    built: list[BuiltImage] = field(default_factory=list)
     not_built: dict[str, str] = field(default_factory=dict)
-    check_output: str = ""
 
 
-def offline_tag(pins: Pins, target: str) -> str:
-    return f"{pins.image_repository}:python-offline-{target}-{pins.layer_hash('base', target)}"
+def standin_ref(ref: str) -> str:
+    """epstack:base-... -> epstack-standin:base-...: a stand-in image never shares a real image's name."""
+    repository, tag = ref.rsplit(":", 1)
+    return f"{repository}{STANDIN_SUFFIX}:{tag}"
+
+
+def on_standin(image: ImageSpec, standin: Standin, engine: DockerEngine) -> ImageSpec:
+    """The same image, built on the stand-in: its bases, lower layers and name are the stand-in's."""
+    bases = {"CUDA_DEVEL_IMAGE": standin.devel, "CUDA_RUNTIME_IMAGE": standin.runtime}
+    base = standin.devel if image.stage == "devel" else standin.runtime
+    args = {key: standin_ref(value) for key, value in image.args.items()}
+    labels = {
+        **image.labels,
+        "org.opencontainers.image.base.name": base,
+        "org.opencontainers.image.base.digest": engine.image_id(base),
+        STANDIN_LABEL: standin.labels[STANDIN_LABEL],
+    }
+    return replace(image, tag=standin_ref(image.tag), args={**bases, **args}, labels=labels)
+
+
+def missing_git_sources(pins: Pins, plan: RenderPlan, target: str) -> list[str]:
+    """The deepep layer's git sources the render holds no archive of."""
+    pinned = pins.layer_pins("deepep", target)
+    return [s.name for s in git_sources(pinned) if f"{CONTEXT_DIR}/deepep/{s.archive}" not in plan.files]
+
+
+def github_reachable(pins: Pins) -> bool:
+    return succeeds("git", "ls-remote", "--exit-code", pins.deepep_repo, "HEAD", timeout=30)
+
+
+def build_standin(engine: DockerEngine, pins: Pins, context: Path, console: Console) -> Standin:
+    """Build the stand-in's OS, devel and runtime images (cached by the engine like any build)."""
+    if pins.wheels.major != 13:
+        raise EnvironmentProblem(
+            f"the CUDA stand-in lays out CUDA 13's wheels (nvidia/cu13) only, not CUDA {pins.cuda_version}; "
+            "fix: build where nvidia/cuda can be pulled"
+        )
+    standin = standin_for(pins)
+    ensure_os_image(engine, standin)
+    for stage, tag in (("devel", standin.devel), ("runtime", standin.runtime)):
+        console.rule(f"[bold]stand-in[/] / {stage} -> {tag}")
+        engine.build(context=context, dockerfile="standin/Dockerfile", stage=stage, tag=tag,
+                     args={"OS_IMAGE": standin.os_image}, labels={})  # fmt: skip
+    return standin
 
 
 def build_target(
     *, pins: Pins, plan: RenderPlan, context: Path, target: str, engine: DockerEngine, console: Console
 ) -> BuildReport:
     """Build `target` from the rendered context directory; see the module docstring."""
-    images = plan.images_for(target)
     bases = (pins.cuda_devel_image, pins.cuda_runtime_image)
     missing = [ref for ref in bases if not (engine.image_exists(ref) or engine.pull(ref))]
-    if not missing:
-        report = BuildReport(target=target, offline=False)
-        for image in images:
-            report.built[image.tag] = _build(engine, context=context, image=image, console=console)
-        return report
-
-    console.print(
-        f"[yellow]cannot pull {missing[0]}[/]: building only the layers that need no CUDA base, "
-        f"on a Debian stand-in with Python {OFFLINE_PYTHON}"
-    )
-    report = BuildReport(target=target, offline=True)
-    base = ensure_offline_base(engine)
-    devel = images[0]
-    offline = ImageSpec(
-        name=f"{target}-{OFFLINE_STAGE}-offline",
-        target=target,
-        layer="base",
-        stage=OFFLINE_STAGE,
-        dockerfile=devel.dockerfile,
-        tag=offline_tag(pins, target),
-        args={"CUDA_DEVEL_IMAGE": base, "PYTHON_VERSION": OFFLINE_PYTHON},
-        labels={**devel.labels, "io.epstack.offline-base": base, "io.epstack.stage": OFFLINE_STAGE},
-    )
-    report.built[offline.tag] = _build(engine, context=context, image=offline, console=console)
-    check = (
-        "import importlib.metadata as m; "
-        f"print(' '.join(f'{{d}}=={{m.version(d)}}' for d in {(pins.wheels.nccl, pins.wheels.nvshmem)!r}))"
-    )
-    report.check_output = engine.run(offline.tag, ["python", "-c", check]).strip()
-    console.print(f"[green]ran in {offline.tag}[/]: {report.check_output}")
-    for image in images:
-        report.not_built[image.tag] = f"needs {missing[0].split('@')[0]} (not pullable here)"
+    standin = None
+    if missing:
+        console.print(
+            f"[yellow]cannot pull {escape(missing[0])}[/]: building on a CUDA stand-in made from "
+            f"NVIDIA's CUDA {pins.cuda_version} wheels on Ubuntu, named *{STANDIN_SUFFIX}, never pushed"
+        )
+        standin = build_standin(engine, pins, context, console)
+    report = BuildReport(target=target, standin=standin)
+    absent = missing_git_sources(pins, plan, target)
+    skip = None
+    if absent and not github_reachable(pins):
+        skip = (
+            f"no {', '.join(absent)} archive in sources/ and {pins.deepep_repo} is unreachable; "
+            "fix: epstack build --sources DIR (README: Sources offline)"
+        )
+    for image in plan.images_for(target):
+        spec = on_standin(image, standin, engine) if standin else image
+        if skip and image.layer in GIT_LAYERS:
+            report.not_built[spec.tag] = skip
+            continue
+        report.built.append(_build(engine, context=context, image=spec, console=console))
     return report
 
 
-def _build(
-    engine: DockerEngine,
-    *,
-    context: Path,
-    image: ImageSpec,
-    console: Console,
-) -> float:
-    console.rule(f"[bold]{image.layer}[/] / {image.stage} -> {image.tag}")
+def _build(engine: DockerEngine, *, context: Path, image: ImageSpec, console: Console) -> BuiltImage:
+    console.rule(f"[bold]{image.layer}[/] / {image.stage} -> {escape(image.tag)}")
     start = time.monotonic()
     engine.build(
         context=context,
@@ -98,5 +137,11 @@ def _build(
         labels=image.labels,
     )
     seconds = time.monotonic() - start
-    console.print(f"[green]built[/] {image.tag} in {seconds:.1f} s")
-    return seconds
+    console.print(f"[green]built[/] {escape(image.tag)} in {seconds:.1f} s")
+    return BuiltImage(
+        ref=image.tag,
+        layer=image.layer,
+        stage=image.stage,
+        seconds=seconds,
+        size=engine.image_size(image.tag),
+    )

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack import __version__, guard, predict
+from epstack import __version__, deepep, guard, predict, sources
 from epstack.build import build_target
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput, EpstackError
@@ -43,33 +43,33 @@ def cmd_pins_check(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_render(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
-    out = output_directory(args.out, path)
+    out = output_directory(args.out, path, sources=args.sources)
     pins = load_pins(path)
-    plan = plan_render(pins, created=source_date(), revision=source_revision())
+    plan = plan_render(pins, created=source_date(), revision=source_revision(), sources=args.sources)
     write_plan(plan, out)
     console.print(f"rendered {len(plan.files)} files for {len(pins.targets)} targets into {escape(str(out))}")
     return 0
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
-    out = output_directory(args.out, pins_path(args.pins))
-    pins = load_pins(pins_path(args.pins))
+    path = pins_path(args.pins)
+    out = output_directory(args.out, path, sources=args.sources)
+    pins = load_pins(path)
     target = args.target or pins.default_target
     if target not in pins.targets:
-        raise BadInput(
-            f"{target}: not a target of {pins_path(args.pins)}; fix: use one of {', '.join(pins.targets)}"
-        )
-    plan = plan_render(pins, created=source_date(), revision=source_revision())
+        raise BadInput(f"{target}: not a target of {path}; fix: use one of {', '.join(pins.targets)}")
+    plan = plan_render(pins, created=source_date(), revision=source_revision(), sources=args.sources)
     write_plan(plan, out)
     console.print(f"rendered into {escape(str(out))}; building {target}")
     engine = DockerEngine.find()
     report = build_target(pins=pins, plan=plan, context=out, target=target, engine=engine, console=console)
-    table = Table("image", "result", title=f"epstack build {target}")
+    table = Table("image", "layer", "result", title=f"epstack build {target}")
     table.columns[0].overflow = "fold"
-    for ref, seconds in report.built.items():
-        table.add_row(ref, f"[green]built[/] in {seconds:.1f} s")
+    for image in report.built:
+        size = f"{image.size / 1e9:.2f} GB"
+        table.add_row(escape(image.ref), image.layer, f"[green]built[/] in {image.seconds:.0f} s, {size}")
     for ref, why in report.not_built.items():
-        table.add_row(ref, f"[yellow]not built[/]: {why}")
+        table.add_row(escape(ref), "", f"[yellow]not built[/]: {escape(why)}")
     console.print(table)
     return 0
 
@@ -95,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument(
         "--out", default=DEFAULT_OUT, help=f"output directory, new or made by epstack (default {DEFAULT_OUT})"
     )
+    render.add_argument("--sources", type=Path, help="folder of `git archive` tarballs and installers")
     render.set_defaults(func=cmd_render)
 
     build = commands.add_parser("build", help="render, then build a target layer by layer")
@@ -103,9 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--out", default=DEFAULT_OUT, help=f"render directory, new or made by epstack (default {DEFAULT_OUT})"
     )
+    build.add_argument("--sources", type=Path, help="folder of `git archive` tarballs and installers")
     build.set_defaults(func=cmd_build)
 
     guard.register(commands)
+    deepep.register(commands)
+    sources.register(commands)
     smoke_cli.register(commands)
     return parser
 

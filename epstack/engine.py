@@ -77,6 +77,16 @@ class DockerEngine:
     def run(self, image: str, command: Sequence[str]) -> str:
         return call(self.cli, "run", "--rm", image, *command, capture=True)
 
+    def _inspect(self, ref: str, template: str) -> str:
+        return call(self.cli, "image", "inspect", "--format", template, ref, capture=True, echo=False).strip()
+
+    def image_id(self, ref: str) -> str:
+        """sha256:... of the local image (its config digest)."""
+        return self._inspect(ref, "{{.Id}}")
+
+    def image_size(self, ref: str) -> int:
+        return int(self._inspect(ref, "{{.Size}}"))
+
     def labels(self, ref: str) -> dict[str, str]:
         out = call(self.cli, "image", "inspect", "--format", "{{json .Config.Labels}}", ref, capture=True)
         labels: dict[str, str] = json.loads(out) or {}

@@ -27,7 +27,14 @@ from rich.console import Console
 from rich.table import Table
 
 from epstack.errors import BadInput, EpstackError
-from epstack.loaded import library_version, libstdcxx_interposition, mapped_libraries, nccl_version
+from epstack.loaded import (
+    interposition_example,
+    library_version,
+    libstdcxx_interposition,
+    linked_library,
+    mapped_libraries,
+    nccl_version,
+)
 from epstack.pins import load_pins, pins_path
 from epstack.pinsfile import read_pins_file
 from epstack.stack import CudaWheels, cuda_wheels
@@ -437,8 +444,7 @@ def check_libstdcxx(shared_object: Path | None) -> Check:
         return Check(
             component=component, expected=expected, found="none", verdict="ok", detail=str(shared_object)
         )
-    # Name a codecvt symbol where there is one: that is the facet DeepEP's JIT crashes in.
-    example = next((symbol for symbol in symbols if "codecvt" in symbol), symbols[0])
+    example = interposition_example(symbols)
     return Check(
         component=component,
         expected=expected,
@@ -446,6 +452,27 @@ def check_libstdcxx(shared_object: Path | None) -> Check:
         verdict="mismatch",
         detail=f"{shared_object} was built with a mismatched toolchain; fix: {LIBSTDCXX_FIX}",
     )
+
+
+def check_nccl_link(extension: Path | None, maps_text: str) -> Check:
+    """The libnccl deep_ep/_C.so resolves to (its rpath: the pinned wheel's) is the one the process
+    loaded; two NCCLs in one process, or DeepEP's calls landing in another, break its GIN setup."""
+    component, loaded = "deep_ep NCCL link", mapped_libraries(maps_text, "libnccl.so")
+    expected = os.path.realpath(loaded[0]) if loaded else "the loaded libnccl"
+    if extension is None:
+        return Check(component=component, expected=expected, found="no _C.so", verdict="missing")
+    try:
+        linked = linked_library(extension, "libnccl.so")
+    except EpstackError as exc:
+        return Check(component=component, expected=expected, found="-", verdict="skipped", detail=str(exc))
+    if linked is None or not loaded:
+        found = "no libnccl resolved" if linked is None else os.path.realpath(linked)
+        return Check(
+            component=component, expected=expected, found=found, verdict="missing", detail=str(extension)
+        )
+    found = os.path.realpath(linked)
+    verdict: Verdict = "ok" if found == expected else "mismatch"
+    return Check(component=component, expected=expected, found=found, verdict=verdict, detail=str(extension))
 
 
 def check_jit_prerequisites(env: Mapping[str, str], nccl_header: Path | None) -> list[Check]:
@@ -543,6 +570,7 @@ def deepep_checks(pins: Expected) -> list[Check]:
         check_deep_ep_source(pins, manifest),
         check_deep_ep_owner(owners),
         check_elastic_buffer(owners),
+        check_nccl_link(extensions[0] if extensions else None, _read_maps()),
         check_libstdcxx(extensions[0] if extensions else None),
         *check_jit_prerequisites(os.environ, _package_file(pins.wheels.nccl, "nccl.h")),
     ]

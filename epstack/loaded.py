@@ -81,19 +81,28 @@ def interposed_symbols(c_so_nm: str, libstdcxx_nm: str | None) -> list[str]:
     return sorted(found)
 
 
+def linked_library(shared_object: Path, prefix: str) -> str | None:
+    """The file the loader resolves `shared_object`'s needed library starting with `prefix` to (ldd),
+    or None when it needs none or the loader finds none. Raises EpstackError when ldd cannot run."""
+    for line in call("ldd", shared_object, capture=True, echo=False).splitlines():
+        name, arrow, target = line.strip().partition("=>")
+        if arrow and name.strip().startswith(prefix):
+            path = target.split()[0] if target.split() else ""
+            return path if path.startswith("/") else None
+    return None
+
+
 def libstdcxx_interposition(shared_object: Path) -> list[str]:
     """What `shared_object` interposes on the libstdc++ it loads with (nm -D and ldd): a C++
     extension linked against a second g++'s libstdc++ exports its symbols, and DeepEP's JIT then
     reaches the wrong std::codecvt and SEGFAULTs. Raises EpstackError when nm or ldd cannot run."""
     ours = call("nm", "-D", "--defined-only", shared_object, capture=True, echo=False)
-    links = call("ldd", shared_object, capture=True, echo=False)
-    libstdcxx = next(
-        (
-            line.split("=>")[1].split()[0]
-            for line in links.splitlines()
-            if "libstdc++" in line and "=>" in line
-        ),
-        None,
-    )
+    libstdcxx = linked_library(shared_object, "libstdc++")
     theirs = call("nm", "-D", "--defined-only", libstdcxx, capture=True, echo=False) if libstdcxx else None
     return interposed_symbols(ours, theirs)
+
+
+def interposition_example(symbols: list[str]) -> str:
+    """The symbol to name in a message: a codecvt one where there is one (the facet DeepEP's JIT
+    crashes in), else the first."""
+    return next((symbol for symbol in symbols if "codecvt" in symbol), symbols[0])

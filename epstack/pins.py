@@ -24,7 +24,9 @@ from epstack.stack import (
     CUDA_ARCHS,
     DEEPEP_V2_MIN_NCCL,
     EFA_GIN_MIN_OFI_NCCL,
+    FABRIC_PIN_KEYS,
     IMAGE_OS_GLIBC,
+    LAYER_PIN_KEYS,
     CudaWheels,
     ImageTarget,
     cuda_major,
@@ -142,6 +144,7 @@ class Pins(BaseModel):
         str, AfterValidator(_pattern(r"^https://\S+\.git$", "https://host/org/repo.git"))
     ] = Field(alias="DEEPEP_REPO")
     deepep_ref: Annotated[str, AfterValidator(_full_sha)] = Field(alias="DEEPEP_REF")
+    deepep_fmt_ref: Annotated[str, AfterValidator(_full_sha)] = Field(alias="DEEPEP_FMT_REF")
     sglang_version: ExactVersion = Field(alias="SGLANG_VERSION")
     efa_installer_version: ExactVersion = Field(alias="EFA_INSTALLER_VERSION")
     efa_installer_sha256: Annotated[
@@ -161,6 +164,11 @@ class Pins(BaseModel):
     @property
     def cuda_major_minor(self) -> str:
         return ".".join(self.cuda_version.split(".")[:2])
+
+    @property
+    def cuda_home(self) -> str:
+        """Where NVIDIA's images keep this CUDA release: /usr/local/cuda-13.0."""
+        return f"/usr/local/cuda-{self.cuda_major_minor}"
 
     @property
     def wheels(self) -> CudaWheels:
@@ -189,43 +197,17 @@ class Pins(BaseModel):
         return tuple(f"{arch}-{fabric}" for arch in self.archs for fabric in self.fabrics)
 
     def layer_pins(self, layer: Layer, target: str) -> dict[str, str]:
-        """The pins a layer of a target is built from, as pins.env keys (its own and those below)."""
+        """The pins a layer of a target is built from, as pins.env keys: its own and those below it
+        (stack.LAYER_PIN_KEYS), the target's fabric pins, and what the target itself decides."""
         arch, fabric = target.rsplit("-", 1)
-        base = {
-            "CUDA_VERSION": self.cuda_version,
-            "CUDA_DEVEL_IMAGE": self.cuda_devel_image,
-            "CUDA_RUNTIME_IMAGE": self.cuda_runtime_image,
-            "UBUNTU_SNAPSHOT": self.ubuntu_snapshot,
-            "PYTHON_VERSION": self.python_version,
-            "UV_VERSION": self.uv_version,
-            "TORCH_VERSION": self.torch_version,
-            "TORCH_CUDA_TAG": self.torch_cuda_tag,
-            "NCCL_VERSION": self.nccl_version,
-            "NVSHMEM_VERSION": self.nvshmem_version,
-            "GDRCOPY_VERSION": self.gdrcopy_version,
-            "GDRCOPY_REF": self.gdrcopy_ref,
-            "FABRIC": fabric,
-            **(
-                {
-                    "EFA_INSTALLER_VERSION": self.efa_installer_version,
-                    "EFA_INSTALLER_SHA256": self.efa_installer_sha256,
-                    "AWS_OFI_NCCL_VERSION": self.aws_ofi_nccl_version,
-                }
-                if fabric == "efa"
-                else {"RDMA_CORE_VERSION": self.rdma_core_version}
-            ),
-        }
-        if layer == "base":
-            return base
-        deepep = {
-            **base,
-            "DEEPEP_REPO": self.deepep_repo,
-            "DEEPEP_REF": self.deepep_ref,
-            "TORCH_CUDA_ARCH_LIST": " ".join(self.archs[arch]),
-        }
-        if layer == "deepep":
-            return deepep
-        return {**deepep, "SGLANG_VERSION": self.sglang_version}
+        values = self.model_dump(by_alias=True)
+        layers = LAYERS[: LAYERS.index(layer) + 1]
+        keys = [key for name in layers for key in LAYER_PIN_KEYS[name]] + list(FABRIC_PIN_KEYS[fabric])
+        pinned = {key: str(values[key]) for key in keys}
+        pinned["FABRIC"] = fabric
+        if layer != "base":
+            pinned["TORCH_CUDA_ARCH_LIST"] = " ".join(self.archs[arch])
+        return pinned
 
     def layer_hash(self, layer: Layer, target: str) -> str:
         """12 hex of the sha256 of the layer's pins: equal pins, equal tag."""

@@ -3,8 +3,9 @@
 Output (DIR):
   docker-bake.json             every image of every target, for `cd DIR && docker buildx bake`
   epstack-render.json          the same plan as epstack reads it (tags, stages, args, labels)
-  scripts/image/*.sh, src/     what the Dockerfiles COPY
+  scripts/, src/, sources/     what the Dockerfiles COPY (sources/: checked `git archive` tarballs)
   targets/<target>/*.Dockerfile and the requirement files rendered from pins
+  standin/                     the CUDA stand-in, for machines that cannot pull nvidia/cuda
 
 Same pins and same sources give byte-identical files. DIR must be new or made by epstack; it is
 written beside itself and swapped in whole (epstack.output), so a failure leaves DIR as it was.
@@ -26,11 +27,16 @@ from epstack import __version__
 from epstack.errors import BadInput
 from epstack.output import check_output, replace_output
 from epstack.pins import LAYERS, Layer, Pins
+from epstack.sources import context_files as sources_context
 from epstack.stack import DEEP_EP_PROVIDERS
+from epstack.standin import render_files as standin_files
+from epstack.standin import standin_for
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = REPO_ROOT / "images"
 IMAGE_SCRIPTS = REPO_ROOT / "scripts" / "image"
+# The script folders the Dockerfiles COPY from (image layers and the CUDA stand-in).
+CONTEXT_SCRIPTS = ("image", "standin")
 
 # What DeepEP's setup.py builds with (torch 2.14 needs setuptools < 82). Checked 2026-11-29.
 DEEPEP_BUILD_REQUIREMENTS = ("setuptools==81.0.0", "wheel==0.48.0", "ninja==1.13.2")
@@ -93,8 +99,8 @@ def _git(*args: str) -> str:
     return result.stdout.strip() if result.returncode == 0 else ""
 
 
-def plan_render(pins: Pins, *, created: datetime, revision: str) -> RenderPlan:
-    """Render every template for every target, in memory."""
+def plan_render(pins: Pins, *, created: datetime, revision: str, sources: Path | None = None) -> RenderPlan:
+    """Render every template for every target, in memory; `sources`: a folder of `git archive` tarballs."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         undefined=jinja2.StrictUndefined,
@@ -104,10 +110,22 @@ def plan_render(pins: Pins, *, created: datetime, revision: str) -> RenderPlan:
         autoescape=False,
     )
     files: dict[str, bytes] = {}
-    for script in sorted(IMAGE_SCRIPTS.glob("*.sh")):
-        files[f"scripts/image/{script.name}"] = script.read_bytes()
+    for script in sorted(p for p in IMAGE_SCRIPTS.parent.glob("*/*") if p.parent.name in CONTEXT_SCRIPTS):
+        files[f"scripts/{script.parent.name}/{script.name}"] = script.read_bytes()
     for path in _package_sources():
         files[f"src/{path.relative_to(REPO_ROOT).as_posix()}"] = path.read_bytes()
+    efa_target = next((t for t in pins.targets if t.endswith("-efa")), pins.targets[0])
+    files.update(
+        sources_context(sources, pins.layer_pins("base", efa_target), pins.layer_pins("deepep", efa_target))
+    )
+    standin = standin_for(pins)
+    for name, text in standin_files(pins).items():
+        files[f"standin/{name}"] = text.encode()
+    files["standin/Dockerfile"] = (
+        env.get_template("standin/Dockerfile.j2")
+        .render(pins=pins, standin=standin, cuda_home=pins.cuda_home, epstack_version=__version__)
+        .encode()
+    )
 
     images: list[ImageSpec] = []
     requirements = _requirement_files(pins)
@@ -121,7 +139,10 @@ def plan_render(pins: Pins, *, created: datetime, revision: str) -> RenderPlan:
             "arch": target.rsplit("-", 1)[0],
             "fabric": target.rsplit("-", 1)[1],
             "images": {image.stage: image for image in target_images},
-            "protected_packages": (*pins.base_packages, *DEEP_EP_PROVIDERS),
+            "base_packages": tuple(pins.base_packages),
+            "excluded_packages": DEEP_EP_PROVIDERS,
+            "cuda_home": pins.cuda_home,
+            "fabric_env": {},
             "epstack_version": __version__,
         }
         for layer in LAYERS:
@@ -148,14 +169,13 @@ def _package_sources() -> list[Path]:
 def _requirement_files(pins: Pins) -> dict[str, str]:
     """Exact pins per install step; overrides win over any package's own requirement."""
     header = "# Rendered from pins.env by epstack; do not edit.\n"
-    wheels = pins.wheels
+    base = "".join(f"{name}=={version}\n" for name, version in pins.base_packages.items())
     return {
-        "python-requirements.txt": header
-        + f"{wheels.nccl}=={pins.nccl_version}\n{wheels.nvshmem}=={pins.nvshmem_version}\n",
-        "torch-requirements.txt": header + f"torch=={pins.torch_version}\n",
+        "base-requirements.txt": header + base,
+        "overrides.txt": header + base,
         "sglang-requirements.txt": header + f"sglang=={pins.sglang_version}\n",
+        "excludes.txt": header + "".join(f"{name}\n" for name in DEEP_EP_PROVIDERS),
         "deepep-build-requirements.txt": header + "".join(f"{r}\n" for r in DEEPEP_BUILD_REQUIREMENTS),
-        "overrides.txt": header + "".join(f"{name}=={v}\n" for name, v in pins.base_packages.items()),
     }
 
 

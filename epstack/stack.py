@@ -32,12 +32,32 @@ CUDA_ARCHS: dict[int, frozenset[str]] = {
 SUPPORTED_CUDA_MAJORS = tuple(CUDA_ARCHS)
 
 # The OS a CUDA image tag ends in (nvidia/cuda:13.0.3-devel-ubuntu24.04) -> its glibc, which is the
-# newest manylinux tag a wheel may carry to install there.
+# newest manylinux tag a wheel may carry to install there, and its Ubuntu codename.
 IMAGE_OS_GLIBC = {"ubuntu24.04": "2.39", "ubuntu22.04": "2.35"}
+IMAGE_OS_CODENAME = {"ubuntu24.04": "noble", "ubuntu22.04": "jammy"}
 IMAGE_MACHINE = "x86_64"
 
 # Distributions that install a top-level deep_ep package of their own (sglang requires the first).
 DEEP_EP_PROVIDERS = ("sgl-deep-ep", "deep-ep")
+
+# Each pins.env key's layer: a layer is built from its own keys and those of the layers below, so a
+# pin moves its own layer and everything above it, never what is below. The base layer comes from
+# package registries only (PyPI, the Ubuntu archive, the EFA installer); the deepep layer holds
+# everything built from a git commit (DeepEP, its fmt submodule, GDRCopy), which needs GitHub or a
+# sources folder.
+LAYER_PIN_KEYS: dict[str, tuple[str, ...]] = {
+    "base": (
+        *("CUDA_VERSION", "CUDA_DEVEL_IMAGE", "CUDA_RUNTIME_IMAGE", "UBUNTU_SNAPSHOT", "PYTHON_VERSION"),
+        *("UV_VERSION", "TORCH_VERSION", "TORCH_CUDA_TAG", "NCCL_VERSION", "NVSHMEM_VERSION"),
+    ),
+    "deepep": ("GDRCOPY_VERSION", "GDRCOPY_REF", "DEEPEP_REPO", "DEEPEP_REF", "DEEPEP_FMT_REF"),
+    "sglang": ("SGLANG_VERSION",),
+}
+# Fabric pins belong to the base layer of that fabric's targets only.
+FABRIC_PIN_KEYS: dict[str, tuple[str, ...]] = {
+    "efa": ("EFA_INSTALLER_VERSION", "EFA_INSTALLER_SHA256", "AWS_OFI_NCCL_VERSION"),
+    "ib": ("RDMA_CORE_VERSION",),
+}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,137 +1,184 @@
-"""Real images from the real templates, on a real Docker engine (offline Debian base)."""
+"""Real images from the real templates on a real Docker engine: the CUDA stand-in and every layer on it.
+
+The module builds hopper-ib once, as `epstack build` does where nvidia/cuda cannot be pulled: the
+stand-in, then devel and base (from PyPI and the Ubuntu archive), then deepep and sglang when
+EPSTACK_TEST_SOURCES names a folder of `git archive` tarballs (GitHub is out of reach here).
+Images the tests make are removed at the end; the build's own images stay for `make image`.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
+import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from epstack.build import OFFLINE_STAGE, BuildReport, build_target, offline_tag
+from epstack.build import BuildReport, build_target, standin_ref
 from epstack.cli import main
 from epstack.engine import DockerEngine
-from epstack.offline_base import OFFLINE_BASE, OFFLINE_PYTHON
-from epstack.pins import Pins, load_pins
-from epstack.render import RenderPlan, plan_render, source_date, write_plan
+from epstack.pins import load_pins
+from epstack.render import plan_render, source_date, write_plan
+from epstack.standin import STANDIN_LABEL, standin_for
 from tests.conftest import PINS, pins_variant
 
 pytestmark = pytest.mark.docker
 
+TARGET = "hopper-ib"
+SOURCES = os.environ.get("EPSTACK_TEST_SOURCES", "")
+FIXTURES = Path(__file__).with_name("fixtures")
 
-def build_offline(pins: Pins, context: Path, engine: DockerEngine) -> tuple[RenderPlan, BuildReport]:
-    """Render into `context` and build hopper-ib there, as `epstack build` does without CUDA images."""
-    plan = plan_render(pins, created=source_date(), revision="test")
-    write_plan(plan, context)
-    report = build_target(
-        pins=pins, plan=plan, context=context, target="hopper-ib", engine=engine, console=Console(stderr=True)
+
+def docker(engine: DockerEngine, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [engine.cli, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
     )
-    return plan, report
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
 
 
-def test_offline_build_installs_the_pinned_wheels(tmp_path: Path, engine: DockerEngine) -> None:
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, engine: DockerEngine) -> BuildReport:
     pins = load_pins(PINS)
-    plan, report = build_offline(pins, tmp_path / "ctx", engine)
-    tag = offline_tag(pins, "hopper-ib")
-    assert report.offline and list(report.built) == [tag]
-    assert set(report.not_built) == {image.tag for image in plan.images_for("hopper-ib")}
-    assert report.check_output.split() == [
-        f"nvidia-nccl-cu13=={pins.nccl_version}",
-        f"nvidia-nvshmem-cu13=={pins.nvshmem_version}",
+    sources = Path(SOURCES) if SOURCES else None
+    plan = plan_render(pins, created=source_date(), revision="test", sources=sources)
+    context = tmp_path_factory.mktemp("build") / "render"
+    write_plan(plan, context)
+    return build_target(
+        pins=pins, plan=plan, context=context, target=TARGET, engine=engine, console=Console()
+    )
+
+
+def ref(report: BuildReport, stage: str) -> str:
+    return next(image.ref for image in report.built if image.stage == stage)
+
+
+@pytest.fixture(scope="module")
+def made() -> Iterator[list[str]]:
+    """Images a test makes on top of the build's; removed when the module ends."""
+    images: list[str] = []
+    yield images
+    if images:
+        subprocess.run(["/usr/bin/docker", "rmi", "-f", *images], capture_output=True, check=False)
+
+
+def test_the_standin_stands_in_for_nvidia_cuda(built: BuildReport, engine: DockerEngine) -> None:
+    """Layout, tools and environment as NVIDIA's devel image has them, from the pinned CUDA release."""
+    pins = load_pins(PINS)
+    standin = standin_for(pins)
+    assert built.standin == standin
+    script = (
+        "set -e; readlink /usr/local/cuda; readlink /usr/local/cuda/include; readlink /usr/local/cuda/lib64; "
+        "nvcc --version | grep -o 'release [0-9.]*'; cuobjdump --version | grep -c Copyright; "
+        "readelf -d /usr/local/cuda/lib64/stubs/libcuda.so | grep -o 'libcuda.so.1'; echo $LIBRARY_PATH; "
+        "test -f /usr/local/cuda/include/cccl/cuda/std/version; test -f /usr/local/cuda/include/cusparse.h; "
+        "cat /etc/ld.so.conf.d/000_cuda.conf; "
+        "test -e /usr/lib/x86_64-linux-gnu/libnccl.so.2 && echo system-nccl"
+    )
+    devel = docker(engine, "run", "--rm", standin.devel, "bash", "-c", script).stdout.split("\n")
+    assert devel[:9] == [
+        "cuda-13.0",
+        "targets/x86_64-linux/include",
+        "targets/x86_64-linux/lib",
+        "release 13.0",
+        "1",
+        "libcuda.so.1",
+        "/usr/local/cuda/lib64/stubs",
+        "/usr/local/cuda/targets/x86_64-linux/lib",
+        "system-nccl",
     ]
-    labels = engine.labels(tag)
-    for key, value in pins.layer_pins("base", "hopper-ib").items():
+    runtime = docker(
+        engine, "run", "--rm", standin.runtime, "bash", "-c", "ls /usr/local/cuda/; which nvcc || true"
+    )
+    assert runtime.stdout.split() == ["lib64", "targets"], "the runtime holds the libraries, no compiler"
+    labels = engine.labels(standin.devel)
+    assert "NVIDIA's PyPI wheels" in labels[STANDIN_LABEL]
+
+
+def test_devel_and_base_are_built_guarded_and_labelled(built: BuildReport, engine: DockerEngine) -> None:
+    pins = load_pins(PINS)
+    assert [image.stage for image in built.built][:2] == ["devel", "base"]
+    base = ref(built, "base")
+    assert base == standin_ref(pins.image_ref("base", TARGET))
+    labels = engine.labels(base)
+    for key, value in pins.layer_pins("base", TARGET).items():
         assert labels[f"io.epstack.pin.{key.lower()}"] == value
-    assert labels["io.epstack.stage"] == OFFLINE_STAGE
-    assert labels["io.epstack.offline-base"] == OFFLINE_BASE
-    python = engine.run(tag, ["python", "-c", "import sys; print(sys.prefix, sys.version_info[:2])"])
-    assert python.split(" ", 1) == ["/opt/epstack/venv", f"({OFFLINE_PYTHON.replace('.', ', ')})\n"]
+    assert (
+        STANDIN_LABEL in labels and labels["org.opencontainers.image.base.name"] == standin_for(pins).runtime
+    )
+    reports = docker(
+        engine, "run", "--rm", "--entrypoint", "cat", base, "/opt/epstack/reports/base.json"
+    ).stdout
+    rows = {row["component"]: row for row in json.loads(reports)["checks"]}
+    assert rows["NCCL (loaded)"]["found"] == pins.nccl_version, "the wheel's NCCL, not the system decoy"
+    assert rows["CUDA runtime/driver"]["verdict"] == "skipped"
 
 
-def test_a_pin_change_reaches_the_image(tmp_path: Path, engine: DockerEngine) -> None:
-    """NVSHMEM moved in pins.env -> new tag, and the image holds the new wheel."""
-    pins = load_pins(pins_variant(tmp_path, NVSHMEM_VERSION="3.5.21"))
-    _, report = build_offline(pins, tmp_path / "ctx", engine)
-    assert offline_tag(pins, "hopper-ib") != offline_tag(load_pins(PINS), "hopper-ib")
-    assert "nvidia-nvshmem-cu13==3.5.21" in report.check_output.split()
+def test_the_base_image_runs_its_guard_at_start(built: BuildReport, engine: DockerEngine) -> None:
+    result = docker(engine, "run", "--rm", ref(built, "base"), "python", "-c", "print('served')")
+    assert result.stdout == "served\n"
+    assert "no NVIDIA driver in this container" in result.stderr
+    assert "guard: ok" in result.stderr
 
 
-def test_make_image_path_reports_what_it_could_not_build(
-    tmp_path: Path, engine: DockerEngine, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main(["build", "--pins", str(PINS), "--out", str(tmp_path / "render")]) == 0
-    err = capsys.readouterr().err
-    assert "cannot pull nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:" in err
-    assert "not built" in err and "built in" in err
+def test_the_runtime_base_is_smaller_than_devel(built: BuildReport) -> None:
+    sizes = {image.stage: image.size for image in built.built}
+    assert sizes["base"] < sizes["devel"]
 
 
 DRIFT = "nvidia-nvshmem-cu13==3.5.21"
 
 
-@pytest.fixture(scope="module")
-def offline_image(tmp_path_factory: pytest.TempPathFactory, engine: DockerEngine) -> str:
-    """The python stage of hopper-ib on the offline base, as `epstack build` makes it."""
-    pins = load_pins(PINS)
-    build_offline(pins, tmp_path_factory.mktemp("offline") / "ctx", engine)
-    return offline_tag(pins, "hopper-ib")
-
-
-def docker_build(engine: DockerEngine, directory: Path, dockerfile: str) -> subprocess.CompletedProcess[str]:
+def user_layer(
+    engine: DockerEngine, directory: Path, dockerfile: str, tag: str
+) -> subprocess.CompletedProcess[str]:
     """A user's own layer over an epstack image (the way drift usually arrives)."""
     (directory / "Dockerfile").write_text(dockerfile)
-    return subprocess.run(
-        [
-            engine.cli,
-            "build",
-            "--no-cache",
-            "--progress",
-            "plain",
-            "-t",
-            f"epstack-test/{directory.name}",
-            str(directory),
-        ],
-        env={**os.environ, "DOCKER_BUILDKIT": "1"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return docker(engine, "build", "--progress", "plain", "-t", tag, str(directory), check=False)
 
 
 def test_a_drifting_layer_fails_its_build_with_the_table(
-    tmp_path: Path, engine: DockerEngine, offline_image: str
+    tmp_path: Path, built: BuildReport, engine: DockerEngine
 ) -> None:
-    result = docker_build(
+    result = user_layer(
         engine,
         tmp_path,
-        f"FROM {offline_image}\nRUN uv pip install {DRIFT}\nRUN /opt/epstack/scripts/guard-layer.sh python\n",
+        f"FROM {ref(built, 'base')}\nRUN uv pip install {DRIFT}\n"
+        "RUN /opt/epstack/scripts/guard-layer.sh base\n",
+        "epstack-test/drift-fails",
     )
     assert result.returncode != 0
     row = next(line for line in result.stderr.splitlines() if "│ nvidia-nvshmem-cu13" in line)
     assert "3.4.5" in row and "3.5.21" in row and "mismatch" in row
     headers = next(line for line in result.stderr.splitlines() if "│ NVSHMEM (headers)" in line)
     assert "3.5.21" in headers and "mismatch" in headers
-    assert "guard: 2 of 3 checks failed" in result.stderr
-
-
-def test_a_correct_layer_passes_its_build(tmp_path: Path, engine: DockerEngine, offline_image: str) -> None:
-    result = docker_build(
-        engine,
-        tmp_path,
-        f"FROM {offline_image}\nRUN uv pip install {DRIFT} && uv pip install nvidia-nvshmem-cu13==3.4.5\n"
-        "RUN /opt/epstack/scripts/guard-layer.sh python\n",
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "guard: ok (3 checks)" in result.stderr
 
 
 @pytest.fixture(scope="module")
-def drifted_image(tmp_path_factory: pytest.TempPathFactory, engine: DockerEngine, offline_image: str) -> str:
+def drifted(
+    tmp_path_factory: pytest.TempPathFactory, built: BuildReport, engine: DockerEngine, made: list[str]
+) -> str:
     """An image whose own layer moved a pin and skipped the build-time guard."""
-    directory = tmp_path_factory.mktemp("drifted")
-    built = docker_build(engine, directory, f"FROM {offline_image}\nRUN uv pip install {DRIFT}\n")
-    assert built.returncode == 0, built.stderr[-2000:]
-    return f"epstack-test/{directory.name}"
+    tag = "epstack-test/drifted"
+    result = user_layer(
+        engine,
+        tmp_path_factory.mktemp("drifted"),
+        f"FROM {ref(built, 'base')}\nRUN uv pip install {DRIFT}\n",
+        tag,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    made.append(tag)
+    return tag
 
 
 @pytest.mark.parametrize(
@@ -139,29 +186,93 @@ def drifted_image(tmp_path_factory: pytest.TempPathFactory, engine: DockerEngine
     [("strict", 1, False), ("warn", 0, True), ("off", 0, True), ("loud", 2, False)],
 )
 def test_entrypoint_guard_modes_on_a_drifted_image(
-    engine: DockerEngine, drifted_image: str, mode: str, exit_code: int, ran: bool
+    engine: DockerEngine, drifted: str, mode: str, exit_code: int, ran: bool
 ) -> None:
     show = "echo started; grep -c mismatch /tmp/epstack-guard.json || true"
-    result = subprocess.run(
-        [engine.cli, "run", "--rm", "-e", f"EPSTACK_GUARD={mode}", drifted_image, "sh", "-c", show],
-        capture_output=True,
-        text=True,
-        check=False,
+    result = docker(
+        engine, "run", "--rm", "-e", f"EPSTACK_GUARD={mode}", drifted, "sh", "-c", show, check=False
     )
-    assert result.returncode == exit_code, result.stderr
+    assert result.returncode == exit_code, result.stderr[-2000:]
     assert ("started" in result.stdout) == ran
     if mode == "warn":
         # the distribution and its nvshmem_version.h
         assert result.stdout.split() == ["started", "2"], "report written where the entrypoint says"
-        assert "3.5.21" in result.stderr
 
 
-def test_entrypoint_guard_passes_on_the_built_image(engine: DockerEngine, offline_image: str) -> None:
-    result = subprocess.run(
-        [engine.cli, "run", "--rm", offline_image, "python", "-c", "print('served')"],
-        capture_output=True,
-        text=True,
-        check=False,
+def fake_efa_installer(folder: Path) -> str:
+    """aws-efa-installer-1.50.0.tar.gz holding tests/fixtures/efa/efa_installer.sh; returns its sha256."""
+    archive = folder / "aws-efa-installer-1.50.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(FIXTURES / "efa" / "efa_installer.sh", arcname="aws-efa-installer/efa_installer.sh")
+    return hashlib.sha256(archive.read_bytes()).hexdigest()
+
+
+def test_the_efa_step_runs_the_installer_as_the_real_one_needs(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine, made: list[str]
+) -> None:
+    """The EFA installer cannot be downloaded here: a fake that checks the arguments and preconditions
+    of the real one runs in the real step, taken from a sources folder and checked by its sha256."""
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    pins = pins_variant(tmp_path, EFA_INSTALLER_SHA256=fake_efa_installer(sources))
+    out = tmp_path / "render"
+    assert main(["render", "--pins", str(pins), "--out", str(out), "--sources", str(sources)]) == 0
+    image = next(
+        i
+        for i in json.loads((out / "epstack-render.json").read_text())["images"]
+        if i["name"] == "hopper-efa-base"
     )
-    assert result.returncode == 0 and result.stdout == "served\n"
-    assert "guard: ok (3 checks)" in result.stderr
+    standin = standin_for(load_pins(pins))
+    tag = "epstack-test/base-efa"
+    args = [
+        "--build-arg",
+        f"CUDA_DEVEL_IMAGE={standin.devel}",
+        "--build-arg",
+        f"CUDA_RUNTIME_IMAGE={standin.runtime}",
+    ]
+    result = docker(engine, "build", "--progress", "plain", "-f", image["dockerfile"], "--target", "base",
+                    *args, "-t", tag, str(out), check=False)  # fmt: skip
+    made.append(tag)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "fake efa_installer.sh: arguments and preconditions of the real installer hold" in result.stderr
+    assert "epstack: EFA installer 1.50.0 with aws-ofi-nccl 1.21.1" in result.stderr
+    paths = docker(
+        engine, "run", "--rm", "--entrypoint", "sh", tag, "-c", "ldconfig -p | grep -c amazon"
+    ).stdout
+    assert int(paths) >= 1, "the plugin's directories extend the loader's path"
+
+
+needs_sources = pytest.mark.skipif(
+    not SOURCES, reason="EPSTACK_TEST_SOURCES is not set: no DeepEP/fmt/GDRCopy archives and no GitHub here"
+)
+
+
+@needs_sources
+def test_deepep_and_sglang_are_built_and_guarded(built: BuildReport, engine: DockerEngine) -> None:
+    assert [image.stage for image in built.built] == ["devel", "base", "deepep", "sglang"]
+    check = (
+        "import sglang, deep_ep; from deep_ep import ElasticBuffer; "
+        "print(sglang.__version__, ElasticBuffer.__name__)"
+    )
+    result = docker(engine, "run", "--rm", ref(built, "sglang"), "python", "-c", check)
+    assert result.stdout.split() == [load_pins(PINS).sglang_version, "ElasticBuffer"]
+    assert "guard: ok" in result.stderr
+
+
+@needs_sources
+def test_the_sglang_image_passes_guard_all(built: BuildReport, engine: DockerEngine) -> None:
+    result = docker(
+        engine, "run", "--rm", ref(built, "sglang"), "epstack", "guard", "--layer", "all", check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "skipped" in result.stderr and "guard: ok" in result.stderr
+
+
+def test_without_sources_the_git_layers_say_why(built: BuildReport) -> None:
+    if SOURCES:
+        assert not built.not_built
+        return
+    assert set(built.not_built) == {
+        standin_ref(load_pins(PINS).image_ref(layer, TARGET)) for layer in ("deepep", "sglang")
+    }
+    assert all("archive in sources/" in why and "--sources" in why for why in built.not_built.values())

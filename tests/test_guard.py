@@ -22,6 +22,7 @@ from epstack.guard import (
     check_distribution,
     check_jit_prerequisites,
     check_libstdcxx,
+    check_nccl_link,
     check_nccl_loaded,
     check_nvshmem_headers,
     check_requirements,
@@ -89,6 +90,7 @@ def test_without_the_stack_exits_1_listing_every_missing_component(
         "deep_ep source",
         "deep_ep owner",
         "deep_ep.ElasticBuffer",
+        "deep_ep NCCL link",
         "deep_ep _C.so libstdc++",
         "nvcc",
         "cuobjdump",
@@ -191,6 +193,32 @@ def test_two_libnccl_in_maps_text_is_a_mismatch() -> None:
     check = check_nccl_loaded("2.30.7", maps)
     assert (check.found, check.verdict) == ("2 libnccl mapped", "mismatch")
     assert check_nccl_loaded("2.30.7", maps.splitlines()[-1]).verdict == "missing"
+
+
+def test_the_nccl_deep_ep_links_must_be_the_one_loaded(fake_nccl: dict[str, Path], tmp_path: Path) -> None:
+    """A real _C.so linked, with an rpath, to one libnccl.so.2: ok when that one is mapped, a mismatch
+    when the process mapped another, missing when the extension needs no NCCL."""
+    pinned = fake_nccl["2.30.7"]
+    extension = tmp_path / "_C.so"
+    source = tmp_path / "ext.c"
+    source.write_text("int ncclGetVersion(int *);\nint version(int *v) { return ncclGetVersion(v); }\n")
+    subprocess.run(
+        [compiler("gcc"), "-shared", "-fPIC", "-o", extension, source,
+         f"-L{pinned.parent}", "-l:libnccl.so.2", f"-Wl,-rpath,{pinned.parent}"],
+        check=True,
+    )  # fmt: skip
+
+    def maps(library: Path) -> str:
+        return f"7f0000000000-7f0000001000 r-xp 00000000 08:01 1 {library}\n"
+
+    check = check_nccl_link(extension, maps(pinned))
+    assert (check.found, check.verdict) == (str(pinned), "ok")
+    other = check_nccl_link(extension, maps(fake_nccl["2.28.9"]))
+    assert (other.expected, other.found, other.verdict) == (str(fake_nccl["2.28.9"]), str(pinned), "mismatch")
+    unlinked = tmp_path / "plain.so"
+    subprocess.run([compiler("gcc"), "-shared", "-fPIC", "-o", unlinked, "-x", "c", "/dev/null"], check=True)
+    assert check_nccl_link(unlinked, maps(pinned)).verdict == "missing"
+    assert check_nccl_link(None, maps(pinned)).found == "no _C.so"
 
 
 # ---- libstdc++ interposition ------------------------------------------------------------------

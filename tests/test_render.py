@@ -12,6 +12,7 @@ import pytest
 from epstack.cli import main
 from epstack.pins import load_pins
 from epstack.render import plan_render, tree_digest, write_plan
+from epstack.resolve import uv_bin
 from tests.conftest import PINS, REPO, pins_variant, venv_tool
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -37,7 +38,9 @@ def test_render_twice_is_byte_identical(tmp_path: Path, monkeypatch: pytest.Monk
         "docker-bake.json",
         "epstack-render.json",
         "scripts",
+        "sources",
         "src",
+        "standin",
         "targets",
     ]
 
@@ -55,8 +58,8 @@ def test_dockerfile_matches_golden(rendered: Path, target: str, layer: str) -> N
 
 
 def test_every_rendered_dockerfile_passes_hadolint(rendered: Path) -> None:
-    dockerfiles = sorted(rendered.glob("targets/*/*.Dockerfile"))
-    assert len(dockerfiles) == 12
+    dockerfiles = [*sorted(rendered.glob("targets/*/*.Dockerfile")), rendered / "standin" / "Dockerfile"]
+    assert len(dockerfiles) == 13
     result = subprocess.run(
         [venv_tool("hadolint"), "--no-fail", "--format", "json", *map(str, dockerfiles)],
         capture_output=True,
@@ -119,11 +122,23 @@ def test_every_copy_source_exists_in_the_context(rendered: Path) -> None:
 
 
 def test_sglang_layer_never_installs_what_lower_layers_own(rendered: Path) -> None:
+    """Base packages stay at their pins (overrides); no other deep_ep comes in (excludes, a flag uv has)."""
     text = (rendered / "targets/hopper-efa/sglang.Dockerfile").read_text()
-    for package in ("torch", "nvidia-nccl-cu13", "nvidia-nvshmem-cu13", "sgl-deep-ep"):
-        assert f"--no-install-package {package}" in text
-    overrides = (rendered / "targets/hopper-efa/overrides.txt").read_text()
-    assert "nvidia-nccl-cu13==2.30.7" in overrides and "torch==2.14.1" in overrides
+    assert "--excludes /opt/epstack/pins/excludes.txt" in text and "overrides.txt" in text
+    excludes = (rendered / "targets/hopper-efa/excludes.txt").read_text().splitlines()[1:]
+    assert excludes == ["sgl-deep-ep", "deep-ep"]
+    overrides = (rendered / "targets/hopper-efa/overrides.txt").read_text().splitlines()[1:]
+    assert overrides == ["torch==2.14.1", "nvidia-nccl-cu13==2.30.7", "nvidia-nvshmem-cu13==3.4.5"]
+
+
+def test_the_sglang_install_flags_are_ones_the_pinned_uv_has() -> None:
+    """The step the issue found broken: a flag uv does not have exits the build at once."""
+    helptext = subprocess.run(
+        [uv_bin(), "pip", "install", "--help"], capture_output=True, text=True, check=True
+    )
+    for flag in ("--excludes", "--override", "--requirement"):
+        assert flag in helptext.stdout
+    assert "--no-install-package" not in helptext.stdout
 
 
 def test_ib_target_pins_rdma_core_and_efa_target_checks_installer(rendered: Path) -> None:

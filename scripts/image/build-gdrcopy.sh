@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# Build GDRCopy's user-space library (libgdrapi) at a pinned commit into PREFIX.
-# Usage: build-gdrcopy.sh VERSION COMMIT PREFIX   (the kernel module comes from the host)
+# Build GDRCopy's user-space library (libgdrapi) at a pinned commit into PREFIX; the kernel module
+# (gdrdrv) comes from the host. The source is SOURCES/gdrcopy-COMMIT.tar.gz when that `git archive`
+# exists (its commit checked by `epstack sources verify` before it is unpacked), else a clone of tag
+# vVERSION whose HEAD must be COMMIT.
+# Usage: build-gdrcopy.sh VERSION COMMIT PREFIX SOURCES
 set -euo pipefail
 
-version=$1 commit=$2 prefix=$3
+version=$1 commit=$2 prefix=$3 sources=$4
 src=$(mktemp -d)
-git clone --quiet --branch "v${version}" --depth 1 https://github.com/NVIDIA/gdrcopy.git "${src}"
-found=$(git -C "${src}" rev-parse HEAD)
-if [ "${found}" != "${commit}" ]; then
-  echo "epstack: gdrcopy v${version} is ${found}, pins.env says ${commit}" >&2
-  exit 1
+archive=${sources}/gdrcopy-${commit}.tar.gz
+if [ -f "${archive}" ]; then
+  epstack sources verify "${archive}" "${commit}"
+  tar -xzf "${archive}" -C "${src}"
+  if [ ! -f "${src}/Makefile" ]; then src=$(find "${src}" -mindepth 1 -maxdepth 1 -type d); fi
+else
+  git clone --quiet --branch "v${version}" --depth 1 https://github.com/NVIDIA/gdrcopy.git "${src}"
+  found=$(git -C "${src}" rev-parse HEAD)
+  if [ "${found}" != "${commit}" ]; then
+    echo "epstack: gdrcopy v${version} is ${found}, pins.env says ${commit}" >&2
+    exit 1
+  fi
 fi
 make -C "${src}" prefix="${prefix}" CUDA=/usr/local/cuda lib lib_install -j"$(nproc)"
 rm -rf "${src}"

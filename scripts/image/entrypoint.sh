@@ -2,7 +2,14 @@
 # Container entrypoint: check the stack against this image's pins, then run the command.
 #   EPSTACK_GUARD=strict (default): refuse to start on drift; warn: report and start; off: skip.
 #   The JSON report lands in ${EPSTACK_GUARD_REPORT:-/tmp/epstack-guard.json}.
+# Without a mounted NVIDIA driver the CUDA driver stub stands in (cuda-stub.sh), and this says so.
 set -euo pipefail
+
+# shellcheck source=scripts/image/cuda-stub.sh
+. "$(dirname "$0")/cuda-stub.sh"
+if [ -n "${EPSTACK_CUDA_STUB:-}" ]; then
+  echo "epstack: no NVIDIA driver in this container: CUDA calls fail (driver stub ${EPSTACK_CUDA_STUB})" >&2
+fi
 
 mode=${EPSTACK_GUARD:-strict}
 report=${EPSTACK_GUARD_REPORT:-/tmp/epstack-guard.json}

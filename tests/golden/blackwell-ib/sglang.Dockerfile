@@ -1,19 +1,15 @@
 # epstack 0.1.0: sglang layer for target blackwell-ib. SGLang 0.5.23 over the DeepEP layer.
 # Rendered from images/sglang/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
-# uv installs sglang with overrides pinning what the lower layers own, and never installs:
-# torch, nvidia-nccl-cu13, nvidia-nvshmem-cu13, sgl-deep-ep, deep-ep.
-ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-blackwell-ib-d61cc4dc31b3
+# uv installs sglang with the base packages overridden to their pins (torch, nvidia-nccl-cu13, nvidia-nvshmem-cu13)
+# and never installs another deep_ep (sgl-deep-ep, deep-ep).
+ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-blackwell-ib-ca175970e7cb
 
 FROM ${DEEPEP_IMAGE} AS sglang
-COPY targets/blackwell-ib/sglang-requirements.txt /opt/epstack/pins/
+COPY targets/blackwell-ib/sglang-requirements.txt targets/blackwell-ib/excludes.txt /opt/epstack/pins/
 RUN --mount=type=cache,target=/root/.cache/uv \
     /opt/epstack/scripts/install-python-packages.sh \
       /opt/epstack/pins/sglang-requirements.txt /opt/epstack/pins/overrides.txt \
-      --no-install-package torch \
-      --no-install-package nvidia-nccl-cu13 \
-      --no-install-package nvidia-nvshmem-cu13 \
-      --no-install-package sgl-deep-ep \
-      --no-install-package deep-ep
+      --excludes /opt/epstack/pins/excludes.txt
 ENV EPSTACK_PINS=/opt/epstack/pins/sglang.pins.env \
     EPSTACK_GUARD_LAYER=sglang
 COPY targets/blackwell-ib/sglang.pins.env /opt/epstack/pins/
@@ -21,7 +17,7 @@ RUN /opt/epstack/scripts/guard-layer.sh sglang
 LABEL \
     org.opencontainers.image.title="epstack sglang (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="sglang-0.5.23-deepep-d4f41e4-cu13.0-blackwell-ib-be70d5955258" \
+    org.opencontainers.image.version="sglang-0.5.23-deepep-d4f41e4-cu13.0-blackwell-ib-96291fcacf59" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.target="blackwell-ib" \
@@ -31,6 +27,7 @@ LABEL \
     io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
     io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.pin.cuda_version="13.0.3" \
+    io.epstack.pin.deepep_fmt_ref="a4c7e17133ee9cb6a2f45545f6e974dd3c393efa" \
     io.epstack.pin.deepep_ref="d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb" \
     io.epstack.pin.deepep_repo="https://github.com/deepseek-ai/DeepEP.git" \
     io.epstack.pin.fabric="ib" \

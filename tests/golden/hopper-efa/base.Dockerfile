@@ -1,7 +1,8 @@
-# epstack 0.1.0: base layer for target hopper-efa. CUDA 13.0.3, Python 3.12, torch, NCCL, NVSHMEM, GDRCopy, efa.
+# epstack 0.1.0: base layer for target hopper-efa. CUDA 13.0.3, Python 3.12, torch, NCCL, NVSHMEM, efa.
 # Rendered from images/base/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
-# Stages: os -> python (pinned NCCL/NVSHMEM wheels, epstack guard) -> devel (torch; builds DeepEP)
-#         base (runtime image + venv + DeepEP JIT toolchain + GDRCopy + fabric)
+# Stages: os -> devel (venv: NCCL, NVSHMEM, torch; epstack's guard; DeepEP is built on it)
+#         base (runtime image + the venv + DeepEP's JIT toolchain + fabric)
+# Everything here comes from package registries (PyPI, the Ubuntu archive, the EFA installer).
 # Every install step is followed by `epstack guard` for its layer: drift fails the build.
 ARG CUDA_DEVEL_IMAGE=nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266
 ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb
@@ -19,35 +20,23 @@ ENV EPSTACK_HOME=/opt/epstack \
 ARG UBUNTU_SNAPSHOT=20261115T000000Z
 ARG PYTHON_VERSION=3.12
 COPY scripts/image/install-os-packages.sh /opt/epstack/scripts/
+# libibverbs-dev: the NVSHMEM headers DeepEP compiles against include infiniband/mlx5dv.h.
 RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
       "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" "python${PYTHON_VERSION}-dev" \
-      build-essential ca-certificates curl git libnuma-dev pkg-config
+      build-essential ca-certificates curl git libibverbs-dev libnuma-dev pkg-config
 
-# ---- python: the venv with NCCL 2.30.7 and NVSHMEM 3.4.5 wheels, and epstack's guard ----------
-FROM os AS python
-ARG PYTHON_VERSION=3.12
+# ---- devel: the venv (NCCL 2.30.7, NVSHMEM 3.4.5, torch 2.14.1 cu130) and epstack's guard ----------
+FROM os AS devel
 COPY scripts/image/install-python-packages.sh /opt/epstack/scripts/
-COPY targets/hopper-efa/overrides.txt targets/hopper-efa/python-requirements.txt /opt/epstack/pins/
+COPY targets/hopper-efa/overrides.txt targets/hopper-efa/base-requirements.txt /opt/epstack/pins/
 RUN --mount=type=cache,target=/root/.cache/uv \
     /opt/epstack/scripts/install-python-packages.sh \
-      /opt/epstack/pins/python-requirements.txt /opt/epstack/pins/overrides.txt
-COPY scripts/image/install-epstack.sh scripts/image/guard-layer.sh scripts/image/entrypoint.sh /opt/epstack/scripts/
+      /opt/epstack/pins/base-requirements.txt /opt/epstack/pins/overrides.txt
+COPY scripts/image/install-epstack.sh scripts/image/guard-layer.sh scripts/image/cuda-stub.sh \
+     scripts/image/entrypoint.sh /opt/epstack/scripts/
 COPY src/ /opt/epstack/src/
 RUN --mount=type=cache,target=/root/.cache/uv /opt/epstack/scripts/install-epstack.sh /opt/epstack/src
 ENTRYPOINT ["/opt/epstack/scripts/entrypoint.sh"]
-ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
-    EPSTACK_GUARD_LAYER=python
-COPY targets/hopper-efa/base.pins.env /opt/epstack/pins/
-RUN /opt/epstack/scripts/guard-layer.sh python
-
-# ---- devel: torch 2.14.1 (cu130) and GDRCopy 2.5.2; DeepEP is built on this image ----------
-FROM python AS devel
-COPY targets/hopper-efa/torch-requirements.txt /opt/epstack/pins/
-RUN --mount=type=cache,target=/root/.cache/uv \
-    /opt/epstack/scripts/install-python-packages.sh \
-      /opt/epstack/pins/torch-requirements.txt /opt/epstack/pins/overrides.txt
-COPY scripts/image/build-gdrcopy.sh /opt/epstack/scripts/
-RUN /opt/epstack/scripts/build-gdrcopy.sh 2.5.2 c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9 /opt/gdrcopy
 ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_GUARD_LAYER=base
 COPY targets/hopper-efa/base.pins.env /opt/epstack/pins/
@@ -55,7 +44,7 @@ RUN /opt/epstack/scripts/guard-layer.sh base
 LABEL \
     org.opencontainers.image.title="epstack base (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-efa-71c39fc87839" \
+    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-efa-ec48821ec4de" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-devel-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
     io.epstack.target="hopper-efa" \
@@ -67,8 +56,6 @@ LABEL \
     io.epstack.pin.efa_installer_sha256="fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841" \
     io.epstack.pin.efa_installer_version="1.50.0" \
     io.epstack.pin.fabric="efa" \
-    io.epstack.pin.gdrcopy_ref="c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9" \
-    io.epstack.pin.gdrcopy_version="2.5.2" \
     io.epstack.pin.nccl_version="2.30.7" \
     io.epstack.pin.nvshmem_version="3.4.5" \
     io.epstack.pin.python_version="3.12" \
@@ -77,7 +64,7 @@ LABEL \
     io.epstack.pin.ubuntu_snapshot="20261115T000000Z" \
     io.epstack.pin.uv_version="0.13.9"
 
-# ---- base: runtime image with the devel venv, DeepEP's JIT toolchain, GDRCopy, efa ----------
+# ---- base: runtime image with the devel venv, DeepEP's JIT toolchain, efa ----------
 FROM ${CUDA_RUNTIME_IMAGE} AS base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV EPSTACK_HOME=/opt/epstack \
@@ -92,22 +79,24 @@ ARG PYTHON_VERSION=3.12
 COPY scripts/image/install-os-packages.sh /opt/epstack/scripts/
 # g++ is the host compiler nvcc drives when DeepEP JIT-compiles its kernels at first use.
 RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
-      "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" ca-certificates curl g++ libnuma1
+      "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" ca-certificates g++ libnuma1
 COPY --from=devel /opt/epstack/ /opt/epstack/
-COPY --from=devel /opt/gdrcopy/ /opt/gdrcopy/
+# DeepEP's JIT compiles -cubin only, with no link step: nvcc (bin/, nvvm/) and the headers are all it
+# needs of the toolkit, not the devel image's libraries. The driver stub lets `import deep_ep` work
+# where no driver is mounted (image builds, CPU-only runs); the entrypoint uses it only then.
 COPY --from=devel /usr/local/cuda-13.0/bin/ /usr/local/cuda-13.0/bin/
 COPY --from=devel /usr/local/cuda-13.0/nvvm/ /usr/local/cuda-13.0/nvvm/
-COPY --from=devel /usr/local/cuda-13.0/targets/x86_64-linux/ /usr/local/cuda-13.0/targets/x86_64-linux/
+COPY --from=devel /usr/local/cuda-13.0/targets/x86_64-linux/include/ /usr/local/cuda-13.0/targets/x86_64-linux/include/
+COPY --from=devel /usr/local/cuda-13.0/targets/x86_64-linux/lib/stubs/ /usr/local/cuda-13.0/targets/x86_64-linux/lib/stubs/
 COPY scripts/image/install-efa.sh /opt/epstack/scripts/
-RUN /opt/epstack/scripts/install-efa.sh 1.50.0 fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841 1.21.1
-ENV LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib:/opt/gdrcopy/lib \
-    FI_PROVIDER=efa \
-    NCCL_GIN_TYPE=5
+# The installer comes from the sources folder when there (bind-mounted: it never becomes a layer).
+RUN --mount=type=bind,source=sources/base,target=/opt/epstack/sources \
+    /opt/epstack/scripts/install-efa.sh 1.50.0 fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841 \
+      1.21.1 /opt/epstack/sources
 ENV CUDA_HOME=/usr/local/cuda \
     NCCL_CUMEM_ENABLE=1
-# DeepEP's JIT reads $CUDA_HOME/include (cccl included); the runtime image may lack the link.
-RUN [ -e /usr/local/cuda-13.0/include ] || \
-    ln -s targets/x86_64-linux/include /usr/local/cuda-13.0/include
+# DeepEP's JIT reads $CUDA_HOME/include; NVIDIA's runtime image has no such link.
+RUN [ -e /usr/local/cuda-13.0/include ] || ln -s targets/x86_64-linux/include /usr/local/cuda-13.0/include
 ENTRYPOINT ["/opt/epstack/scripts/entrypoint.sh"]
 ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_GUARD_LAYER=base
@@ -116,7 +105,7 @@ RUN /opt/epstack/scripts/guard-layer.sh base
 LABEL \
     org.opencontainers.image.title="epstack base (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-efa-71c39fc87839" \
+    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-efa-ec48821ec4de" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.target="hopper-efa" \
@@ -128,8 +117,6 @@ LABEL \
     io.epstack.pin.efa_installer_sha256="fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841" \
     io.epstack.pin.efa_installer_version="1.50.0" \
     io.epstack.pin.fabric="efa" \
-    io.epstack.pin.gdrcopy_ref="c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9" \
-    io.epstack.pin.gdrcopy_version="2.5.2" \
     io.epstack.pin.nccl_version="2.30.7" \
     io.epstack.pin.nvshmem_version="3.4.5" \
     io.epstack.pin.python_version="3.12" \

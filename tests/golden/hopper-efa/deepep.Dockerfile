@@ -1,24 +1,31 @@
-# epstack 0.1.0: deepep layer for target hopper-efa. DeepEP V2 at d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb for TORCH_CUDA_ARCH_LIST=9.0a.
+# epstack 0.1.0: deepep layer for target hopper-efa. GDRCopy 2.5.2, DeepEP V2 at d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb for TORCH_CUDA_ARCH_LIST=9.0a.
 # Rendered from images/deepep/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
-# Stages: build (on the devel image: clone at the pinned SHA with fmt, compile the wheel)
-#         deepep (base image + the wheel only; the build tree stays behind)
-ARG DEVEL_IMAGE=epstack:devel-cu13.0-nccl2.30.7-efa-71c39fc87839
-ARG BASE_IMAGE=epstack:base-cu13.0-nccl2.30.7-efa-71c39fc87839
+# Stages: build (on the devel image: GDRCopy and DeepEP from their pinned commits, from the sources
+#                folder's `git archive` tarballs when there, else cloned; both checked against pins)
+#         deepep (base image + libgdrapi + the deep_ep wheel; the build trees stay behind)
+ARG DEVEL_IMAGE=epstack:devel-cu13.0-nccl2.30.7-efa-ec48821ec4de
+ARG BASE_IMAGE=epstack:base-cu13.0-nccl2.30.7-efa-ec48821ec4de
 
 FROM ${DEVEL_IMAGE} AS build
-COPY scripts/image/build-deepep.sh /opt/epstack/scripts/
-COPY targets/hopper-efa/deepep-build-requirements.txt /opt/epstack/pins/
+COPY sources/deepep/ /opt/epstack/sources/
+COPY scripts/image/build-gdrcopy.sh /opt/epstack/scripts/
+RUN /opt/epstack/scripts/build-gdrcopy.sh 2.5.2 c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9 /opt/gdrcopy /opt/epstack/sources
+COPY targets/hopper-efa/deepep-build-requirements.txt targets/hopper-efa/deepep.pins.env /opt/epstack/pins/
 RUN --mount=type=cache,target=/root/.cache/uv \
-    /opt/epstack/scripts/build-deepep.sh https://github.com/deepseek-ai/DeepEP.git d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb \
-      "9.0a" /opt/epstack/pins/deepep-build-requirements.txt /opt/epstack/wheels
+    uv pip install --requirement /opt/epstack/pins/deepep-build-requirements.txt && \
+    epstack deepep build --pins /opt/epstack/pins/deepep.pins.env --sources /opt/epstack/sources \
+      --wheel-dir /opt/epstack/wheels
 
 FROM ${BASE_IMAGE} AS deepep
+COPY --from=build /opt/gdrcopy/ /opt/gdrcopy/
 COPY --from=build /opt/epstack/wheels/ /opt/epstack/wheels/
+# Library paths extend the image's (ld.so.conf.d), never replace LD_LIBRARY_PATH (driver mounts).
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv pip install --no-deps /opt/epstack/wheels/deep_ep-*.whl
+    uv pip install --no-deps /opt/epstack/wheels/deep_ep-*.whl && \
+    echo /opt/gdrcopy/lib > /etc/ld.so.conf.d/gdrcopy.conf && ldconfig && \
+    install -d -m 1777 /var/cache/deep_ep
 # DeepEP V2 JIT-compiles its kernels at first use: cache them where every user can write.
 ENV EP_JIT_CACHE_DIR=/var/cache/deep_ep
-RUN install -d -m 1777 /var/cache/deep_ep
 ENV EPSTACK_PINS=/opt/epstack/pins/deepep.pins.env \
     EPSTACK_GUARD_LAYER=deepep
 COPY targets/hopper-efa/deepep.pins.env /opt/epstack/pins/
@@ -26,7 +33,7 @@ RUN /opt/epstack/scripts/guard-layer.sh deepep
 LABEL \
     org.opencontainers.image.title="epstack deepep (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-hopper-efa-bbaf08a49cd6" \
+    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-hopper-efa-9feabe478643" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.target="hopper-efa" \
@@ -35,6 +42,7 @@ LABEL \
     io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
     io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.pin.cuda_version="13.0.3" \
+    io.epstack.pin.deepep_fmt_ref="a4c7e17133ee9cb6a2f45545f6e974dd3c393efa" \
     io.epstack.pin.deepep_ref="d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb" \
     io.epstack.pin.deepep_repo="https://github.com/deepseek-ai/DeepEP.git" \
     io.epstack.pin.efa_installer_sha256="fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841" \

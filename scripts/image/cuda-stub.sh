@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Sourced by guard-layer.sh and entrypoint.sh. Where no NVIDIA driver is mounted (an image build, a
+# container on a machine without GPUs) libcuda.so.1 is missing and `import deep_ep` fails, since its
+# _C.so links it. Then the CUDA driver stub stands in: every call returns CUDA_ERROR_STUB_LIBRARY, so
+# imports and CPU work go on and nothing can pretend to run on a GPU. With a driver, nothing changes.
+epstack_stub=/usr/local/cuda/lib64/stubs/libcuda.so
+if [ -e "${epstack_stub}" ] && ! ldconfig -p | grep -q 'libcuda.so.1 '; then
+  epstack_shim=$(mktemp -d)
+  ln -s "${epstack_stub}" "${epstack_shim}/libcuda.so.1"
+  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+${LD_LIBRARY_PATH}:}${epstack_shim}"
+  export EPSTACK_CUDA_STUB="${epstack_stub}"
+fi
+unset epstack_stub epstack_shim
