@@ -19,14 +19,14 @@ from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from epstack.errors import BadInput
+from epstack.fabric import DEEPEP_V2_MIN_NCCL
+from epstack.fabric import FABRICS as FABRIC_FACTS
 from epstack.pinsfile import PinsFile, read_pins_file
 
 Layer = Literal["base", "deepep", "sglang"]
 LAYERS: tuple[Layer, ...] = ("base", "deepep", "sglang")
-FABRICS = ("efa", "ib")
-
-# DeepEP V2 uses NCCL's GIN device API, first shipped in NCCL 2.30.4.
-DEEPEP_V2_MIN_NCCL = Version("2.30.4")
+FABRICS = tuple(FABRIC_FACTS)
+__all__ = ["DEEPEP_V2_MIN_NCCL", "FABRICS"]
 # NCCL GIN over EFA (NCCL_GIN_TYPE=5) first shipped in aws-ofi-nccl 1.21.
 EFA_GIN_MIN_OFI_NCCL = Version("1.21.0")
 

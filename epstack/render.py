@@ -26,6 +26,7 @@ import jinja2
 
 from epstack import __version__
 from epstack.errors import BadInput
+from epstack.fabric import COMMON_IMAGE_ENV, FABRICS
 from epstack.pins import LAYERS, Layer, Pins
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -122,6 +123,8 @@ def plan_render(pins: Pins, *, created: datetime, revision: str) -> RenderPlan:
             "target": target,
             "arch": target.rsplit("-", 1)[0],
             "fabric": target.rsplit("-", 1)[1],
+            "fabric_env": FABRICS[target.rsplit("-", 1)[1]].image_env,
+            "common_env": COMMON_IMAGE_ENV,
             "images": {image.stage: image for image in target_images},
             "protected_packages": PROTECTED_PACKAGES,
             "epstack_version": __version__,
