@@ -13,6 +13,7 @@ from rich.table import Table
 
 from epstack import __version__, guard, predict
 from epstack.build import build_target
+from epstack.cluster import cli as cluster_cli
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput, EpstackError
 from epstack.pins import LAYERS, Pins, load_pins, pins_path
@@ -107,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     guard.register(commands)
     smoke_cli.register(commands)
+    cluster_cli.register(commands)
     return parser
 
 
