@@ -94,6 +94,8 @@ def enroot_pull_script(image: ImageRef, *, nodes: int, squashfs_dir: str) -> str
         "set -euo pipefail",
         "",
         f"srun --ntasks-per-node=1 mkdir -p {shlex.quote(squashfs_dir)}",
+        "# Each node imports once; an existing file (same digest, same name) is kept.",
+        "# shellcheck disable=SC2016",
         "srun --ntasks-per-node=1 bash -c "
         + shlex.quote('[ -e "$1" ] || enroot import --output "$1" "$2"')
         + f" _ {shlex.quote(target)} {shlex.quote('docker://' + image.ref)}",
