@@ -27,11 +27,9 @@ from tests.cluster.validation import images_of, validate_object
 CASES = list(itertools.product(("elastic-smoke", "serve"), ("job", "lws"), ("efa", "ib"), (1, 2)))
 
 
-def _objects(
-    tmp_path: Path, job: str, kind: str, fabric: str, nodes: int, gpus: int = 8
-) -> list[dict[str, Any]]:
+def _objects(tmp_path: Path, job: str, kind: str, fabric: str, nodes: int) -> list[dict[str, Any]]:
     pins = pins_for(tmp_path, fabric, nodes)
-    args = render_args(target="k8s", job=job, nodes=nodes, gpus=gpus, fabric=fabric, pins=pins)
+    args = render_args(target="k8s", job=job, nodes=nodes, gpus=8, fabric=fabric, pins=pins)
     return load_all(render(tmp_path, *args, "--k8s-kind", kind))
 
 
