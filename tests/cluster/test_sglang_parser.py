@@ -79,7 +79,7 @@ def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
         {
             "id": "deprecated",
             "argv": ["--model-path", "m", "--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"],
-        },  # fmt: skip
+        },
     ]
     results = sglang_env.parse([{"id": c["id"], "argv": c["argv"]} for c in commands + negative])
     by_id = {r["id"]: r for r in results}
