@@ -38,9 +38,22 @@ def render_args(
 ) -> list[str]:
     return [
         "render",
-        "--target", target, "--job", job, "--nodes", str(nodes), "--gpus-per-node", str(gpus),
-        "--fabric", fabric, "--image", IMAGE, "--pins", str(pins), *extra,
-    ]  # fmt: skip
+        "--target",
+        target,
+        "--job",
+        job,
+        "--nodes",
+        str(nodes),
+        "--gpus-per-node",
+        str(gpus),
+        "--fabric",
+        fabric,
+        "--image",
+        IMAGE,
+        "--pins",
+        str(pins),
+        *extra,
+    ]
 
 
 def load_all(text: str) -> list[dict[str, Any]]:

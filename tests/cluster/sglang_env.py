@@ -45,10 +45,21 @@ def ensure() -> Path:
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-         "--target", str(partial), "-r", str(REQUIREMENTS)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--target",
+            str(partial),
+            "-r",
+            str(REQUIREMENTS),
+        ],
         check=True,
-    )  # fmt: skip
+    )
     (partial / stamp.name).write_text(_stamp())
     partial.rename(target)
     return target
@@ -58,9 +69,14 @@ def parse(commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Run SGLang's prepare_server_args over every {"id", "argv"} in one process; see sglang_parse.py."""
     env = dict(os.environ, PYTHONPATH=str(ensure()), PYTHONWARNINGS="always")
     result = subprocess.run(
-        [sys.executable, str(RUNNER)], input=json.dumps(commands), env=env,
-        capture_output=True, text=True, check=False, timeout=600,
-    )  # fmt: skip
+        [sys.executable, str(RUNNER)],
+        input=json.dumps(commands),
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     if result.returncode != 0:
         raise RuntimeError(f"sglang_parse.py exited {result.returncode}: {result.stderr[-4000:]}")
     parsed: list[dict[str, Any]] = json.loads(result.stdout)

@@ -13,10 +13,23 @@ import sys
 import warnings
 
 FIELDS = (
-    "model_path", "tp_size", "dp_size", "attn_dp_size", "ep_size", "moe_a2a_backend", "deepep_v2_mode",
-    "deepep_mode", "chunked_prefill_size", "cuda_graph_max_bs_decode", "nnodes", "node_rank",
-    "dist_init_addr", "host", "port", "trust_remote_code",
-)  # fmt: skip
+    "model_path",
+    "tp_size",
+    "dp_size",
+    "attn_dp_size",
+    "ep_size",
+    "moe_a2a_backend",
+    "deepep_v2_mode",
+    "deepep_mode",
+    "chunked_prefill_size",
+    "cuda_graph_max_bs_decode",
+    "nnodes",
+    "node_rank",
+    "dist_init_addr",
+    "host",
+    "port",
+    "trust_remote_code",
+)
 
 
 class Collect(logging.Handler):

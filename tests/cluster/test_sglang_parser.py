@@ -38,8 +38,14 @@ def _profile_commands() -> list[dict[str, Any]]:
         plan = serve_plan(profile, nodes=nodes, gpus_per_node=GPUS, a2a=a2a)
         for rank in range(min(nodes, 2)):
             command = sglang_command(plan, node_rank=str(rank), leader="node-0")
-            commands.append({"id": f"{profile}/{nodes}x{GPUS}/{a2a}/node{rank}", "argv": _argv(command),
-                             "plan": plan, "rank": rank})  # fmt: skip
+            commands.append(
+                {
+                    "id": f"{profile}/{nodes}x{GPUS}/{a2a}/node{rank}",
+                    "argv": _argv(command),
+                    "plan": plan,
+                    "rank": rank,
+                }
+            )
     return commands
 
 
@@ -57,8 +63,11 @@ def _manifest_commands(tmp_path: Path) -> list[dict[str, Any]]:
             if obj["kind"] in ("Job", "LeaderWorkerSet"):
                 spec = obj["spec"].get("template") or obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]
                 container = spec["spec"]["containers"][0]
-                values = {"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "epstack-serve-0.epstack-serve",
-                          "JOB_COMPLETION_INDEX": "1"}  # fmt: skip
+                values = {
+                    "LWS_WORKER_INDEX": "1",
+                    "LWS_LEADER_ADDRESS": "epstack-serve-0.epstack-serve",
+                    "JOB_COMPLETION_INDEX": "1",
+                }
                 commands.append({"id": f"k8s-{kind}", "argv": _argv(_expand(container["args"], values))})
     printed = render(tmp_path, *args, "--print-command", name="printed")
     for line in (line for line in printed.splitlines() if not line.startswith("#")):
@@ -136,8 +145,28 @@ def test_the_parser_catches_a_renamed_flag_and_a_deprecated_one(parsed: dict[str
 
 
 def test_cli_print_command_without_image(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["cluster", "render", "--target", "k8s", "--job", "serve", "--nodes", "2", "--gpus-per-node",
-                 "8", "--fabric", "ib", "--print-command", "--profile", "qwen3-30b-a3b"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "cluster",
+                "render",
+                "--target",
+                "k8s",
+                "--job",
+                "serve",
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "8",
+                "--fabric",
+                "ib",
+                "--print-command",
+                "--profile",
+                "qwen3-30b-a3b",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "# node 0" in out and "# node 1" in out and "--node-rank 1" in out
     assert "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK=512" in out  # max(8192 / 16 ranks, 256)

@@ -85,8 +85,10 @@ def _tool_checks(script: str, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout
 
 
-@pytest.mark.parametrize(("job", "fabric", "nodes"), [(j, f, n) for j in ("elastic-smoke", "serve")
-                                                        for f in ("efa", "ib") for n in (1, 2)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("job", "fabric", "nodes"),
+    [(j, f, n) for j in ("elastic-smoke", "serve") for f in ("efa", "ib") for n in (1, 2)],
+)
 def test_sbatch_passes_bash_n_and_shellcheck(tmp_path: Path, job: str, fabric: str, nodes: int) -> None:
     pins = pins_for(tmp_path, fabric, nodes)
     script = render(
@@ -129,8 +131,10 @@ def test_serve_task_expands_its_node_rank_inside_the_task(tmp_path: Path) -> Non
         expanded = subprocess.run(
             ["bash", "-c", inner.replace("exec ", 'printf "%s\\n" ', 1)],
             env={"SLURM_NODEID": task["env"]["SLURM_NODEID"], "MASTER_ADDR": task["env"]["MASTER_ADDR"]},
-            capture_output=True, text=True, check=True,
-        ).stdout.splitlines()  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
         assert expanded[expanded.index("--node-rank") + 1] == str(node)
         assert expanded[expanded.index("--dist-init-addr") + 1] == "gpu-st-0:5000"
         assert task["env"]["SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK"] == "4096"
@@ -144,8 +148,19 @@ def test_golden_sbatch_serve(tmp_path: Path) -> None:
 
 
 def test_pull_script_and_render_agree_on_the_squashfs_file(tmp_path: Path) -> None:
-    pull = render(tmp_path, "pull", "--target", "slurm", "--image", IMAGE, "--nodes", "4",
-                  "--squashfs-dir", "/scratch/images", name="pull")  # fmt: skip
+    pull = render(
+        tmp_path,
+        "pull",
+        "--target",
+        "slurm",
+        "--image",
+        IMAGE,
+        "--nodes",
+        "4",
+        "--squashfs-dir",
+        "/scratch/images",
+        name="pull",
+    )
     _tool_checks(pull, tmp_path)
     sqsh = squashfs_path("/scratch/images", parse_image(IMAGE))
     assert sqsh == f"/scratch/images/epstack-{DIGEST[7:19]}.sqsh"
