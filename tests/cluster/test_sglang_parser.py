@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from epstack.cli import main
 from epstack.cluster.profiles import A2A_BACKENDS, PROFILES, serve_plan
 from epstack.cluster.serve import SGLANG_ENTRY, sglang_command
 from epstack.pinsfile import read_pins_file
@@ -142,31 +141,3 @@ def test_the_parser_catches_a_renamed_flag_and_a_deprecated_one(parsed: dict[str
     assert not parsed["renamed"]["ok"]
     assert "unrecognized arguments: --attention-dp-width" in parsed["renamed"]["error"]
     assert parsed["deprecated"]["ok"] and _deprecations(parsed["deprecated"])
-
-
-def test_cli_print_command_without_image(capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        main(
-            [
-                "cluster",
-                "render",
-                "--target",
-                "k8s",
-                "--job",
-                "serve",
-                "--nodes",
-                "2",
-                "--gpus-per-node",
-                "8",
-                "--fabric",
-                "ib",
-                "--print-command",
-                "--profile",
-                "qwen3-30b-a3b",
-            ]
-        )
-        == 0
-    )
-    out = capsys.readouterr().out
-    assert "# node 0" in out and "# node 1" in out and "--node-rank 1" in out
-    assert "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK=512" in out  # max(8192 / 16 ranks, 256)
