@@ -3,17 +3,17 @@ in, the environment a multi-node job adds, the Kubernetes device resource, huge 
 that can do GIN (DeepEP V2's only way between nodes) over it.
 
 The base Dockerfile renders its fabric ENV from here; epstack.cluster's jobs and `epstack doctor`
-read the same table. Standard library and packaging only: GPU hosts import this for the doctor.
+read the same table. Standard library only: GPU hosts import this bare for the doctor.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from packaging.version import Version
+from epstack.host import version_tuple
 
-# DeepEP V2 uses NCCL's GIN device API, first shipped in NCCL 2.30.4 (also pins.DEEPEP_V2_MIN_NCCL).
-DEEPEP_V2_MIN_NCCL = Version("2.30.4")
+# DeepEP V2 uses NCCL's GIN device API, first shipped in NCCL 2.30.4 (pins.py's rule reads this).
+DEEPEP_V2_MIN_NCCL = "2.30.4"
 
 # Every image: DeepEP's JIT finds CUDA here; NCCL's cuMem allocator backs the symmetric memory
 # DeepEP V2's GIN windows need.
@@ -36,11 +36,11 @@ class Fabric:
     # 2 MiB huge pages per pod, where the fabric's library uses them ("" where it does not).
     hugepages_2mi: str
     # The oldest NCCL whose GIN works over this fabric, and where that floor comes from.
-    gin_min_nccl: Version
+    gin_min_nccl: str
     gin_floor_source: str
 
     def gin_ok(self, nccl_version: str) -> bool:
-        return Version(nccl_version) >= self.gin_min_nccl
+        return version_tuple(nccl_version) >= version_tuple(self.gin_min_nccl)
 
 
 EFA = Fabric(
@@ -62,7 +62,7 @@ EFA = Fabric(
     # The EFA device plugin's documented pod setting; libfabric's EFA provider backs its buffers
     # with 2 MiB huge pages.
     hugepages_2mi="5120Mi",
-    gin_min_nccl=Version("2.31.2"),
+    gin_min_nccl="2.31.2",
     gin_floor_source="aws-ofi-nccl 1.21 doc/gin-getting-started.md: NCCL 2.31.2-1 or later",
 )
 

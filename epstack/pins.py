@@ -18,15 +18,14 @@ from typing import Annotated, Any, Literal
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from epstack import fabric
 from epstack.errors import BadInput
-from epstack.fabric import DEEPEP_V2_MIN_NCCL
-from epstack.fabric import FABRICS as FABRIC_FACTS
 from epstack.pinsfile import PinsFile, read_pins_file
 
 Layer = Literal["base", "deepep", "sglang"]
 LAYERS: tuple[Layer, ...] = ("base", "deepep", "sglang")
-FABRICS = tuple(FABRIC_FACTS)
-__all__ = ["DEEPEP_V2_MIN_NCCL", "FABRICS"]
+FABRICS = tuple(fabric.FABRICS)
+DEEPEP_V2_MIN_NCCL = Version(fabric.DEEPEP_V2_MIN_NCCL)
 # NCCL GIN over EFA (NCCL_GIN_TYPE=5) first shipped in aws-ofi-nccl 1.21.
 EFA_GIN_MIN_OFI_NCCL = Version("1.21.0")
 
@@ -101,9 +100,9 @@ def _arch_list(value: str) -> tuple[str, ...]:
 
 def _fabric_list(value: str) -> tuple[str, ...]:
     fabrics = tuple(f.strip() for f in value.split(",") if f.strip())
-    for fabric in fabrics:
-        if fabric not in FABRICS:
-            raise ValueError(f"{fabric!r} is not a fabric; fix: use {', '.join(FABRICS)}")
+    for name in fabrics:
+        if name not in FABRICS:
+            raise ValueError(f"{name!r} is not a fabric; fix: use {', '.join(FABRICS)}")
     return fabrics
 
 
