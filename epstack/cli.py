@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from epstack import __version__, guard, predict
+from epstack import __version__, doctor, guard, predict
 from epstack.build import build_target
 from epstack.cluster import cli as cluster_cli
 from epstack.engine import DockerEngine
@@ -107,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.set_defaults(func=cmd_build)
 
     guard.register(commands)
+    doctor.register(commands)
     smoke_cli.register(commands)
     cluster_cli.register(commands)
     return parser
