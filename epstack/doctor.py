@@ -204,8 +204,9 @@ def check_rdma(facts: Facts) -> list[Check]:
                 expected=">= 1 device",
                 found="none in /sys/class/infiniband",
                 verdict="fail",
-                fix="inter-node DeepEP V2 cannot run on this host: it crosses nodes only through NCCL GIN "
-                "over an RDMA NIC (EFA, InfiniBand or RoCE); single-node runs (direct mode, NVLink) still work",
+                fix="inter-node DeepEP V2 cannot run on this host: it crosses nodes only through NCCL "
+                "GIN over an RDMA NIC (EFA, InfiniBand or RoCE); single-node runs (direct mode, NVLink) "
+                "still work",
             )
         ]
     rows = []
