@@ -60,7 +60,8 @@ def build(root: Path, host: Host) -> Path:
             root,
             "proc/driver/nvidia/version",
             f"NVRM version: NVIDIA UNIX {kind}  {host.driver}  Release Build  (dvs-builder@U16-I3-B03-4-3)"
-            "  Tue Sep 23 09:51:23 UTC 2025\nGCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)\n",
+            "  Tue Sep 23 09:51:23 UTC 2025\n"
+            "GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)\n",
         )
         _write(root, "sys/module/nvidia/version", host.driver + "\n")
         for i in range(host.gpus):
@@ -102,7 +103,8 @@ def build(root: Path, host: Host) -> Path:
         root,
         "proc/meminfo",
         "MemTotal:       2113393420 kB\n"
-        f"HugePages_Total:    {host.hugepages}\nHugePages_Free:     {host.hugepages}\nHugepagesize:       2048 kB\n",
+        f"HugePages_Total:    {host.hugepages}\nHugePages_Free:     {host.hugepages}\n"
+        "Hugepagesize:       2048 kB\n",
     )
     for relative, text in host.extra.items():
         _write(root, relative, text)

@@ -158,10 +158,8 @@ def test_stdlib_only_entry_point(tmp_path: Path) -> None:
     """python3 -m epstack.doctor must run where pydantic, rich, jinja2 and packaging are absent."""
     root = build(tmp_path / "root", GPU_NO_NIC)
     blocked = "import sys\nfor m in ('pydantic', 'rich', 'jinja2', 'packaging'): sys.modules[m] = None\n"
-    code = (
-        blocked + "from epstack.doctor import main\n"
-        f"sys.exit(main(['--root', {str(root)!r}, '--pins', {str(PINS)!r}, '--json', {str(tmp_path / 'r.json')!r}]))"
-    )
+    argv = ["--root", str(root), "--pins", str(PINS), "--json", str(tmp_path / "r.json")]
+    code = blocked + f"from epstack.doctor import main\nsys.exit(main({argv!r}))"
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False
     )
