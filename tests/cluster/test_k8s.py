@@ -24,6 +24,8 @@ from tests.cluster.conftest import (
 )
 from tests.cluster.validation import images_of, validate_object
 
+# Every variable name epstack.launchenv knows: the launcher reads no other.
+LAUNCHER_NAMES = {value for key, value in vars(V).items() if key.isupper() and isinstance(value, str)}
 CASES = list(itertools.product(("elastic-smoke", "serve"), ("job", "lws"), ("efa", "ib"), (1, 2)))
 
 
@@ -103,8 +105,8 @@ def test_indexed_job_pods_are_the_ranks_the_smoke_launcher_expects(tmp_path: Pat
     env = _env(container)
     service = next(obj for obj in objects if obj["kind"] == "Service")
     job = next(obj for obj in objects if obj["kind"] == "Job")
-    launcher = V.LAUNCHERS["kubernetes"]
-    assert set(launcher.job_sets) <= set(env) and not set(launcher.platform_sets) & set(env)
+    # Exactly the launcher variables Kubernetes leaves to the job, none it sets itself.
+    assert set(env) & LAUNCHER_NAMES == set(V.LAUNCHERS["kubernetes"].job_sets)
     # Pod 0's DNS name through the headless service is <job>-0.<subdomain>.
     assert job["spec"]["template"]["spec"]["subdomain"] == service["metadata"]["name"]
     assert service["spec"]["clusterIP"] == "None"
@@ -120,8 +122,7 @@ def test_indexed_job_pods_are_the_ranks_the_smoke_launcher_expects(tmp_path: Pat
 def test_lws_pods_are_the_ranks_the_smoke_launcher_expects(tmp_path: Path) -> None:
     objects = _objects(tmp_path, "elastic-smoke", "lws", "ib", 2)
     env = _env(_container(objects))
-    launcher = V.LAUNCHERS["leaderworkerset"]
-    assert set(launcher.job_sets) <= set(env) and not set(launcher.platform_sets) & set(env)
+    assert set(env) & LAUNCHER_NAMES == set(V.LAUNCHERS["leaderworkerset"].job_sets)
     for index in range(2):
         # What the LWS controller adds to each container of group 0.
         platform = {V.LWS_LEADER_ADDRESS: "epstack-smoke-0.epstack-smoke.default", V.LWS_GROUP_SIZE: "2"}

@@ -14,10 +14,11 @@ import pytest
 
 from epstack import launchenv as V
 from epstack.cluster.image import parse_image
+from epstack.cluster.jobs import IMAGE_ENTRYPOINT
 from epstack.cluster.slurm import enroot_commands, squashfs_path
 from epstack.smoke.launch import detect
 from tests.cluster.conftest import DIGEST, IMAGE, check_golden, pins_for, render, render_args
-from tests.conftest import venv_tool
+from tests.conftest import REPO, venv_tool
 
 # srun stand-in: for each of --nodes x --ntasks-per-node tasks, the environment srun would give it,
 # recorded with the container image and the task's command as JSON lines (the command is not run).
@@ -114,7 +115,8 @@ def test_smoke_tasks_are_the_ranks_the_launcher_expects(tmp_path: Path) -> None:
         assert (launch.master_addr, launch.master_port) == ("gpu-st-0", 29500)
         assert launch.local_rank == procid % 4 and launch.node_rank == procid // 4
     exported = set(tasks[0]["opts"]["container-env"].split(","))
-    assert set(V.LAUNCHERS["slurm"].job_sets) <= exported
+    launcher_names = {value for key, value in vars(V).items() if key.isupper() and isinstance(value, str)}
+    assert exported & launcher_names == set(V.LAUNCHERS["slurm"].job_sets)
 
 
 def test_serve_task_expands_its_node_rank_inside_the_task(tmp_path: Path) -> None:
@@ -183,3 +185,8 @@ def test_sbatch_stops_before_srun_when_memlock_is_limited(tmp_path: Path) -> Non
     assert result.returncode == 1
     assert "ulimit -l is 65536" in result.stderr and "fix:" in result.stderr
     assert not (tmp_path / "srun.jsonl").exists()
+
+
+def test_the_entrypoint_pyxis_runs_is_the_images_own() -> None:
+    template = (REPO / "images" / "base" / "Dockerfile.j2").read_text()
+    assert f'ENTRYPOINT ["{IMAGE_ENTRYPOINT}"]' in template
