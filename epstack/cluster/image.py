@@ -1,9 +1,10 @@
 """Image references by digest: from --image, or the build manifest's entry for the pins' image.
 
 A cluster job names its image only as REPOSITORY[:TAG]@sha256:<64 hex>, so every node runs the bytes
-that were built and tested. The build manifest (issue 12's CodeBuild artifact) is a JSON list of
-images, or {"images": [...]}, each with `ref` (REPOSITORY:TAG, optionally @DIGEST) or `repository`
-and `tag`, and `digest`; the entry whose tag is the one the pins give the image is the one used.
+that were built and tested. The build manifest (`build-manifest.json`, what `epstack publish` writes
+in the CodeBuild work) is {"images": [...]} (or a bare list), each image with its registry reference
+in `uri` (or `ref`, or `repository` and `tag`) and `digest`; images never pushed (empty digest) are
+skipped. The entry whose tag is the one the pins give the image is the one used.
 """
 
 from __future__ import annotations
@@ -67,15 +68,18 @@ def parse_image(text: str, *, what: str = "--image") -> ImageRef:
     return ImageRef(repository=repository, tag=tag, digest=digest)
 
 
-def _entry_ref(entry: Any, where: str) -> ImageRef:
+def _entry_ref(entry: Any, where: str) -> ImageRef | None:
+    """The entry's image by digest; None for an image the build did not push (no digest)."""
     if not isinstance(entry, dict):
-        raise BadInput(f"{where}: not an object; fix: each image is {{'ref': ..., 'digest': ...}}")
+        raise BadInput(f"{where}: not an object; fix: each image is {{'uri': ..., 'digest': ...}}")
     digest = entry.get("digest")
-    ref = entry.get("ref") or entry.get("image")
-    if ref is None and "repository" in entry:
+    ref = entry.get("uri") or entry.get("ref")
+    if not ref and entry.get("repository"):
         ref = f"{entry['repository']}:{entry.get('tag', '')}".rstrip(":")
-    if not isinstance(ref, str) or not isinstance(digest, str):
-        raise BadInput(f"{where}: needs 'ref' (or 'repository' and 'tag') and 'digest'; fix: regenerate it")
+    if digest == "" and "pushed" in entry:
+        return None
+    if not isinstance(ref, str) or not ref or not isinstance(digest, str):
+        raise BadInput(f"{where}: needs 'uri' (or 'ref') and 'digest'; fix: regenerate it")
     name, at, own = ref.partition("@")
     if at and own != digest:
         raise BadInput(f"{where}: ref {ref} and digest {digest} disagree; fix: regenerate the manifest")
@@ -93,7 +97,8 @@ def read_manifest(path: Path) -> list[ImageRef]:
     images = document.get("images") if isinstance(document, dict) else document
     if not isinstance(images, list) or not images:
         raise BadInput(f"{path}: no images list; fix: pass the build's manifest (a list of images)")
-    return [_entry_ref(entry, f"{path}: images[{i}]") for i, entry in enumerate(images)]
+    refs = [_entry_ref(entry, f"{path}: images[{i}]") for i, entry in enumerate(images)]
+    return [ref for ref in refs if ref is not None]
 
 
 def image_for_tag(path: Path, tag: str) -> ImageRef:

@@ -98,11 +98,47 @@ def test_manifest_gives_the_image_built_from_these_pins(tmp_path: Path) -> None:
     assert images == {f"{REGISTRY}:{tag}@{DIGEST}"}
 
 
+def test_publish_manifest_format(tmp_path: Path) -> None:
+    """build-manifest.json as `epstack publish` writes it: local tag, registry uri, digest per image;
+    an image that was not pushed has no digest and is skipped."""
+    pins = load_pins(PINS)
+    tag = pins.image_tag("sglang", "hopper-ib")
+    images = [
+        {
+            "layer": "deepep",
+            "stage": "deepep",
+            "tag": f"epstack:{tag.replace('sglang', 'deepep', 1)}",
+            "uri": "",
+            "digest": "",
+            "pins_hash": "0" * 12,
+            "standin": False,
+            "pushed": False,
+        },
+        {
+            "layer": "sglang",
+            "stage": "sglang",
+            "tag": f"epstack:{tag}",
+            "uri": f"{REGISTRY}:{tag}",
+            "digest": DIGEST,
+            "pins_hash": pins.layer_hash("sglang", "hopper-ib"),
+            "standin": False,
+            "pushed": True,
+            "guard_ok": True,
+            "guard_checks": 20,
+        },
+    ]
+    manifest = _manifest(
+        tmp_path, {"version": 1, "target": "hopper-ib", "registry": REGISTRY, "images": images}
+    )
+    text = render(tmp_path, *SERVE[1:], "--fabric", "ib", "--manifest", str(manifest))
+    assert f"{REGISTRY}:{tag}@{DIGEST}" in text
+
+
 @pytest.mark.parametrize(
     ("content", "text"),
     [
         ([{"ref": f"{REGISTRY}:other", "digest": DIGEST}], "no image tagged sglang-0.5.23-"),
-        ([{"ref": f"{REGISTRY}:x"}], "needs 'ref'"),
+        ([{"ref": f"{REGISTRY}:x"}], "needs 'uri' (or 'ref')"),
         ({"images": []}, "no images list"),
         ([{"ref": f"{REGISTRY}:x@sha256:{'2' * 64}", "digest": DIGEST}], "disagree"),
     ],
