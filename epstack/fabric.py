@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from epstack.host import version_tuple
-
-# DeepEP V2 uses NCCL's GIN device API, first shipped in NCCL 2.30.4 (pins.py's rule reads this).
-DEEPEP_V2_MIN_NCCL = "2.30.4"
+from epstack.stack import DEEPEP_V2_MIN_NCCL, release
 
 # Every image: DeepEP's JIT finds CUDA here; NCCL's cuMem allocator backs the symmetric memory
 # DeepEP V2's GIN windows need.
@@ -40,7 +37,7 @@ class Fabric:
     gin_floor_source: str
 
     def gin_ok(self, nccl_version: str) -> bool:
-        return version_tuple(nccl_version) >= version_tuple(self.gin_min_nccl)
+        return release(nccl_version) >= release(self.gin_min_nccl)
 
 
 EFA = Fabric(
