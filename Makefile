@@ -8,7 +8,7 @@ RENDER := build/render
 NPROC ?= 2
 DEEPEP ?=
 
-.PHONY: image render lint test unit schema constraints bench smoke smoke-upstream clean
+.PHONY: image render lint test unit schema constraints bench smoke smoke-upstream sglang-parser clean
 
 $(BIN)/epstack: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ smoke:
 
 smoke-upstream:
 	python3 -m epstack smoke elastic --nproc-per-node $(NPROC) --upstream-only --upstream-tests $(DEEPEP)
+
+# SGLang's own argument parser, installed as lightly as it runs (tests/cluster/sglang-parser.txt),
+# under .cache/; the parser test installs it too when missing. --fresh measures a new install.
+sglang-parser: $(BIN)/epstack
+	$(BIN)/python -m tests.cluster.sglang_env --fresh
 
 bench: $(BIN)/epstack
 	$(BIN)/python benchmarks/render_and_rebuild.py

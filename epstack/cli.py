@@ -13,8 +13,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack import __version__, deepep, guard, predict, sources
+from epstack import __version__, deepep, doctor, guard, predict, sources
 from epstack.build import build_target
+from epstack.cluster import cli as cluster_cli
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput, EpstackError
 from epstack.pins import LAYERS, load_pins, pins_path
@@ -110,7 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     guard.register(commands)
     deepep.register(commands)
     sources.register(commands)
+    doctor.register(commands)
     smoke_cli.register(commands)
+    cluster_cli.register(commands)
     return parser
 
 

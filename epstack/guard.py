@@ -28,6 +28,7 @@ from rich.table import Table
 
 from epstack.errors import BadInput, EpstackError
 from epstack.loaded import (
+    decode_cuda_version,
     interposition_example,
     library_version,
     libstdcxx_interposition,
@@ -300,11 +301,6 @@ def check_nccl_loaded(pinned: str, maps_text: str) -> Check:
     )
 
 
-def _cuda_version(code: int) -> str:
-    """13000 -> 13.0"""
-    return f"{code // 1000}.{code % 1000 // 10}"
-
-
 def check_cuda(pins: Expected, torch: ModuleType | None, maps: Callable[[], str]) -> list[Check]:
     """CUDA runtime (the loaded libcudart) equals the pin, driver at least as new; skipped without a GPU."""
     expected = pins.cuda_major_minor
@@ -321,10 +317,10 @@ def check_cuda(pins: Expected, torch: ModuleType | None, maps: Callable[[], str]
         ]
     torch.cuda.init()
     runtimes = mapped_libraries(maps(), "libcudart.so")
-    runtime = (
-        _cuda_version(library_version(runtimes[0], "cudaRuntimeGetVersion")) if runtimes else "not loaded"
-    )
-    driver = _cuda_version(library_version("libcuda.so.1", "cuDriverGetVersion"))
+    runtime = "not loaded"
+    if runtimes:
+        runtime = decode_cuda_version(library_version(runtimes[0], "cudaRuntimeGetVersion"))
+    driver = decode_cuda_version(library_version("libcuda.so.1", "cuDriverGetVersion"))
     driver_ok = Version(driver) >= Version(expected)
     return [
         Check(

@@ -34,6 +34,19 @@ def library_version(library: str | Path, symbol: str) -> int:
     return value.value
 
 
+def decode_cuda_version(code: int) -> str:
+    """cudaRuntimeGetVersion / cuDriverGetVersion encoding: 13000 -> 13.0, 12080 -> 12.8."""
+    return f"{code // 1000}.{code % 1000 // 10}"
+
+
+def cuda_driver_version(library: str = "libcuda.so.1") -> str | None:
+    """The CUDA version the installed driver supports (cuDriverGetVersion); None without libcuda."""
+    try:
+        return decode_cuda_version(library_version(library, "cuDriverGetVersion"))
+    except (OSError, AttributeError):
+        return None
+
+
 def decode_nccl_version(code: int) -> tuple[int, int, int]:
     """NCCL >= 2.9 encodes major*10000 + minor*100 + patch (23007); older major*1000 + ... (2708)."""
     major, rest = divmod(code, 10000) if code >= 10000 else divmod(code, 1000)

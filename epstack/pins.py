@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from epstack import fabric
 from epstack.errors import BadInput
 from epstack.pinsfile import PinsFile, read_pins_file
 from epstack.stack import (
@@ -37,7 +38,7 @@ from epstack.stack import (
 
 Layer = Literal["base", "deepep", "sglang"]
 LAYERS: tuple[Layer, ...] = ("base", "deepep", "sglang")
-FABRICS = ("efa", "ib")
+FABRICS = tuple(fabric.FABRICS)
 
 _RANGE = re.compile(r"[<>=!~^*,]|\s")
 _DIGEST_REF = re.compile(
@@ -97,9 +98,9 @@ def _arch_list(value: str) -> tuple[str, ...]:
 
 def _fabric_list(value: str) -> tuple[str, ...]:
     fabrics = tuple(f.strip() for f in value.split(",") if f.strip())
-    for fabric in fabrics:
-        if fabric not in FABRICS:
-            raise ValueError(f"{fabric!r} is not a fabric; fix: use {', '.join(FABRICS)}")
+    for name in fabrics:
+        if name not in FABRICS:
+            raise ValueError(f"{name!r} is not a fabric; fix: use {', '.join(FABRICS)}")
     return fabrics
 
 

@@ -25,6 +25,7 @@ import jinja2
 
 from epstack import __version__
 from epstack.errors import BadInput
+from epstack.fabric import COMMON_IMAGE_ENV, FABRICS
 from epstack.output import check_output, replace_output
 from epstack.pins import LAYERS, Layer, Pins
 from epstack.sources import context_files as sources_context
@@ -138,11 +139,12 @@ def plan_render(pins: Pins, *, created: datetime, revision: str, sources: Path |
             "target": target,
             "arch": target.rsplit("-", 1)[0],
             "fabric": target.rsplit("-", 1)[1],
+            "fabric_env": FABRICS[target.rsplit("-", 1)[1]].image_env,
+            "common_env": COMMON_IMAGE_ENV,
             "images": {image.stage: image for image in target_images},
             "base_packages": tuple(pins.base_packages),
             "excluded_packages": DEEP_EP_PROVIDERS,
             "cuda_home": pins.cuda_home,
-            "fabric_env": {},
             "epstack_version": __version__,
         }
         for layer in LAYERS:

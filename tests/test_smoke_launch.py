@@ -114,3 +114,29 @@ def test_no_launcher() -> None:
     assert [s.rank for s in two.ranks()] == [2, 3]
     with pytest.raises(BadInput, match="--master-addr"):
         detect({}, nproc_per_node=2, nnodes=2, node_rank=1)
+
+
+# What the LeaderWorkerSet controller sets in pod 1 of a group of 2, plus the job's own variable.
+LWS = {
+    "LWS_LEADER_ADDRESS": "smoke-0.smoke.default",
+    "LWS_GROUP_SIZE": "2",
+    "LWS_WORKER_INDEX": "1",
+    "EPSTACK_NPROC_PER_NODE": "8",
+}
+
+
+def test_leaderworkerset_pod_starts_its_ranks() -> None:
+    launch = detect(LWS)
+    assert (launch.launcher, launch.node_rank, launch.nnodes, launch.world_size) == (
+        "leaderworkerset",
+        1,
+        2,
+        16,
+    )
+    assert [s.rank for s in launch.ranks()] == list(range(8, 16))
+    assert (launch.master_addr, launch.master_port) == ("smoke-0.smoke.default", 29500)
+
+
+def test_leaderworkerset_index_outside_the_group() -> None:
+    with pytest.raises(BadInput, match="LWS_WORKER_INDEX=2 but the group has 2 pods"):
+        detect(LWS | {"LWS_WORKER_INDEX": "2"})

@@ -46,8 +46,10 @@ def test_the_commit_git_archive_records_is_read_back(tmp_path: Path) -> None:
 
 
 def test_a_tarball_not_made_by_git_archive_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "setup.py").write_text("plain")
     plain = tmp_path / "plain.tar.gz"
-    subprocess.run(["tar", "-czf", plain, "-C", tmp_path, "."], check=True)
+    subprocess.run(["tar", "-czf", plain, "-C", tmp_path / "tree", "."], check=True)
     with pytest.raises(BadInput, match="no commit"):
         verify(plain, "0" * 40)
     (tmp_path / "junk.tar.gz").write_bytes(b"not a tarball")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from epstack.fabric import EFA
 from epstack.stack import DEEPEP_V2_MIN_NCCL
 
 
@@ -37,7 +38,7 @@ _RULES = (
         summary="NCCL has no GIN transport (no RDMA NIC, or no IB/EFA plugin able to do GIN); "
         "DeepEP V2 needs GIN to go between nodes",
         fix="multi-node: give the pods RDMA NICs (IB/RoCE, or EFA with aws-ofi-nccl >= 1.21 and "
-        "NCCL_GIN_TYPE=5); single node: EP_DISABLE_GIN=1 with allow_hybrid_mode=False",
+        f"NCCL >= {EFA.gin_min_nccl}); single node: EP_DISABLE_GIN=1 with allow_hybrid_mode=False",
     ),
     _Rule(
         # deep_ep/__init__.py check_nccl_so(); the loader when libnccl lacks the 2.30 device API;

@@ -24,6 +24,8 @@ PRESETS: dict[str, Shape] = {
     "deepseek-v3": Shape(hidden=7168, num_topk=8, num_experts=256),
     # Qwen3-30B-A3B: hidden 2048, 128 experts, 8 active per token.
     "qwen3-30b-a3b": Shape(hidden=2048, num_topk=8, num_experts=128),
+    # A small MoE for tests and quick checks of a cluster's plumbing (epstack cluster's tiny profile).
+    "tiny": Shape(hidden=512, num_topk=4, num_experts=64),
 }
 DEFAULT_NUM_TOKENS = 4096
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from epstack import host
 from epstack.errors import BadInput
 from epstack.smoke.supervise import RankCommand, supervise
 
@@ -125,9 +126,7 @@ def run(
     full_env = dict(os.environ if env is None else env) | {"PYTHONUNBUFFERED": "1"}
     full_env.setdefault(
         "EP_DISABLE_GIN",
-        "1"
-        if not Path("/sys/class/infiniband").is_dir() or not any(Path("/sys/class/infiniband").iterdir())
-        else "0",
+        "0" if host.rdma_devices() else "1",
     )
     outcome = supervise(
         [

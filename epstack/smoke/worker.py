@@ -26,6 +26,7 @@ from typing import Any
 import torch  # type: ignore[import-not-found, unused-ignore]
 import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
 
+from epstack import host
 from epstack.smoke.classify import classify
 from epstack.smoke.config import SmokeConfig
 from epstack.smoke.nccl import loaded_nccl
@@ -195,8 +196,7 @@ def run(cfg: SmokeConfig, stage: StageWriter, result: dict[str, Any]) -> int:  #
     result["nccl"]["all_ranks"] = nccls
 
     stage.enter("fabric")
-    ib = Path("/sys/class/infiniband")
-    nics = sorted(p.name for p in ib.iterdir()) if ib.is_dir() else []
+    nics = [device.name for device in host.rdma_devices()]
     gin_off = os.environ.get("EP_DISABLE_GIN", "0") not in ("", "0")
     hosts: list[Any] = [None] * world
     dist.all_gather_object(hosts, socket.gethostname())

@@ -1,0 +1,139 @@
+"""What a cluster job runs on each node: the elastic smoke or SGLang serving, in one image by digest.
+
+A Job is platform-neutral: its command takes the node's rank and node 0's host as expressions the
+platform fills in (Kubernetes `$(VAR)`, a shell's "$VAR"), its environment is the fabric's job
+environment (when it crosses nodes) plus the job's own. epstack.cluster.k8s and .slurm turn it into
+manifests; the launcher variables they add come from epstack.launchenv.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from epstack.cluster.image import ImageRef
+from epstack.cluster.profiles import ServePlan, serve_plan
+from epstack.cluster.serve import HEALTH_PATH, HTTP_PORT, serve_env, sglang_command
+from epstack.errors import BadInput
+from epstack.fabric import FABRICS, Fabric
+from epstack.pins import Pins
+from epstack.smoke.launch import DEFAULT_PORT
+
+JobKind = Literal["elastic-smoke", "serve"]
+JOB_KINDS: tuple[JobKind, ...] = ("elastic-smoke", "serve")
+# images/base/Dockerfile.j2's ENTRYPOINT: the guard, then the command (pyxis does not run it itself).
+IMAGE_ENTRYPOINT = "/opt/epstack/scripts/entrypoint.sh"
+SMOKE_REPORT = "/tmp/epstack-smoke-elastic.json"
+SMOKE_TIMEOUT_S = 900
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    kind: JobKind
+    name: str
+    image: ImageRef
+    nodes: int
+    gpus_per_node: int
+    fabric: Fabric
+    fabric_devices: int  # per node, only requested when the job crosses nodes
+    serve: ServePlan | None
+    smoke_profile: str | None
+
+    @property
+    def crosses_nodes(self) -> bool:
+        return self.nodes > 1
+
+    @property
+    def tasks_per_node(self) -> int:
+        """Slurm tasks: the smoke runs one rank per task (per GPU); SGLang starts its own per GPU."""
+        return self.gpus_per_node if self.kind == "elastic-smoke" else 1
+
+    @property
+    def rendezvous_port(self) -> int:
+        return DEFAULT_PORT if self.kind == "elastic-smoke" else 5000
+
+    @property
+    def http_port(self) -> int | None:
+        return HTTP_PORT if self.kind == "serve" else None
+
+    @property
+    def health_path(self) -> str:
+        return HEALTH_PATH
+
+    def command(self, *, node_rank: str, leader: str) -> list[str]:
+        if self.serve is not None:
+            return sglang_command(self.serve, node_rank=node_rank, leader=leader)
+        args = ["epstack", "smoke", "elastic", "--timeout", str(SMOKE_TIMEOUT_S), "--json", SMOKE_REPORT]
+        if self.smoke_profile is not None:
+            # The smoke moves the serve plan's per-rank batch through ElasticBuffer at the model's shape.
+            plan = serve_plan(self.smoke_profile, nodes=self.nodes, gpus_per_node=self.gpus_per_node)
+            budget = str(plan.dispatch_budget)
+            args += ["--preset", self.smoke_profile, "--num-tokens", budget]
+            args += ["--num-max-tokens-per-rank", budget]
+        return args
+
+    def env(self) -> dict[str, str]:
+        """Environment every node gets, before the platform's launcher variables."""
+        env = dict(self.fabric.job_env) if self.crosses_nodes else {}
+        if self.serve is not None:
+            env |= serve_env(self.serve)
+        return env
+
+
+def make_job(
+    *,
+    kind: str,
+    pins: Pins,
+    image: ImageRef,
+    nodes: int,
+    gpus_per_node: int,
+    fabric: str,
+    name: str | None = None,
+    profile: str | None = None,
+    a2a: str = "deepep_v2",
+    model_path: str | None = None,
+    fabric_devices: int | None = None,
+) -> Job:
+    """Check the request against the pins and the fabric's facts; BadInput names the flag and the fix."""
+    if kind not in JOB_KINDS:
+        raise BadInput(f"--job {kind}: fix: use one of {', '.join(JOB_KINDS)}")
+    if nodes < 1 or gpus_per_node < 1:
+        raise BadInput(f"--nodes {nodes} --gpus-per-node {gpus_per_node}: fix: both must be >= 1")
+    if fabric not in FABRICS:
+        raise BadInput(f"--fabric {fabric}: fix: use one of {', '.join(FABRICS)}")
+    facts = FABRICS[fabric]
+    if nodes > 1 and not facts.gin_ok(pins.nccl_version):
+        raise BadInput(
+            f"--fabric {fabric} --nodes {nodes}: DeepEP V2 crosses nodes only through NCCL GIN, and "
+            f"GIN over {facts.title} needs NCCL >= {facts.gin_min_nccl} ({facts.gin_floor_source}); "
+            f"pins.env has NCCL_VERSION={pins.nccl_version}; fix: raise NCCL_VERSION, use "
+            f"--fabric {'ib' if fabric == 'efa' else 'efa'}, or --nodes 1"
+        )
+    if profile is not None and kind == "elastic-smoke":
+        serve_plan(profile, nodes=nodes, gpus_per_node=gpus_per_node)  # same checks as serve
+    plan = (
+        serve_plan(
+            profile or "deepseek-v3",
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            a2a=a2a,
+            model_path=model_path,
+        )
+        if kind == "serve"
+        else None
+    )
+    job_name = name or f"epstack-{'smoke' if kind == 'elastic-smoke' else 'serve'}"
+    if not re.match(r"^[a-z][a-z0-9-]{0,39}$", job_name) or job_name.endswith("-"):
+        raise BadInput(f"--name {job_name}: fix: lowercase letters, digits and '-', starting with a letter")
+    return Job(
+        kind="serve" if kind == "serve" else "elastic-smoke",
+        name=job_name,
+        image=image,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        fabric=facts,
+        fabric_devices=fabric_devices or (gpus_per_node if fabric == "efa" else 1),
+        serve=plan,
+        smoke_profile=profile if kind == "elastic-smoke" else None,
+    )

@@ -1,0 +1,59 @@
+"""The SGLang launch command and environment for one node of a serve job (SGLang 0.5.23's flags).
+
+`sglang serve --model-type llm` is 0.5.23's recommended entry point (`python -m sglang.launch_server`
+now warns); everything after it goes to `sglang.srt.server_args.prepare_server_args`, the parser
+tests/cluster/test_sglang_parser.py runs over every command these functions emit. DP attention is
+`--attn-dp-size N`: `--enable-dp-attention` with `--dp-size` is deprecated in 0.5.23.
+"""
+
+from __future__ import annotations
+
+from epstack.cluster.profiles import ServePlan
+
+SGLANG_ENTRY: tuple[str, ...] = ("sglang", "serve", "--model-type", "llm")
+HTTP_PORT = 30000
+HEALTH_PATH = "/health"
+DIST_INIT_PORT = 5000
+
+# SGLang's environment variables (sglang/srt/environ.py) for each backend's per-rank token budget.
+V2_BUDGET_ENV = "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
+V1_BUDGET_ENV = "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
+
+
+def sglang_args(plan: ServePlan, *, node_rank: str, leader: str) -> list[str]:
+    """The arguments after SGLANG_ENTRY. node_rank and leader may be expressions a platform expands
+    ($(LWS_WORKER_INDEX), "$SLURM_NODEID"); leader is node 0's host, without a port."""
+    args = ["--model-path", plan.model_path]
+    if plan.profile.trust_remote_code:
+        args.append("--trust-remote-code")
+    args += ["--tp-size", str(plan.tp_size), "--ep-size", str(plan.ep_size)]
+    if plan.attn_dp_size > 1:
+        args += ["--attn-dp-size", str(plan.attn_dp_size)]
+    args += ["--moe-a2a-backend", plan.a2a]
+    if plan.a2a == "deepep_v2":
+        args += ["--deepep-v2-mode", plan.deepep_v2_mode]
+    else:
+        args += ["--deepep-mode", "auto"]
+    args += [
+        "--chunked-prefill-size",
+        str(plan.chunked_prefill_size),
+        "--cuda-graph-max-bs-decode",
+        str(plan.profile.decode_graph_bs),
+    ]
+    if plan.nodes > 1:
+        args += ["--nnodes", str(plan.nodes), "--node-rank", node_rank]
+        args += ["--dist-init-addr", f"{leader}:{DIST_INIT_PORT}"]
+    args += ["--host", "0.0.0.0", "--port", str(HTTP_PORT)]
+    return args
+
+
+def sglang_command(plan: ServePlan, *, node_rank: str, leader: str) -> list[str]:
+    return [*SGLANG_ENTRY, *sglang_args(plan, node_rank=node_rank, leader=leader)]
+
+
+def serve_env(plan: ServePlan) -> dict[str, str]:
+    """The token budget SGLang checks at start-up, sized from the same plan as the flags."""
+    if plan.a2a == "deepep_v2":
+        return {V2_BUDGET_ENV: str(plan.dispatch_budget)}
+    # V1's low-latency (decode) buffer holds the decode graph's batch per rank.
+    return {V1_BUDGET_ENV: str(plan.decode_tokens_per_rank)}

@@ -1,0 +1,79 @@
+"""Facts per fabric (AWS EFA, InfiniBand/RoCE), written once: the environment the base image bakes
+in, the environment a multi-node job adds, the Kubernetes device resource, huge pages, and the NCCL
+that can do GIN (DeepEP V2's only way between nodes) over it.
+
+The base Dockerfile renders its fabric ENV from here; epstack.cluster's jobs and `epstack doctor`
+read the same table. Standard library only: GPU hosts import this bare for the doctor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from epstack.stack import DEEPEP_V2_MIN_NCCL, release
+
+# Every image: DeepEP's JIT finds CUDA here; NCCL's cuMem allocator backs the symmetric memory
+# DeepEP V2's GIN windows need.
+COMMON_IMAGE_ENV: tuple[tuple[str, str], ...] = (
+    ("CUDA_HOME", "/usr/local/cuda"),
+    ("NCCL_CUMEM_ENABLE", "1"),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fabric:
+    name: str
+    title: str
+    # ENV lines of the base image, in order (rendered into images/base/Dockerfile.j2).
+    image_env: tuple[tuple[str, str], ...]
+    # What a job crossing nodes adds at run time (Kubernetes container env, sbatch exports).
+    job_env: tuple[tuple[str, str], ...]
+    # The device plugin's resource name, and how many per node unless the user says otherwise.
+    k8s_resource: str
+    # 2 MiB huge pages per pod, where the fabric's library uses them ("" where it does not).
+    hugepages_2mi: str
+    # The oldest NCCL whose GIN works over this fabric, and where that floor comes from.
+    gin_min_nccl: str
+    gin_floor_source: str
+
+    def gin_ok(self, nccl_version: str) -> bool:
+        return release(nccl_version) >= release(self.gin_min_nccl)
+
+
+EFA = Fabric(
+    name="efa",
+    title="AWS EFA",
+    image_env=(
+        ("LD_LIBRARY_PATH", "/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib:/opt/gdrcopy/lib"),
+        ("FI_PROVIDER", "efa"),
+        ("NCCL_GIN_TYPE", "5"),
+    ),
+    job_env=(
+        # GPUDirect RDMA through EFA (libfabric's EFA provider).
+        ("FI_EFA_USE_DEVICE_RDMA", "1"),
+        # aws-ofi-nccl 1.21 doc/gin-getting-started.md: EFA-GDA (NCCL_GIN_TYPE=5) does not support
+        # NCCL's symmetric GIN collective kernels; they must be off.
+        ("NCCL_SYM_GIN_KERNELS_ENABLE", "0"),
+    ),
+    k8s_resource="vpc.amazonaws.com/efa",
+    # The EFA device plugin's documented pod setting; libfabric's EFA provider backs its buffers
+    # with 2 MiB huge pages.
+    hugepages_2mi="5120Mi",
+    gin_min_nccl="2.31.2",
+    gin_floor_source="aws-ofi-nccl 1.21 doc/gin-getting-started.md: NCCL 2.31.2-1 or later",
+)
+
+IB = Fabric(
+    name="ib",
+    title="InfiniBand/RoCE",
+    image_env=(("LD_LIBRARY_PATH", "/opt/gdrcopy/lib"),),
+    # NCCL finds the HCAs itself; NCCL_IB_HCA and NCCL_IB_GID_INDEX (RoCE) are site facts.
+    job_env=(),
+    # k8s-rdma-shared-dev-plugin's resource as commonly configured; --rdma-resource changes it.
+    k8s_resource="rdma/ib",
+    hugepages_2mi="",
+    gin_min_nccl=DEEPEP_V2_MIN_NCCL,
+    gin_floor_source="DeepEP V2 needs NCCL's GIN device API (NCCL 2.30.4); IB GDAKI/proxy ship with it",
+)
+
+FABRICS: dict[str, Fabric] = {EFA.name: EFA, IB.name: IB}

@@ -1,0 +1,74 @@
+"""Shared pieces of the cluster tests: an image by digest, pins with GIN-capable NCCL for EFA, render."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from epstack.cli import main
+from tests.conftest import PINS, pins_variant
+
+REGISTRY = "123456789012.dkr.ecr.us-east-1.amazonaws.com/epstack"
+DIGEST = "sha256:" + "4f" * 32
+IMAGE = f"{REGISTRY}:sglang-0.5.23-test@{DIGEST}"
+GOLDEN = Path(__file__).parent.parent / "golden" / "cluster"
+
+
+def pins_for(tmp_path: Path, fabric: str, nodes: int) -> Path:
+    """pins.env as shipped, except NCCL 2.31.2 where EFA must carry GIN between nodes."""
+    if fabric == "efa" and nodes > 1:
+        return pins_variant(tmp_path, NCCL_VERSION="2.31.2")
+    return PINS
+
+
+def render(tmp_path: Path, *args: str, name: str = "out") -> str:
+    """Run `epstack cluster ...` in-process into a file; assert exit 0; return the text."""
+    out = tmp_path / name
+    code = main(["cluster", *args, "--out", str(out)])
+    assert code == 0
+    return out.read_text()
+
+
+def render_args(
+    *, target: str, job: str, nodes: int, gpus: int, fabric: str, pins: Path, extra: Sequence[str] = ()
+) -> list[str]:
+    return [
+        "render",
+        "--target",
+        target,
+        "--job",
+        job,
+        "--nodes",
+        str(nodes),
+        "--gpus-per-node",
+        str(gpus),
+        "--fabric",
+        fabric,
+        "--image",
+        IMAGE,
+        "--pins",
+        str(pins),
+        *extra,
+    ]
+
+
+def load_all(text: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def check_golden(text: str, name: str) -> None:
+    """The complete expected text; regenerate with EPSTACK_UPDATE_GOLDEN=1 and review the diff."""
+    golden = GOLDEN / name
+    if __import__("os").environ.get("EPSTACK_UPDATE_GOLDEN"):
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+@pytest.fixture
+def no_stdout(capsys: pytest.CaptureFixture[str]) -> pytest.CaptureFixture[str]:
+    return capsys

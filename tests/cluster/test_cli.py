@@ -1,0 +1,168 @@
+"""`epstack cluster` in-process: images only by digest, the build manifest, and bad input as one line,
+exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from epstack.cli import main
+from epstack.cluster.image import parse_image
+from epstack.pins import load_pins
+from tests.cluster.conftest import DIGEST, IMAGE, REGISTRY, load_all, render
+from tests.conftest import PINS
+
+SERVE = ["cluster", "render", "--target", "k8s", "--job", "serve", "--nodes", "2", "--gpus-per-node", "8"]
+
+
+def _bad(capsys: pytest.CaptureFixture[str], tmp_path: Path, *args: str) -> str:
+    out = tmp_path / "never.yaml"
+    assert main([*args, "--out", str(out)]) == 2
+    assert not out.exists() and not list(tmp_path.glob(".never.yaml*"))
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "fix:" in lines[0], captured.err
+    assert "Traceback" not in captured.err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("image", "why"),
+    [
+        (f"{REGISTRY}:latest", "no digest"),
+        (f"{REGISTRY}@sha256:abc", "is not sha256:<64 lowercase hex>"),
+        (f"{REGISTRY.upper()}@{DIGEST}", "not an image reference"),
+    ],
+)
+def test_image_without_a_proper_digest_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, image: str, why: str
+) -> None:
+    line = _bad(capsys, tmp_path, *SERVE, "--fabric", "ib", "--image", image)
+    assert "--image" in line and why in line
+
+
+def test_parse_image_keeps_registry_port_and_tag() -> None:
+    ref = parse_image(f"registry.local:5000/team/epstack:v1@{DIGEST}")
+    assert (ref.repository, ref.tag, ref.digest) == ("registry.local:5000/team/epstack", "v1", DIGEST)
+    assert parse_image(f"registry.local:5000/epstack@{DIGEST}").tag == ""
+
+
+def test_efa_across_nodes_needs_a_gin_capable_nccl(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    line = _bad(capsys, tmp_path, *SERVE, "--fabric", "efa", "--image", IMAGE)
+    assert "NCCL >= 2.31.2" in line and "NCCL_VERSION=2.30.7" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["--fabric", "ib"], "no image"),
+        (
+            ["--fabric", "ib", "--image", IMAGE, "--profile", "tiny", "--nodes", "3"],
+            "64 experts do not split",
+        ),
+        (["--fabric", "ib", "--image", IMAGE, "--name", "Serve_1"], "--name Serve_1"),
+        (["--fabric", "ib", "--image", IMAGE, "--arch", "ampere"], "ampere-ib is not a target"),
+        (["--fabric", "ib", "--image", IMAGE, "--manifest", "m.json"], "--image and --manifest"),
+    ],
+)
+def test_bad_flags(capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str], text: str) -> None:
+    assert text in _bad(capsys, tmp_path, *SERVE, *args)
+
+
+def _manifest(tmp_path: Path, images: object) -> Path:
+    path = tmp_path / "build-manifest.json"
+    path.write_text(json.dumps(images))
+    return path
+
+
+def test_manifest_gives_the_image_built_from_these_pins(tmp_path: Path) -> None:
+    tag = load_pins(PINS).image_tag("sglang", "hopper-ib")
+    other = "sha256:" + "1" * 64
+    manifest = _manifest(
+        tmp_path,
+        {
+            "images": [
+                {"ref": f"{REGISTRY}:{tag.replace('sglang', 'deepep', 1)}", "digest": other},
+                {"repository": REGISTRY, "tag": tag, "digest": DIGEST},
+            ]
+        },
+    )
+    text = render(tmp_path, *SERVE[1:], "--fabric", "ib", "--manifest", str(manifest))
+    images = {c["image"] for o in load_all(text) if o["kind"] == "LeaderWorkerSet"
+              for t in ("leaderTemplate", "workerTemplate")
+              for c in o["spec"]["leaderWorkerTemplate"][t]["spec"]["containers"]}  # fmt: skip
+    assert images == {f"{REGISTRY}:{tag}@{DIGEST}"}
+
+
+def test_publish_manifest_format(tmp_path: Path) -> None:
+    """build-manifest.json as `epstack publish` writes it: local tag, registry uri, digest per image;
+    an image that was not pushed has no digest and is skipped."""
+    pins = load_pins(PINS)
+    tag = pins.image_tag("sglang", "hopper-ib")
+    images = [
+        {
+            "layer": "deepep",
+            "stage": "deepep",
+            "tag": f"epstack:{tag.replace('sglang', 'deepep', 1)}",
+            "uri": "",
+            "digest": "",
+            "pins_hash": "0" * 12,
+            "standin": False,
+            "pushed": False,
+        },
+        {
+            "layer": "sglang",
+            "stage": "sglang",
+            "tag": f"epstack:{tag}",
+            "uri": f"{REGISTRY}:{tag}",
+            "digest": DIGEST,
+            "pins_hash": pins.layer_hash("sglang", "hopper-ib"),
+            "standin": False,
+            "pushed": True,
+            "guard_ok": True,
+            "guard_checks": 20,
+        },
+    ]
+    manifest = _manifest(
+        tmp_path, {"version": 1, "target": "hopper-ib", "registry": REGISTRY, "images": images}
+    )
+    text = render(tmp_path, *SERVE[1:], "--fabric", "ib", "--manifest", str(manifest))
+    assert f"{REGISTRY}:{tag}@{DIGEST}" in text
+
+
+@pytest.mark.parametrize(
+    ("content", "text"),
+    [
+        ([{"ref": f"{REGISTRY}:other", "digest": DIGEST}], "no image tagged sglang-0.5.23-"),
+        ([{"ref": f"{REGISTRY}:x"}], "needs 'uri' (or 'ref')"),
+        ({"images": []}, "no images list"),
+        ([{"ref": f"{REGISTRY}:x@sha256:{'2' * 64}", "digest": DIGEST}], "disagree"),
+    ],
+)
+def test_bad_manifest(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: object, text: str) -> None:
+    manifest = _manifest(tmp_path, content)
+    line = _bad(capsys, tmp_path, *SERVE, "--fabric", "ib", "--manifest", str(manifest))
+    assert text in line and str(manifest) in line
+
+
+def test_missing_manifest(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    line = _bad(capsys, tmp_path, *SERVE, "--fabric", "ib", "--manifest", str(tmp_path / "none.json"))
+    assert "no such build manifest" in line
+
+
+def test_print_command_is_only_for_serve(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    args = ["cluster", "render", "--target", "slurm", "--job", "elastic-smoke", "--nodes", "1"]
+    line = _bad(capsys, tmp_path, *args, "--gpus-per-node", "8", "--print-command")
+    assert "--print-command" in line
+
+
+def test_print_command_without_image(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SERVE, "--fabric", "ib", "--print-command", "--profile", "qwen3-30b-a3b"]) == 0
+    out = capsys.readouterr().out
+    assert "# node 0" in out and "# node 1" in out and "--node-rank 1" in out
+    # max(ceil(8192 / 16 ranks), decode graph 256)
+    assert "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK=512" in out

@@ -1,0 +1,143 @@
+"""Every SGLang command epstack emits, parsed by the pinned SGLang's own parser
+(sglang.srt.server_args.prepare_server_args): a renamed flag fails here, and so does a deprecation
+warning, not a cluster. Marked network: the first run installs the parser (tests/cluster/sglang_env.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from epstack.cluster.profiles import A2A_BACKENDS, PROFILES, serve_plan
+from epstack.cluster.serve import SGLANG_ENTRY, sglang_command
+from epstack.pinsfile import read_pins_file
+from tests.cluster import sglang_env
+from tests.cluster.conftest import load_all, pins_for, render, render_args
+from tests.conftest import PINS
+
+pytestmark = pytest.mark.network
+
+NODES = (1, 2, 4)
+GPUS = 8
+
+
+def _argv(command: list[str]) -> list[str]:
+    assert command[: len(SGLANG_ENTRY)] == list(SGLANG_ENTRY)
+    return command[len(SGLANG_ENTRY) :]
+
+
+def _profile_commands() -> list[dict[str, Any]]:
+    commands = []
+    for profile, nodes, a2a in itertools.product(PROFILES, NODES, A2A_BACKENDS):
+        plan = serve_plan(profile, nodes=nodes, gpus_per_node=GPUS, a2a=a2a)
+        for rank in range(min(nodes, 2)):
+            command = sglang_command(plan, node_rank=str(rank), leader="node-0")
+            commands.append(
+                {
+                    "id": f"{profile}/{nodes}x{GPUS}/{a2a}/node{rank}",
+                    "argv": _argv(command),
+                    "plan": plan,
+                    "rank": rank,
+                }
+            )
+    return commands
+
+
+def _expand(args: list[str], values: dict[str, str]) -> list[str]:
+    """Kubernetes' $(VAR) expansion of container args."""
+    return [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], arg) for arg in args]
+
+
+def _manifest_commands(tmp_path: Path) -> list[dict[str, Any]]:
+    commands = []
+    pins = pins_for(tmp_path, "ib", 2)
+    for kind in ("lws", "job"):
+        args = render_args(target="k8s", job="serve", nodes=2, gpus=GPUS, fabric="ib", pins=pins)
+        for obj in load_all(render(tmp_path, *args, "--k8s-kind", kind, name=kind)):
+            if obj["kind"] in ("Job", "LeaderWorkerSet"):
+                spec = obj["spec"].get("template") or obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+                container = spec["spec"]["containers"][0]
+                values = {
+                    "LWS_WORKER_INDEX": "1",
+                    "LWS_LEADER_ADDRESS": "epstack-serve-0.epstack-serve",
+                    "JOB_COMPLETION_INDEX": "1",
+                }
+                commands.append({"id": f"k8s-{kind}", "argv": _argv(_expand(container["args"], values))})
+    printed = render(tmp_path, *args, "--print-command", name="printed")
+    for line in (line for line in printed.splitlines() if not line.startswith("#")):
+        words = shlex.split(line)
+        start = words.index(SGLANG_ENTRY[0])
+        commands.append({"id": f"print-command/{len(commands)}", "argv": _argv(words[start:])})
+    return commands
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    tmp_path = tmp_path_factory.mktemp("sglang")
+    commands = _profile_commands() + _manifest_commands(tmp_path)
+    negative = [
+        # A renamed flag (the attention-DP flag under a name this SGLang does not have) must fail...
+        {"id": "renamed", "argv": ["--model-path", "m", "--attention-dp-width", "2"]},
+        # ...and a deprecated spelling must show up as a warning.
+        {
+            "id": "deprecated",
+            "argv": ["--model-path", "m", "--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"],
+        },
+    ]
+    results = sglang_env.parse([{"id": c["id"], "argv": c["argv"]} for c in commands + negative])
+    by_id = {r["id"]: r for r in results}
+    for command in commands:
+        by_id[command["id"]] |= {"plan": command.get("plan"), "rank": command.get("rank")}
+    return by_id
+
+
+def _deprecations(result: dict[str, Any]) -> list[str]:
+    return [w for w in result["warnings"] if "deprecat" in w.lower()]
+
+
+def test_requirements_pin_the_sglang_of_pins_env() -> None:
+    assert sglang_env.pinned_sglang() == read_pins_file(PINS).entries["SGLANG_VERSION"].value
+
+
+def test_every_emitted_command_parses_without_deprecation(parsed: dict[str, dict[str, Any]]) -> None:
+    emitted = {key: value for key, value in parsed.items() if key not in ("renamed", "deprecated")}
+    assert len(emitted) >= len(PROFILES) * len(NODES) * len(A2A_BACKENDS) + 4
+    failures = {
+        key: r["error"] or _deprecations(r) for key, r in emitted.items() if not r["ok"] or _deprecations(r)
+    }
+    assert not failures
+
+
+def test_parsed_values_are_the_plan(parsed: dict[str, dict[str, Any]]) -> None:
+    for result in parsed.values():
+        plan, values = result.get("plan"), result.get("values")
+        if plan is None:
+            continue
+        assert values["tp_size"] == plan.tp_size and values["ep_size"] == plan.ep_size
+        assert values["attn_dp_size"] == plan.attn_dp_size and values["dp_size"] == 1
+        assert values["moe_a2a_backend"] == plan.a2a
+        assert values["chunked_prefill_size"] == plan.chunked_prefill_size
+        assert values["cuda_graph_max_bs_decode"] == plan.profile.decode_graph_bs
+        assert values["nnodes"] == plan.nodes and values["node_rank"] == result["rank"]
+        if plan.nodes > 1:
+            assert values["dist_init_addr"] == "node-0:5000"
+        if plan.a2a == "deepep_v2":
+            assert values["deepep_v2_mode"] == ("hybrid" if plan.nodes > 1 else "direct")
+
+
+def test_manifest_commands_carry_the_expanded_rank(parsed: dict[str, dict[str, Any]]) -> None:
+    for kind in ("k8s-lws", "k8s-job"):
+        assert parsed[kind]["ok"], parsed[kind]["error"]
+        assert parsed[kind]["values"]["node_rank"] == 1
+    assert parsed["k8s-lws"]["values"]["dist_init_addr"] == "epstack-serve-0.epstack-serve:5000"
+
+
+def test_the_parser_catches_a_renamed_flag_and_a_deprecated_one(parsed: dict[str, dict[str, Any]]) -> None:
+    assert not parsed["renamed"]["ok"]
+    assert "unrecognized arguments: --attention-dp-width" in parsed["renamed"]["error"]
+    assert parsed["deprecated"]["ok"] and _deprecations(parsed["deprecated"])

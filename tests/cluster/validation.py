@@ -1,0 +1,98 @@
+"""Validate rendered Kubernetes objects: the real Kubernetes schemas (kubernetes-validate, strict) for
+built-in kinds; for a LeaderWorkerSet, its pod templates against the real PodTemplate schema and the
+rest against LWS_SCHEMA below.
+
+LWS_SCHEMA is written here from the fields the LeaderWorkerSet CRD documents (kubernetes-sigs/lws,
+api/leaderworkerset/v1/leaderworkerset_types.go: LeaderWorkerSetSpec, LeaderWorkerTemplate,
+RolloutStrategy, NetworkConfig, their enums and minimums). The CRD itself is not committed (third-party
+content) and cannot be fetched in CI (no GitHub), and no PyPI package carries it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+
+from epstack.cluster.k8s import K8S_VERSION, LWS_API
+
+_POD_TEMPLATE = {"type": "object"}  # checked separately, against Kubernetes' own PodTemplate schema
+
+LWS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": LWS_API},
+        "kind": {"const": "LeaderWorkerSet"},
+        "metadata": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63}
+            },
+        },
+        "spec": {
+            "type": "object",
+            "required": ["leaderWorkerTemplate"],
+            "additionalProperties": False,
+            "properties": {
+                "replicas": {"type": "integer", "minimum": 0},
+                "startupPolicy": {"enum": ["LeaderCreated", "LeaderReady"]},
+                "rolloutStrategy": {"type": "object"},
+                "networkConfig": {
+                    "type": "object",
+                    "properties": {"subdomainPolicy": {"enum": ["Shared", "UniquePerReplica"]}},
+                },
+                "leaderWorkerTemplate": {
+                    "type": "object",
+                    "required": ["workerTemplate"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "leaderTemplate": _POD_TEMPLATE,
+                        "workerTemplate": _POD_TEMPLATE,
+                        "size": {"type": "integer", "minimum": 1},
+                        "restartPolicy": {"enum": ["Default", "RecreateGroupOnPodRestart", "None"]},
+                        "subGroupPolicy": {"type": "object"},
+                        "volumeClaimTemplates": {"type": "array"},
+                        "persistentVolumeClaimRetentionPolicy": {"type": "object"},
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def validate_object(obj: dict[str, Any]) -> None:
+    """Raise on the first violation (jsonschema.ValidationError from either path)."""
+    if obj.get("apiVersion") == LWS_API:
+        jsonschema.validate(obj, LWS_SCHEMA)
+        template = obj["spec"]["leaderWorkerTemplate"]
+        for key in ("leaderTemplate", "workerTemplate"):
+            if key in template:
+                pod_template = {
+                    "apiVersion": "v1",
+                    "kind": "PodTemplate",
+                    "metadata": {"name": f"{obj['metadata']['name']}-{key.lower()}"},
+                    "template": template[key],
+                }
+                kubernetes_validate.validate(pod_template, K8S_VERSION, strict=True)
+        return
+    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def images_of(obj: Any) -> list[str]:
+    """Every value of an `image` key anywhere in the object."""
+    found: list[str] = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if key == "image" and isinstance(value, str):
+                found.append(value)
+            else:
+                found += images_of(value)
+    elif isinstance(obj, list):
+        for item in obj:
+            found += images_of(item)
+    return found
