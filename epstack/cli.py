@@ -37,8 +37,11 @@ def cmd_pins_check(args: argparse.Namespace, console: Console) -> int:
             table.add_row(target, layer, pins.image_ref(layer, target))
     console.print(table)
     console.print(
-        f"[green]{pins_path(args.pins)}: ok[/] ({len(pins.targets)} targets, default {pins.default_target})"
+        f"[green]{escape(str(pins_path(args.pins)))}: ok[/] "
+        f"({len(pins.targets)} targets, default {pins.default_target})"
     )
+    for caveat in pins.caveats:
+        console.print(f"[yellow]caveat:[/] {escape(caveat)}")
     return 0
 
 

@@ -1,6 +1,7 @@
-"""Facts per fabric (AWS EFA, InfiniBand/RoCE), written once: the environment the base image bakes
-in, the environment a multi-node job adds, the Kubernetes device resource, huge pages, and the NCCL
-that can do GIN (DeepEP V2's only way between nodes) over it.
+"""Facts per fabric (AWS EFA, InfiniBand/RoCE), written once: the GIN types it can use and the
+environment the base image bakes in for the pinned one, the environment a multi-node job adds, the
+Kubernetes device resource, huge pages, and the NCCL that can do GIN (DeepEP V2's only way between
+nodes) over it.
 
 The base Dockerfile renders its fabric ENV from here; epstack.cluster's jobs and `epstack doctor`
 read the same table. Standard library only: GPU hosts import this bare for the doctor.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from epstack.stack import DEEPEP_V2_MIN_NCCL, release
+from epstack.stack import DEEPEP_V2_MIN_NCCL, EFA_GDA_MIN_NCCL, GIN_EFA_GDA, GIN_GDAKI, GIN_PROXY, release
 
 # Every image: DeepEP's JIT finds CUDA here; NCCL's cuMem allocator backs the symmetric memory
 # DeepEP V2's GIN windows need.
@@ -24,8 +25,11 @@ COMMON_IMAGE_ENV: tuple[tuple[str, str], ...] = (
 class Fabric:
     name: str
     title: str
-    # ENV lines of the base image, in order (rendered into images/base/Dockerfile.j2).
-    image_env: tuple[tuple[str, str], ...]
+    # The GIN types a pins file may pick for this fabric (EFA_GIN_TYPE, IB_GIN_TYPE).
+    gin_types: tuple[str, ...]
+    # ENV lines of the base image besides NCCL_GIN_TYPE, in order. Library paths never go here: the
+    # images add theirs to ld.so.conf.d, so a driver mount's LD_LIBRARY_PATH is never replaced.
+    image_env_base: tuple[tuple[str, str], ...]
     # What a job crossing nodes adds at run time (Kubernetes container env, sbatch exports).
     job_env: tuple[tuple[str, str], ...]
     # The device plugin's resource name, and how many per node unless the user says otherwise.
@@ -39,34 +43,36 @@ class Fabric:
     def gin_ok(self, nccl_version: str) -> bool:
         return release(nccl_version) >= release(self.gin_min_nccl)
 
+    def image_env(self, gin_type: str) -> tuple[tuple[str, str], ...]:
+        """The base image's environment for a pinned GIN type."""
+        env = (*self.image_env_base, ("NCCL_GIN_TYPE", gin_type))
+        if gin_type == GIN_EFA_GDA:
+            # The GIN guide: NCCL's symmetric GIN collective kernels do not support EFA-GDA.
+            env = (*env, ("NCCL_SYM_GIN_KERNELS_ENABLE", "0"))
+        return env
+
 
 EFA = Fabric(
     name="efa",
     title="AWS EFA",
-    image_env=(
-        ("LD_LIBRARY_PATH", "/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib:/opt/gdrcopy/lib"),
-        ("FI_PROVIDER", "efa"),
-        ("NCCL_GIN_TYPE", "5"),
-    ),
-    job_env=(
-        # GPUDirect RDMA through EFA (libfabric's EFA provider).
-        ("FI_EFA_USE_DEVICE_RDMA", "1"),
-        # aws-ofi-nccl 1.21 doc/gin-getting-started.md: EFA-GDA (NCCL_GIN_TYPE=5) does not support
-        # NCCL's symmetric GIN collective kernels; they must be off.
-        ("NCCL_SYM_GIN_KERNELS_ENABLE", "0"),
-    ),
+    gin_types=(GIN_PROXY, GIN_EFA_GDA),
+    # NCCL loads aws-ofi-nccl (libnccl-net-ofi.so) as its net plugin; libfabric's EFA provider.
+    image_env_base=(("FI_PROVIDER", "efa"), ("NCCL_NET_PLUGIN", "ofi")),
+    # GPUDirect RDMA through EFA (libfabric's EFA provider).
+    job_env=(("FI_EFA_USE_DEVICE_RDMA", "1"),),
     k8s_resource="vpc.amazonaws.com/efa",
     # The EFA device plugin's documented pod setting; libfabric's EFA provider backs its buffers
     # with 2 MiB huge pages.
     hugepages_2mi="5120Mi",
-    gin_min_nccl="2.31.2",
+    gin_min_nccl=EFA_GDA_MIN_NCCL,
     gin_floor_source="aws-ofi-nccl 1.21 doc/gin-getting-started.md: NCCL 2.31.2-1 or later",
 )
 
 IB = Fabric(
     name="ib",
     title="InfiniBand/RoCE",
-    image_env=(("LD_LIBRARY_PATH", "/opt/gdrcopy/lib"),),
+    gin_types=(GIN_PROXY, GIN_GDAKI),
+    image_env_base=(),
     # NCCL finds the HCAs itself; NCCL_IB_HCA and NCCL_IB_GID_INDEX (RoCE) are site facts.
     job_env=(),
     # k8s-rdma-shared-dev-plugin's resource as commonly configured; --rdma-resource changes it.

@@ -13,6 +13,7 @@ from typing import Literal
 
 from epstack import host
 from epstack.fabric import EFA
+from epstack.stack import EFA_GDA_MIN_NCCL, GIN_EFA_GDA, GIN_PROXY
 
 Verdict = Literal["ok", "fail", "warn", "skipped"]
 
@@ -275,12 +276,12 @@ def check_nccl_env(facts: Facts, nccl_version: str) -> list[Check]:
         problem("NCCL_NET_GDR_LEVEL", "warn", "turns off GPUDirect RDMA", "unset it")
     if env.get("EP_DISABLE_GIN", "0") not in ("", "0") and facts.rdma:
         problem("EP_DISABLE_GIN", "warn", "DeepEP V2 then cannot cross nodes", "unset it for multi-node runs")
-    if env.get("NCCL_GIN_TYPE") == "5" and not _at_least(nccl_version, EFA.gin_min_nccl):
+    if env.get("NCCL_GIN_TYPE") == GIN_EFA_GDA and not _at_least(nccl_version, EFA_GDA_MIN_NCCL):
         problem(
             "NCCL_GIN_TYPE",
             "fail",
-            f"EFA-GDA needs NCCL >= {EFA.gin_min_nccl}; pins have {nccl_version}",
-            f"raise NCCL_VERSION to {EFA.gin_min_nccl} or unset NCCL_GIN_TYPE",
+            f"EFA-GDA needs NCCL >= {EFA_GDA_MIN_NCCL}; pins have {nccl_version}",
+            f"raise NCCL_VERSION to {EFA_GDA_MIN_NCCL} or set NCCL_GIN_TYPE={GIN_PROXY}",
         )
     if "FI_PROVIDER" in env and env["FI_PROVIDER"] != "efa" and any(d.is_efa for d in facts.rdma):
         problem("FI_PROVIDER", "fail", "the host's NICs are EFA", "set FI_PROVIDER=efa or unset it")

@@ -23,9 +23,13 @@ from epstack.errors import BadInput
 from epstack.pinsfile import PinsFile, read_pins_file
 from epstack.stack import (
     CUDA_ARCHS,
+    DEEPEP_REFS_WITHOUT_EFA_GDA,
     DEEPEP_V2_MIN_NCCL,
+    EFA_GDA_MIN_NCCL,
     EFA_GIN_MIN_OFI_NCCL,
     FABRIC_PIN_KEYS,
+    GIN_EFA_GDA,
+    GIN_PROXY,
     IMAGE_OS_GLIBC,
     LAYER_PIN_KEYS,
     CudaWheels,
@@ -104,6 +108,20 @@ def _fabric_list(value: str) -> tuple[str, ...]:
     return fabrics
 
 
+def _gin_type(name: str) -> Callable[[str], str]:
+    choices = fabric.FABRICS[name].gin_types
+
+    def check(value: str) -> str:
+        if value not in choices:
+            raise ValueError(
+                f"{value!r} is not a GIN type for {fabric.FABRICS[name].title}; "
+                f"fix: use one of {', '.join(choices)}"
+            )
+        return value
+
+    return check
+
+
 def _pattern(regex: str, example: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         if not re.match(regex, value):
@@ -153,6 +171,8 @@ class Pins(BaseModel):
     ] = Field(alias="EFA_INSTALLER_SHA256")
     aws_ofi_nccl_version: ExactVersion = Field(alias="AWS_OFI_NCCL_VERSION")
     rdma_core_version: DebianVersion = Field(alias="RDMA_CORE_VERSION")
+    efa_gin_type: Annotated[str, AfterValidator(_gin_type("efa"))] = Field(alias="EFA_GIN_TYPE")
+    ib_gin_type: Annotated[str, AfterValidator(_gin_type("ib"))] = Field(alias="IB_GIN_TYPE")
     fabrics: Annotated[tuple[str, ...], BeforeValidator(_fabric_list)] = Field(alias="FABRICS")
     archs: dict[str, tuple[str, ...]] = Field(
         description="ARCH_<NAME>=9.0a,... one key per GPU generation; the target is <name>-<fabric>"
@@ -191,6 +211,21 @@ class Pins(BaseModel):
             self.wheels.nccl: self.nccl_version,
             self.wheels.nvshmem: self.nvshmem_version,
         }
+
+    def gin_type(self, fabric_name: str) -> str:
+        """The pinned NCCL GIN type for a fabric (EFA_GIN_TYPE, IB_GIN_TYPE)."""
+        return {"efa": self.efa_gin_type, "ib": self.ib_gin_type}[fabric_name]
+
+    @property
+    def caveats(self) -> tuple[str, ...]:
+        """What these pins allow but nobody has shown to work; printed by `pins check`."""
+        if "efa" in self.fabrics and Version(self.nccl_version) < Version(EFA_GDA_MIN_NCCL):
+            return (
+                f"EFA targets use GIN proxy (type {self.efa_gin_type}) with NCCL {self.nccl_version}, below "
+                f"the NCCL {EFA_GDA_MIN_NCCL} aws-ofi-nccl's GIN guide states: they build and run on one "
+                "node; `cluster render` refuses them across nodes until NCCL_VERSION is raised",
+            )
+        return ()
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -368,7 +403,26 @@ def _rule_default_target(pins: Pins, pins_file: PinsFile) -> None:
         )
 
 
+def _rule_gin_types(pins: Pins, pins_file: PinsFile) -> None:
+    if "efa" not in pins.fabrics or pins.efa_gin_type != GIN_EFA_GDA:
+        return
+    if Version(pins.nccl_version) < Version(EFA_GDA_MIN_NCCL):
+        raise pins_file.error(
+            "EFA_GIN_TYPE",
+            f"GIN type {GIN_EFA_GDA} (EFA-GDA) needs NCCL {EFA_GDA_MIN_NCCL}; NCCL {pins.nccl_version} "
+            "knows types 0, 2, 3 and 4 only",
+            f"set EFA_GIN_TYPE={GIN_PROXY} (proxy), or NCCL_VERSION={EFA_GDA_MIN_NCCL} or newer",
+        )
+    if pins.deepep_ref in DEEPEP_REFS_WITHOUT_EFA_GDA:
+        raise pins_file.error(
+            "EFA_GIN_TYPE",
+            f"DeepEP {pins.deepep_ref[:7]} requires GIN strong and VA signals, which EFA-GDA does not have",
+            f"set EFA_GIN_TYPE={GIN_PROXY}, or a DEEPEP_REF that turns both requirements off",
+        )
+
+
 RULES: tuple[Callable[[Pins, PinsFile], None], ...] = (
+    _rule_gin_types,
     _rule_nccl_for_deepep_v2,
     _rule_gin_over_efa,
     _rule_one_cuda_major,

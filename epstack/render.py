@@ -134,12 +134,13 @@ def plan_render(pins: Pins, *, created: datetime, revision: str, sources: Path |
         for name, text in requirements.items():
             files[f"targets/{target}/{name}"] = text.encode()
         target_images = _target_images(pins, target, created=created, revision=revision)
+        fabric = target.rsplit("-", 1)[1]
         context = {
             "pins": pins,
             "target": target,
             "arch": target.rsplit("-", 1)[0],
-            "fabric": target.rsplit("-", 1)[1],
-            "fabric_env": FABRICS[target.rsplit("-", 1)[1]].image_env,
+            "fabric": fabric,
+            "fabric_env": FABRICS[fabric].image_env(pins.gin_type(fabric)),
             "common_env": COMMON_IMAGE_ENV,
             "images": {image.stage: image for image in target_images},
             "base_packages": tuple(pins.base_packages),

@@ -15,6 +15,17 @@ from dataclasses import dataclass
 DEEPEP_V2_MIN_NCCL = "2.30.4"
 # NCCL GIN over EFA first shipped in aws-ofi-nccl 1.21 (its doc/gin-getting-started.md).
 EFA_GIN_MIN_OFI_NCCL = "1.21.0"
+# NCCL's GIN types (src/include/nccl_device/core.h; 2.30.7 knows 0, 2, 3, 4): the host proxy, IB GPU-
+# initiated (GDAKI), and EFA GPU-initiated (EFA-GDA), which arrives with NCCL 2.31.2, the floor
+# aws-ofi-nccl 1.21's GIN guide states for GIN over EFA at all.
+GIN_PROXY, GIN_GDAKI, GIN_EFA_GDA = "2", "3", "5"
+EFA_GDA_MIN_NCCL = "2.31.2"
+# DeepEP commits whose NCCL device communicator still requires strong and VA signals, which EFA-GDA
+# has neither of (the GIN guide: set both to false), so they cannot use GIN type 5.
+DEEPEP_REFS_WITHOUT_EFA_GDA = (
+    "d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb",
+    "dd758caf451848bd150e1046af3d0a73e5fff38d",
+)
 
 # `nvcc --list-gpu-arch` (plus the arch-specific "a" targets) per CUDA major: the majors epstack
 # knows the wheel names and GPU architectures of. CUDA 13 dropped everything below Turing; CUDA 12
@@ -55,8 +66,8 @@ LAYER_PIN_KEYS: dict[str, tuple[str, ...]] = {
 }
 # Fabric pins belong to the base layer of that fabric's targets only.
 FABRIC_PIN_KEYS: dict[str, tuple[str, ...]] = {
-    "efa": ("EFA_INSTALLER_VERSION", "EFA_INSTALLER_SHA256", "AWS_OFI_NCCL_VERSION"),
-    "ib": ("RDMA_CORE_VERSION",),
+    "efa": ("EFA_INSTALLER_VERSION", "EFA_INSTALLER_SHA256", "AWS_OFI_NCCL_VERSION", "EFA_GIN_TYPE"),
+    "ib": ("RDMA_CORE_VERSION", "IB_GIN_TYPE"),
 }
 
 

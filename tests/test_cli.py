@@ -16,7 +16,7 @@ from tests.conftest import PINS, REPO, pins_variant, venv_tool
 def test_pins_check_ok(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["pins", "check", str(PINS)]) == 0
     err = capsys.readouterr().err
-    assert "ok (4 targets, default hopper-efa)" in err
+    assert "ok (4 targets, default hopper-ib)" in err
 
 
 def test_pins_check_bad_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -55,6 +55,10 @@ BAD_VALUES = [
     ("AWS_OFI_NCCL_VERSION", "1.17.3", ["GIN", "1.21.0"]),
     ("FABRICS", "efa,roce", ["'roce' is not a fabric"]),
     ("UBUNTU_SNAPSHOT", "2026-11-15", ["20261115T000000Z"]),
+    ("EFA_GIN_TYPE", "3", ["not a GIN type for AWS EFA", "2, 5"]),
+    ("IB_GIN_TYPE", "5", ["not a GIN type for InfiniBand/RoCE", "2, 3"]),
+    ("EFA_GIN_TYPE", "5", ["EFA-GDA) needs NCCL 2.31.2", "types 0, 2, 3 and 4", "EFA_GIN_TYPE=2"]),
+    ("DEEPEP_FMT_REF", "11.0.2", ["branch or tag", "40-hex"]),
 ]
 
 
@@ -152,3 +156,16 @@ def test_efa_pins_do_not_touch_ib_images(tmp_path: Path) -> None:
     after = load_pins(pins_variant(tmp_path, EFA_INSTALLER_VERSION="1.49.0"))
     assert before.image_tag("base", "hopper-ib") == after.image_tag("base", "hopper-ib")
     assert before.image_tag("base", "hopper-efa") != after.image_tag("base", "hopper-efa")
+
+
+def test_efa_gda_with_a_new_enough_nccl_still_needs_a_deepep_that_allows_it(tmp_path: Path) -> None:
+    """NCCL 2.31.2 knows EFA-GDA, but DeepEP d4f41e4 asks for the GIN signals it lacks."""
+    bad = pins_variant(tmp_path, EFA_GIN_TYPE="5", NCCL_VERSION="2.31.2")
+    with pytest.raises(BadInput, match="requires GIN strong and VA signals"):
+        load_pins(bad)
+
+
+def test_the_efa_proxy_below_the_guides_floor_is_a_caveat(tmp_path: Path) -> None:
+    assert "below the NCCL 2.31.2" in load_pins(PINS).caveats[0]
+    assert load_pins(pins_variant(tmp_path, NCCL_VERSION="2.31.2")).caveats == ()
+    assert load_pins(pins_variant(tmp_path, FABRICS="ib", DEFAULT_TARGET="hopper-ib")).caveats == ()

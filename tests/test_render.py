@@ -101,7 +101,7 @@ def test_labels_carry_every_pin_and_tags_follow_the_pins(rendered: Path) -> None
 
 def test_bake_file_chains_layers(rendered: Path) -> None:
     bake = json.loads((rendered / "docker-bake.json").read_text())
-    assert bake["group"]["default"]["targets"] == ["hopper-efa-sglang"]
+    assert bake["group"]["default"]["targets"] == ["hopper-ib-sglang"]
     assert len(bake["group"]["all"]["targets"]) == 4
     deepep = bake["target"]["hopper-efa-deepep"]
     assert deepep["dockerfile"] == "targets/hopper-efa/deepep.Dockerfile"
@@ -179,3 +179,16 @@ def test_rendered_scripts_are_the_repository_scripts(rendered: Path) -> None:
         copied = rendered / "scripts/image" / script.name
         assert copied.read_bytes() == script.read_bytes()
         assert copied.stat().st_mode & 0o111
+
+
+def test_fabric_environment_follows_the_pinned_gin_type(tmp_path: Path) -> None:
+    """NCCL_GIN_TYPE comes from EFA_GIN_TYPE/IB_GIN_TYPE; library paths never replace LD_LIBRARY_PATH."""
+    out = tmp_path / "out"
+    pins = pins_variant(tmp_path, IB_GIN_TYPE="2")
+    write_plan(plan_render(load_pins(pins), created=CREATED, revision=REVISION), out)
+    efa = (out / "targets/hopper-efa/base.Dockerfile").read_text()
+    ib = (out / "targets/hopper-ib/base.Dockerfile").read_text()
+    assert "ENV FI_PROVIDER=efa \\\n    NCCL_NET_PLUGIN=ofi \\\n    NCCL_GIN_TYPE=2\n" in efa
+    assert "ENV NCCL_GIN_TYPE=2\n" in ib and "NCCL_SYM_GIN_KERNELS_ENABLE" not in efa
+    for dockerfile in out.glob("targets/*/*.Dockerfile"):
+        assert "LD_LIBRARY_PATH=" not in dockerfile.read_text()

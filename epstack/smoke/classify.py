@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from epstack.fabric import EFA
-from epstack.stack import DEEPEP_V2_MIN_NCCL
+from epstack.stack import DEEPEP_V2_MIN_NCCL, GIN_PROXY
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,8 +37,9 @@ _RULES = (
         pattern=re.compile(r"NCCL GIN is unavailable|no GIN on a multi-node run"),
         summary="NCCL has no GIN transport (no RDMA NIC, or no IB/EFA plugin able to do GIN); "
         "DeepEP V2 needs GIN to go between nodes",
-        fix="multi-node: give the pods RDMA NICs (IB/RoCE, or EFA with aws-ofi-nccl >= 1.21 and "
-        f"NCCL >= {EFA.gin_min_nccl}); single node: EP_DISABLE_GIN=1 with allow_hybrid_mode=False",
+        fix="multi-node: give the pods RDMA NICs (IB/RoCE, or EFA with aws-ofi-nccl >= 1.21, "
+        f"NCCL >= {EFA.gin_min_nccl} and NCCL_GIN_TYPE={GIN_PROXY}); single node: EP_DISABLE_GIN=1 "
+        "with allow_hybrid_mode=False",
     ),
     _Rule(
         # deep_ep/__init__.py check_nccl_so(); the loader when libnccl lacks the 2.30 device API;

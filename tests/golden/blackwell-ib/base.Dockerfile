@@ -44,7 +44,7 @@ RUN /opt/epstack/scripts/guard-layer.sh base
 LABEL \
     org.opencontainers.image.title="epstack base (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-ib-158cc49bc5ee" \
+    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-ib-864d57297bf9" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-devel-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
     io.epstack.target="blackwell-ib" \
@@ -53,6 +53,7 @@ LABEL \
     io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.pin.cuda_version="13.0.3" \
     io.epstack.pin.fabric="ib" \
+    io.epstack.pin.ib_gin_type="3" \
     io.epstack.pin.nccl_version="2.30.7" \
     io.epstack.pin.nvshmem_version="3.4.5" \
     io.epstack.pin.python_version="3.12" \
@@ -91,6 +92,7 @@ RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
       libibverbs1=50.0-2ubuntu0.2 \
       librdmacm1=50.0-2ubuntu0.2 \
       rdma-core=50.0-2ubuntu0.2
+ENV NCCL_GIN_TYPE=3
 ENV CUDA_HOME=/usr/local/cuda \
     NCCL_CUMEM_ENABLE=1
 # DeepEP's JIT reads $CUDA_HOME/include; NVIDIA's runtime image has no such link.
@@ -103,7 +105,7 @@ RUN /opt/epstack/scripts/guard-layer.sh base
 LABEL \
     org.opencontainers.image.title="epstack base (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-ib-158cc49bc5ee" \
+    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-ib-864d57297bf9" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.target="blackwell-ib" \
@@ -112,6 +114,7 @@ LABEL \
     io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.pin.cuda_version="13.0.3" \
     io.epstack.pin.fabric="ib" \
+    io.epstack.pin.ib_gin_type="3" \
     io.epstack.pin.nccl_version="2.30.7" \
     io.epstack.pin.nvshmem_version="3.4.5" \
     io.epstack.pin.python_version="3.12" \

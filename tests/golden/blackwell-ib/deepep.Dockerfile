@@ -3,8 +3,8 @@
 # Stages: build (on the devel image: GDRCopy and DeepEP from their pinned commits, from the sources
 #                folder's `git archive` tarballs when there, else cloned; both checked against pins)
 #         deepep (base image + libgdrapi + the deep_ep wheel; the build trees stay behind)
-ARG DEVEL_IMAGE=epstack:devel-cu13.0-nccl2.30.7-ib-158cc49bc5ee
-ARG BASE_IMAGE=epstack:base-cu13.0-nccl2.30.7-ib-158cc49bc5ee
+ARG DEVEL_IMAGE=epstack:devel-cu13.0-nccl2.30.7-ib-864d57297bf9
+ARG BASE_IMAGE=epstack:base-cu13.0-nccl2.30.7-ib-864d57297bf9
 
 FROM ${DEVEL_IMAGE} AS build
 COPY sources/deepep/ /opt/epstack/sources/
@@ -33,7 +33,7 @@ RUN /opt/epstack/scripts/guard-layer.sh deepep
 LABEL \
     org.opencontainers.image.title="epstack deepep (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-blackwell-ib-ca175970e7cb" \
+    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-blackwell-ib-fcfbf4481854" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.target="blackwell-ib" \
@@ -47,6 +47,7 @@ LABEL \
     io.epstack.pin.fabric="ib" \
     io.epstack.pin.gdrcopy_ref="c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9" \
     io.epstack.pin.gdrcopy_version="2.5.2" \
+    io.epstack.pin.ib_gin_type="3" \
     io.epstack.pin.nccl_version="2.30.7" \
     io.epstack.pin.nvshmem_version="3.4.5" \
     io.epstack.pin.python_version="3.12" \

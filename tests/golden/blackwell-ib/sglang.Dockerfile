@@ -2,7 +2,7 @@
 # Rendered from images/sglang/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
 # uv installs sglang with the base packages overridden to their pins (torch, nvidia-nccl-cu13, nvidia-nvshmem-cu13)
 # and never installs another deep_ep (sgl-deep-ep, deep-ep).
-ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-blackwell-ib-ca175970e7cb
+ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-blackwell-ib-fcfbf4481854
 
 FROM ${DEEPEP_IMAGE} AS sglang
 COPY targets/blackwell-ib/sglang-requirements.txt targets/blackwell-ib/excludes.txt /opt/epstack/pins/
@@ -17,7 +17,7 @@ RUN /opt/epstack/scripts/guard-layer.sh sglang
 LABEL \
     org.opencontainers.image.title="epstack sglang (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="sglang-0.5.23-deepep-d4f41e4-cu13.0-blackwell-ib-96291fcacf59" \
+    org.opencontainers.image.version="sglang-0.5.23-deepep-d4f41e4-cu13.0-blackwell-ib-463866abf42c" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.target="blackwell-ib" \
@@ -33,6 +33,7 @@ LABEL \
     io.epstack.pin.fabric="ib" \
     io.epstack.pin.gdrcopy_ref="c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9" \
     io.epstack.pin.gdrcopy_version="2.5.2" \
+    io.epstack.pin.ib_gin_type="3" \
     io.epstack.pin.nccl_version="2.30.7" \
     io.epstack.pin.nvshmem_version="3.4.5" \
     io.epstack.pin.python_version="3.12" \

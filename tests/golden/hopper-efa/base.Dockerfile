@@ -44,7 +44,7 @@ RUN /opt/epstack/scripts/guard-layer.sh base
 LABEL \
     org.opencontainers.image.title="epstack base (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-efa-ec48821ec4de" \
+    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-efa-03a175bbfd0f" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-devel-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
     io.epstack.target="hopper-efa" \
@@ -53,6 +53,7 @@ LABEL \
     io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
     io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.pin.cuda_version="13.0.3" \
+    io.epstack.pin.efa_gin_type="2" \
     io.epstack.pin.efa_installer_sha256="fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841" \
     io.epstack.pin.efa_installer_version="1.50.0" \
     io.epstack.pin.fabric="efa" \
@@ -93,6 +94,9 @@ COPY scripts/image/install-efa.sh /opt/epstack/scripts/
 RUN --mount=type=bind,source=sources/base,target=/opt/epstack/sources \
     /opt/epstack/scripts/install-efa.sh 1.50.0 fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841 \
       1.21.1 /opt/epstack/sources
+ENV FI_PROVIDER=efa \
+    NCCL_NET_PLUGIN=ofi \
+    NCCL_GIN_TYPE=2
 ENV CUDA_HOME=/usr/local/cuda \
     NCCL_CUMEM_ENABLE=1
 # DeepEP's JIT reads $CUDA_HOME/include; NVIDIA's runtime image has no such link.
@@ -105,7 +109,7 @@ RUN /opt/epstack/scripts/guard-layer.sh base
 LABEL \
     org.opencontainers.image.title="epstack base (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-efa-ec48821ec4de" \
+    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-efa-03a175bbfd0f" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.target="hopper-efa" \
@@ -114,6 +118,7 @@ LABEL \
     io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
     io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.pin.cuda_version="13.0.3" \
+    io.epstack.pin.efa_gin_type="2" \
     io.epstack.pin.efa_installer_sha256="fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841" \
     io.epstack.pin.efa_installer_version="1.50.0" \
     io.epstack.pin.fabric="efa" \

@@ -3,8 +3,8 @@
 # Stages: build (on the devel image: GDRCopy and DeepEP from their pinned commits, from the sources
 #                folder's `git archive` tarballs when there, else cloned; both checked against pins)
 #         deepep (base image + libgdrapi + the deep_ep wheel; the build trees stay behind)
-ARG DEVEL_IMAGE=epstack:devel-cu13.0-nccl2.30.7-efa-ec48821ec4de
-ARG BASE_IMAGE=epstack:base-cu13.0-nccl2.30.7-efa-ec48821ec4de
+ARG DEVEL_IMAGE=epstack:devel-cu13.0-nccl2.30.7-efa-03a175bbfd0f
+ARG BASE_IMAGE=epstack:base-cu13.0-nccl2.30.7-efa-03a175bbfd0f
 
 FROM ${DEVEL_IMAGE} AS build
 COPY sources/deepep/ /opt/epstack/sources/
@@ -33,7 +33,7 @@ RUN /opt/epstack/scripts/guard-layer.sh deepep
 LABEL \
     org.opencontainers.image.title="epstack deepep (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-hopper-efa-9feabe478643" \
+    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-hopper-efa-f9054f81694f" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.target="hopper-efa" \
@@ -45,6 +45,7 @@ LABEL \
     io.epstack.pin.deepep_fmt_ref="a4c7e17133ee9cb6a2f45545f6e974dd3c393efa" \
     io.epstack.pin.deepep_ref="d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb" \
     io.epstack.pin.deepep_repo="https://github.com/deepseek-ai/DeepEP.git" \
+    io.epstack.pin.efa_gin_type="2" \
     io.epstack.pin.efa_installer_sha256="fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841" \
     io.epstack.pin.efa_installer_version="1.50.0" \
     io.epstack.pin.fabric="efa" \
