@@ -80,7 +80,7 @@ def test_the_standin_stands_in_for_nvidia_cuda(built: BuildReport, engine: Docke
     script = (
         "set -e; readlink /usr/local/cuda; readlink /usr/local/cuda/include; readlink /usr/local/cuda/lib64; "
         "nvcc --version | grep -o 'release [0-9.]*'; cuobjdump --version | grep -c Copyright; "
-        "readelf -d /usr/local/cuda/lib64/stubs/libcuda.so | grep -o 'libcuda.so.1'; echo $LIBRARY_PATH; "
+        "grep -aom1 'libcuda[.]so[.]1' /usr/local/cuda/lib64/stubs/libcuda.so; echo $LIBRARY_PATH; "
         "test -f /usr/local/cuda/include/cccl/cuda/std/version; test -f /usr/local/cuda/include/cusparse.h; "
         "cat /etc/ld.so.conf.d/000_cuda.conf; "
         "test -e /usr/lib/x86_64-linux-gnu/libnccl.so.2 && echo system-nccl"
