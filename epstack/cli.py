@@ -9,12 +9,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from epstack import __version__, guard, predict
 from epstack.build import build_target
 from epstack.engine import DockerEngine
-from epstack.errors import BadInput, EpstackError
+from epstack.errors import BadInput, EpstackError, Interrupted
 from epstack.pins import LAYERS, Pins, load_pins, pins_path
 from epstack.render import plan_render, source_date, source_revision, write_plan
 from epstack.smoke import cli as smoke_cli
@@ -118,8 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args, console)
     except EpstackError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}")
         return exc.exit_code
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/]")
+        return Interrupted.exit_code
     return code
 
 
