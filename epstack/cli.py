@@ -12,8 +12,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack import __version__, guard, predict
-from epstack.build import build_target
+from epstack import __version__, guard, predict, publish
+from epstack.aws import cli as aws_cli
+from epstack.build import build_target, write_build_report
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput, EpstackError, Interrupted
 from epstack.pins import LAYERS, Pins, load_pins, pins_path
@@ -63,8 +64,16 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
     console.print(f"rendered into {args.out}; building {target}")
     engine = DockerEngine.find()
     report = build_target(
-        pins=pins, plan=plan, context=args.out, target=target, engine=engine, console=console
+        pins=pins,
+        plan=plan,
+        context=args.out,
+        target=target,
+        engine=engine,
+        console=console,
+        cache_registry=args.cache_registry or "",
     )
+    if args.report:
+        write_build_report(args.report, report)
     table = Table("image", "result", title=f"epstack build {target}")
     table.columns[0].overflow = "fold"
     for ref, seconds in report.built.items():
@@ -104,10 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"render directory (default {DEFAULT_OUT})"
     )
+    build.add_argument(
+        "--cache-registry", metavar="HOST[/NS]", help="BuildKit registry cache there (buildx; ECR-compatible)"
+    )
+    build.add_argument(
+        "--report", type=Path, metavar="FILE", help="write what was built as JSON (for epstack publish push)"
+    )
     build.set_defaults(func=cmd_build)
 
     guard.register(commands)
     smoke_cli.register(commands)
+    publish.register(commands)
+    aws_cli.register(commands)
     return parser
 
 

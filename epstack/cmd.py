@@ -21,13 +21,15 @@ def call(
     cwd: Path | None = None,
     capture: bool = False,
     echo: bool = True,
+    stdin: bytes | None = None,
 ) -> str:
-    """Run a command; raise CommandFailed on a non-zero exit. Returns stdout when capture=True."""
+    """Run a command; raise CommandFailed on a non-zero exit. Returns stdout when capture=True.
+    `stdin` is written to the command's standard input (a password never goes on the command line)."""
     argv = [str(a) for a in args]
     if echo:
         _start(argv)
     try:
-        result = subprocess.run(argv, env=env, cwd=cwd, capture_output=capture, check=False)
+        result = subprocess.run(argv, env=env, cwd=cwd, capture_output=capture, input=stdin, check=False)
     except FileNotFoundError:
         raise EnvironmentProblem(f"{argv[0]}: command not found") from None
     if result.returncode != 0:
@@ -58,3 +60,14 @@ def pipe(producer: Sequence[str], consumer: Sequence[str]) -> None:
             f"`{shlex.join(producer)} | {shlex.join(consumer)}` failed: "
             + second.stderr.decode(errors="replace").strip()
         )
+
+
+def status_and_output(*args: str | Path, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """Run a command whose exit status is a verdict (a check): stdout captured, stderr streamed."""
+    argv = [str(a) for a in args]
+    _start(argv)
+    try:
+        result = subprocess.run(argv, env=env, stdout=subprocess.PIPE, check=False)
+    except FileNotFoundError:
+        raise EnvironmentProblem(f"{argv[0]}: command not found") from None
+    return result.returncode, result.stdout.decode(errors="replace")

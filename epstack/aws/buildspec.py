@@ -109,9 +109,13 @@ def load_document(path: Path) -> Document:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
         problem = (exc.problem or exc.context or "invalid YAML").strip()
-        raise BadInput(f"{path}:{line}: {problem}; fix: correct the YAML (quote commands with ': ')") from None
+        raise BadInput(
+            f"{path}:{line}: {problem}; fix: correct the YAML (quote commands with ': ')"
+        ) from None
     if not isinstance(root, CommentedMap):
-        raise BadInput(f"{path}:1: a buildspec is a mapping (version, phases, ...); fix: start with 'version: 0.2'")
+        raise BadInput(
+            f"{path}:1: a buildspec is a mapping (version, phases, ...); fix: start with 'version: 0.2'"
+        )
     return Document(path=path, root=root)
 
 
@@ -151,14 +155,19 @@ def _finding(document: Document, error: jsonschema.ValidationError) -> Finding:
         line = document.line([*path, key])
         near = difflib.get_close_matches(key, allowed, n=1)
         hint = f"did you mean {near[0]}?" if near else f"expected one of {', '.join(allowed)}"
-        return Finding(file=document.path, line=line, message=f"{_where([*path, key])}: unknown key {key!r}; {hint}")
+        return Finding(
+            file=document.path, line=line, message=f"{_where([*path, key])}: unknown key {key!r}; {hint}"
+        )
     line = document.line(path)
     if error.validator == "required":
         message = f"{where}: {error.message}"
     elif error.validator in ("enum", "const"):
-        message = f"{where}: {error.instance!r} is not one of {', '.join(map(repr, error.validator_value))}"
+        value = error.validator_value
+        allowed = value if isinstance(value, list) else [value]
+        message = f"{where}: {error.instance!r} is not one of {', '.join(map(repr, allowed))}"
     elif error.validator == "type":
-        message = f"{where}: expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
+        got = f"{type(error.instance).__name__} {error.instance!r}"
+        message = f"{where}: expected {error.validator_value}, got {got}"
     else:
         message = f"{where}: {error.message}"
     if fix:

@@ -41,7 +41,9 @@ PINS_AS_TEXT = re.compile(
 )
 DOCKER = re.compile(r"(^|[\s;&|(])(docker|epstack\s+(build|publish))\s")
 PIP_PIN = re.compile(r"\b(pip3?|uv\s+pip)\s+install\b.*?\b([A-Za-z0-9_.-]+)==\S+")
-SECRET_FIX = "move it to env.secrets-manager (or env.parameter-store as a SecureString) and refer to the variable"
+SECRET_FIX = (
+    "move it to env.secrets-manager (or env.parameter-store as a SecureString) and refer to the variable"
+)
 
 
 def lint(paths: Sequence[Path], pins: Pins, *, source: Path) -> list[Finding]:
@@ -78,7 +80,9 @@ def _variables(data: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...], st
         for index, task in enumerate(batch.get(kind) or []):
             for name, value in ((task.get("env") or {}).get("variables") or {}).items():
                 yield ("batch", kind, index, "env", "variables", name), name, value
-    for name, value in ((((batch.get("build-matrix") or {}).get("dynamic") or {}).get("env") or {}).get("variables") or {}).items():
+    for name, value in (
+        (((batch.get("build-matrix") or {}).get("dynamic") or {}).get("env") or {}).get("variables") or {}
+    ).items():
         yield ("batch", "build-matrix", "dynamic", "env", "variables", name), name, value
 
 
@@ -115,7 +119,9 @@ def _pins_from_pins_env(document: Document, data: dict[str, Any], pins: Pins) ->
     keys = {f.alias for f in Pins.model_fields.values() if f.alias}
     for path, name, _ in _variables(data):
         if name in keys or name.startswith("ARCH_"):
-            yield _at(document, path, f"{name} is a pin; fix: pins come from pins.env: change it there, not here")
+            yield _at(
+                document, path, f"{name} is a pin; fix: pins come from pins.env: change it there, not here"
+            )
     pinned = set(PROTECTED_PACKAGES) | {"sglang", "deep-ep", "deep_ep"}
     for path, text in _commands(data):
         if PINS_AS_TEXT.search(text):
@@ -145,7 +151,9 @@ def _uses_docker(document: Document) -> int | None:
 
 def _batch(document: Document, data: dict[str, Any], pins: Pins, source: Path) -> Iterator[Finding]:
     batch = data.get("batch") or {}
-    tasks = [(kind, i, t) for kind in ("build-list", "build-graph") for i, t in enumerate(batch.get(kind) or [])]
+    tasks = [
+        (kind, i, t) for kind in ("build-list", "build-graph") for i, t in enumerate(batch.get(kind) or [])
+    ]
     for kind, index, task in tasks:
         env = task.get("env") or {}
         target = (env.get("variables") or {}).get("EPSTACK_TARGET")
@@ -154,7 +162,7 @@ def _batch(document: Document, data: dict[str, Any], pins: Pins, source: Path) -
             yield _at(
                 document,
                 (*path, "env", "variables", "EPSTACK_TARGET"),
-                f"EPSTACK_TARGET={target} is not a target of pins.env; fix: use one of {', '.join(pins.targets)} "
+                f"EPSTACK_TARGET={target} is not a target of pins.env; fix: one of {', '.join(pins.targets)} "
                 "(epstack codebuild batchspec renders the batch from pins.env)",
             )
         spec = source / str(task["buildspec"]) if task.get("buildspec") else document.path
