@@ -158,7 +158,12 @@ def _finding(document: Document, error: jsonschema.ValidationError) -> Finding:
         return Finding(
             file=document.path, line=line, message=f"{_where([*path, key])}: unknown key {key!r}; {hint}"
         )
+    if "propertyNames" in error.absolute_schema_path and isinstance(error.instance, str):
+        path.append(error.instance)  # the offending key itself, not the mapping holding it
+        where = _where(path)
     line = document.line(path)
+    if error.validator in ("oneOf", "anyOf") and fix:
+        return Finding(file=document.path, line=line, message=f"{where}: needs {fix}")
     if error.validator == "required":
         message = f"{where}: {error.message}"
     elif error.validator in ("enum", "const"):

@@ -44,6 +44,7 @@ class Shell:
         self._where = workdir / "cwd"
         self._process: subprocess.Popen[str] | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader: threading.Thread | None = None
 
     # ---- process ------------------------------------------------------------------------------
 
@@ -64,7 +65,8 @@ class Shell:
         except FileNotFoundError:
             raise EnvironmentProblem(f"{self._shell}: not found; fix: install it or set env.shell") from None
         self._lines = queue.Queue()
-        threading.Thread(target=self._read, args=(process, self._lines), daemon=True).start()
+        self._reader = threading.Thread(target=self._read, args=(process, self._lines), daemon=True)
+        self._reader.start()
         self._process = process
         if self._state.exists():  # a previous shell ended inside a command: carry on from its snapshot
             state, where = shlex.quote(str(self._state)), shlex.quote(str(self._where))
@@ -127,6 +129,7 @@ class Shell:
 
     def _ended(self, process: subprocess.Popen[str], output: list[str]) -> tuple[int, str]:
         code = process.wait()
+        self._reap(process)
         self._process = None
         self._log(f"(the shell exited with status {code}; the next command runs in a new one)")
         return (code or 1), "".join(output)
@@ -152,7 +155,10 @@ class Shell:
         """End the shell and everything it started (its own process group)."""
         process = self._process
         self._process = None
-        if process is None or process.poll() is not None:
+        if process is None:
+            return
+        if process.poll() is not None:
+            self._reap(process)
             return
         try:
             os.killpg(process.pid, signal.SIGTERM)
@@ -161,3 +167,13 @@ class Shell:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        self._reap(process)
+
+    def _reap(self, process: subprocess.Popen[str]) -> None:
+        """Close the pipes once the reader has seen the end (the whole group is gone by then)."""
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
