@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import textwrap
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from moto.server import ThreadedMotoServer
 
 from epstack.pins import Pins, load_pins
 from tests.conftest import PINS
@@ -35,8 +37,6 @@ def buildspec(tmp_path: Path) -> Callable[[str], Path]:
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
     """moto's server over HTTP on a free 127.0.0.1 port, for the whole session."""
-    from moto.server import ThreadedMotoServer
-
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -55,8 +55,6 @@ def aws(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     yield moto_server
-    import urllib.request
-
     urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST")).close()
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from epstack.aws.batchspec import render_batchspec
 from epstack.aws.buildspec import SCHEMA_PATH, load_buildspec, load_document, schema_findings
+from epstack.aws.lint import lint as lint_files
 from epstack.cli import main
 from epstack.errors import BadInput
 from epstack.pins import Pins
@@ -88,8 +89,6 @@ def test_a_plaintext_secret_names_its_line_and_the_fix(
 
 
 def test_secrets_from_the_stores_and_variables_in_commands_pass(buildspec: Write, pins: Pins) -> None:
-    from epstack.aws.lint import lint as lint_files
-
     path = buildspec(
         """
         version: 0.2
@@ -180,8 +179,6 @@ def test_schema_errors_name_their_line(buildspec: Write, yaml: str, line: int, m
 
 
 def test_account_ids_and_pins_in_a_buildspec_are_findings(buildspec: Write, pins: Pins) -> None:
-    from epstack.aws.lint import lint as lint_files
-
     path = buildspec(
         """
         version: 0.2
@@ -206,8 +203,6 @@ def test_account_ids_and_pins_in_a_buildspec_are_findings(buildspec: Write, pins
 
 
 def test_a_batch_must_build_every_target_and_run_docker_privileged(buildspec: Write, pins: Pins) -> None:
-    from epstack.aws.lint import lint as lint_files
-
     buildspec("version: 0.2\nphases:\n  build:\n    commands:\n      - docker build .\n", "docker.yml")
     path = buildspec(
         f"""

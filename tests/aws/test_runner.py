@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import boto3
 import pytest
 from rich.console import Console
 
@@ -152,7 +153,7 @@ def test_retry_runs_the_phase_again_until_it_passes(buildspec: Write, tmp_path: 
 
 def test_retry_stops_when_the_output_does_not_match(buildspec: Write, tmp_path: Path) -> None:
     path = buildspec(
-        "version: 0.2\nphases:\n  build:\n    on-failure: RETRY-5-timeout\n    commands:\n      - test 1 = 2\n"
+        "version: 0.2\nphases:\n  build:\n    on-failure: RETRY-5-timeout\n    commands: [test 1 = 2]\n"
     )
     result, _ = run(path, tmp_path)
     assert result.status == "FAILED" and result.phase("build").attempts == 1
@@ -209,7 +210,9 @@ def test_reports_and_artifacts_are_collected(buildspec: Write, tmp_path: Path) -
               - echo ok > out/manifest.json
               - echo log > out/logs/a.log
               - echo skip > out/logs/b.tmp
-              - printf '<testsuites><testsuite><testcase name="a"/><testcase name="b"><failure/></testcase><testcase name="c"><skipped/></testcase></testsuite></testsuites>' > out/junit.xml
+              - printf '<testsuites><testsuite><testcase name="a"/>' > out/junit.xml
+              - printf '<testcase name="b"><failure/></testcase>' >> out/junit.xml
+              - printf '<testcase name="c"><skipped/></testcase></testsuite></testsuites>' >> out/junit.xml
         reports:
           guard:
             files: [junit.xml]
@@ -264,8 +267,6 @@ def test_the_cli_exits_with_the_build_status_and_names_the_failed_command(
 def test_parameter_store_and_secrets_manager_come_from_aws_and_are_masked(
     aws: str, buildspec: Write, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import boto3
-
     boto3.client("ssm").put_parameter(Name="/epstack/registry", Value="registry.test", Type="String")
     boto3.client("ssm").put_parameter(Name="/epstack/token", Value="s3cr3t-param", Type="SecureString")
     boto3.client("secretsmanager").create_secret(
