@@ -128,9 +128,9 @@ class Watch:
     backoff: Backoff
     out: Callable[[str], None]
     poll: float = 5.0
-    sleep: Callable[[float], None] = time.sleep
+    sleep: Callable[[float], None] | None = None  # None: pause() (time.sleep)
     limit: int | None = None
-    quiet_reads_after_end: int = 2
+    quiet_reads_after_end: int = 3
     seen_phases: set[str] = field(default_factory=set)
 
     def build(self, build_id: str) -> str:
@@ -145,11 +145,11 @@ class Watch:
             lines = cursor.read(self.logs, self.backoff, self.limit)
             for line in lines:
                 self.out(line)
-            if status in DONE:
+            if status in DONE:  # CloudWatch may still be ingesting: stop after a few empty reads
                 quiet = 0 if lines else quiet + 1
-                if quiet >= self.quiet_reads_after_end or cursor.missing:
+                if quiet >= self.quiet_reads_after_end:
                     break
-            self.sleep(self.poll)
+            (self.sleep or pause)(self.poll)
         self.out(f"build {build_id}: {status}")
         return status
 
@@ -199,7 +199,11 @@ class Watch:
             if status in DONE:
                 self.out(f"batch {batch_id}: {status}")
                 return status
-            self.sleep(self.poll)
+            (self.sleep or pause)(self.poll)
+
+
+def pause(seconds: float) -> None:
+    time.sleep(seconds)
 
 
 def _cursor(build: Any) -> LogCursor:
