@@ -113,6 +113,10 @@ class DockerEngine:
         digests: list[str] = json.loads(out) or []
         return digests
 
+    def image_id(self, ref: str) -> str:
+        """sha256 of the image config: equal in every registry the image is pushed to."""
+        return call(self.cli, "image", "inspect", "--format", "{{.Id}}", ref, capture=True).strip()
+
     def image_env(self, ref: str) -> dict[str, str]:
         out = call(self.cli, "image", "inspect", "--format", "{{json .Config.Env}}", ref, capture=True)
         pairs: list[str] = json.loads(out) or []

@@ -202,13 +202,8 @@ def push_image(
     remote_repository = f"{namespace}/{repository}" if namespace else repository
     uri = f"{registry.host}/{remote_repository}:{image_tag}"
     existing = registry.digest(remote_repository, image_tag)
-    local = {
-        d.split("@", 1)[1]
-        for d in engine.repo_digests(tag)
-        if d.startswith(f"{registry.host}/{remote_repository}@")
-    }
-    if existing and existing in local:
-        console.print(f"{uri} already is {existing}: not pushed again")
+    if existing and registry.config_digest(remote_repository, image_tag) == engine.image_id(tag):
+        console.print(f"{uri} already is this image ({existing}): not pushed again")
         return uri, existing
     if existing and registry.tag_immutable(remote_repository):
         raise BadInput(

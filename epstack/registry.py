@@ -8,6 +8,7 @@ host is refused: epstack publishes to ECR, and tests and run-local use a loopbac
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import urllib.error
 import urllib.request
@@ -106,6 +107,10 @@ class Registry(Protocol):
         """True when an existing tag may not be moved."""
         ...
 
+    def config_digest(self, repository: str, tag: str) -> str | None:
+        """The image config digest (Docker's image ID) the tag's manifest names."""
+        ...
+
 
 @dataclass(frozen=True, kw_only=True)
 class LoopbackRegistry:
@@ -152,3 +157,14 @@ class LoopbackRegistry:
 
     def tag_immutable(self, repository: str) -> bool:
         return False
+
+    def config_digest(self, repository: str, tag: str) -> str | None:
+        return config_of(self.manifest(repository, tag))
+
+
+def config_of(manifest: bytes | str) -> str | None:
+    """config.digest of an image manifest (None for an index, which names no single image)."""
+    try:
+        return str(json.loads(manifest)["config"]["digest"])
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from epstack.aws.clients import Backoff, ecr_client, error_code, region
 from epstack.errors import BadInput, EnvironmentProblem
-from epstack.registry import ECR_HOST, is_loopback
+from epstack.registry import ECR_HOST, config_of, is_loopback
 
 if TYPE_CHECKING:
     from mypy_boto3_ecr import ECRClient
@@ -212,6 +212,19 @@ class EcrRegistry:
 
     def tag_immutable(self, repository: str) -> bool:
         return self.ecr.tag_immutable(repository, self.registry_id)
+
+    def config_digest(self, repository: str, tag: str) -> str | None:
+        found = self.ecr.backoff.call(
+            "ecr:BatchGetImage",
+            lambda: self.ecr.client.batch_get_image(
+                repositoryName=repository,
+                registryId=self.registry_id,
+                imageIds=[{"imageTag": tag}],
+                acceptedMediaTypes=ACCEPTED_MEDIA_TYPES,
+            ),
+        )
+        images = found.get("images", [])
+        return config_of(images[0].get("imageManifest", "")) if images else None
 
 
 def login(
