@@ -52,7 +52,9 @@ def local_registry(directory: Path) -> Iterator[str]:
                 break
             except (urllib.error.URLError, OSError):
                 if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"docker-registry did not start: {(directory / 'registry.log').read_text()[-500:]}")
+                    pytest.fail(
+                        f"docker-registry did not start: {(directory / 'registry.log').read_text()[-500:]}"
+                    )
                 time.sleep(0.1)
         yield f"127.0.0.1:{port}"
     finally:

@@ -82,7 +82,10 @@ class RunResult:
         return next(p for p in self.phases if p.name == name)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
+        data = asdict(self)
+        for entry, report in zip(data["reports"], self.reports, strict=True):
+            entry["status"] = report.status
+        return json.dumps(data, indent=2) + "\n"
 
 
 def _stamp() -> str:

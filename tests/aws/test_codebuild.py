@@ -34,13 +34,18 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def head() -> str:
-    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    git = ["git", "-C", str(REPO), "rev-parse", "HEAD"]
+    return subprocess.run(git, capture_output=True, text=True, check=True).stdout.strip()
 
 
 def create_project(privileged: bool = True) -> None:
     boto3.client("codebuild").create_project(
         name=PROJECT,
-        source={"type": "GITHUB", "location": "https://github.com/example/epstack.git", "buildspec": "buildspecs/build.yml"},
+        source={
+            "type": "GITHUB",
+            "location": "https://github.com/example/epstack.git",
+            "buildspec": "buildspecs/build.yml",
+        },
         artifacts={"type": "NO_ARTIFACTS"},
         environment={
             "type": "LINUX_CONTAINER",
@@ -70,7 +75,9 @@ def test_start_watch_prints_each_phase_once_and_every_log_line_once(
 ) -> None:
     """CodeBuild writes its log while epstack waits between reads: three batches of lines."""
     create_project()
-    batches = iter([["[Container] Entering phase INSTALL", "make .venv/bin/epstack"], ["epstack build", "built"], []])
+    batches = iter(
+        [["[Container] Entering phase INSTALL", "make .venv/bin/epstack"], ["epstack build", "built"], []]
+    )
 
     def codebuild_writes_while_we_wait(seconds: float) -> None:
         build_id = boto3.client("codebuild").list_builds_for_project(projectName=PROJECT)["ids"][0]
@@ -79,18 +86,34 @@ def test_start_watch_prints_each_phase_once_and_every_log_line_once(
             put_log(build_id.split(":", 1)[1], *lines)
 
     monkeypatch.setattr(codebuild, "pause", codebuild_writes_while_we_wait)
-    code = main(["codebuild", "start", "--project", PROJECT, "--target", "hopper-ib", "--watch", "--pins", str(PINS)])
+    code = main(
+        ["codebuild", "start", "--project", PROJECT, "--target", "hopper-ib", "--watch", "--pins", str(PINS)]
+    )
     err = capsys.readouterr().err
     assert code == 0, err
     lines = err.splitlines()
     assert lines[0].startswith(f"started {PROJECT}:") and f"source {head()[:12]}" in lines[0]
     phases = [line for line in lines if line.startswith("phase ")]
     assert [p.split()[1] for p in phases] == [
-        "SUBMITTED", "QUEUED", "PROVISIONING", "DOWNLOAD_SOURCE", "INSTALL", "PRE_BUILD", "BUILD",
-        "POST_BUILD", "UPLOAD_ARTIFACTS", "FINALIZING", "COMPLETED",
-    ]  # fmt: skip
+        "SUBMITTED",
+        "QUEUED",
+        "PROVISIONING",
+        "DOWNLOAD_SOURCE",
+        "INSTALL",
+        "PRE_BUILD",
+        "BUILD",
+        "POST_BUILD",
+        "UPLOAD_ARTIFACTS",
+        "FINALIZING",
+        "COMPLETED",
+    ]
     logged = [line for line in lines if not line.startswith(("phase ", "started ", "build "))]
-    assert logged == ["[Container] Entering phase INSTALL", "make .venv/bin/epstack", "epstack build", "built"]
+    assert logged == [
+        "[Container] Entering phase INSTALL",
+        "make .venv/bin/epstack",
+        "epstack build",
+        "built",
+    ]
     assert lines[-1].endswith(": SUCCEEDED")
 
 
@@ -106,7 +129,9 @@ def test_the_log_cursor_pages_forward_without_gaps_or_repeats(aws: str) -> None:
 
 
 @pytest.mark.aws
-def test_start_refuses_a_project_without_privileged_mode(aws: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_start_refuses_a_project_without_privileged_mode(
+    aws: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     create_project(privileged=False)
     assert main(["codebuild", "start", "--project", PROJECT, "--pins", str(PINS)]) == 2
     assert f"{PROJECT}: privileged mode is off and build.yml runs Docker; fix:" in capsys.readouterr().err
@@ -129,41 +154,103 @@ def stubbed(fake_credentials: None, monkeypatch: pytest.MonkeyPatch) -> Iterator
 
 
 def build(status: str, phases: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"builds": [{"id": f"{PROJECT}:b1", "projectName": PROJECT, "buildStatus": status, "phases": phases,
-                        "logs": {"groupName": "g", "streamName": "s"}}]}  # fmt: skip
+    return {
+        "builds": [
+            {
+                "id": f"{PROJECT}:b1",
+                "projectName": PROJECT,
+                "buildStatus": status,
+                "phases": phases,
+                "logs": {"groupName": "g", "streamName": "s"},
+            }
+        ]
+    }
 
 
 def test_a_failed_build_exits_1_with_the_failing_phase_and_its_log(
     stubbed: tuple[Stubber, Stubber], capsys: pytest.CaptureFixture[str]
 ) -> None:
     cb, lg = stubbed
-    cb.add_response("batch_get_projects", {"projects": [{"name": PROJECT, "environment": {
-        "type": "LINUX_CONTAINER", "image": "i", "computeType": "BUILD_GENERAL1_SMALL", "privilegedMode": True}}]},
-        {"names": [PROJECT]})  # fmt: skip
-    cb.add_response("start_build", {"build": {"id": f"{PROJECT}:b1"}}, {
-        "projectName": PROJECT, "sourceVersion": head(), "idempotencyToken": ANY,
-        "environmentVariablesOverride": [
-            {"name": "EPSTACK_PINS_SHA256", "value": ANY, "type": "PLAINTEXT"},
-            {"name": "EPSTACK_TARGET", "value": "blackwell-ib", "type": "PLAINTEXT"},
-        ]})  # fmt: skip
+    cb.add_response(
+        "batch_get_projects",
+        {
+            "projects": [
+                {
+                    "name": PROJECT,
+                    "environment": {
+                        "type": "LINUX_CONTAINER",
+                        "image": "i",
+                        "computeType": "BUILD_GENERAL1_SMALL",
+                        "privilegedMode": True,
+                    },
+                }
+            ]
+        },
+        {"names": [PROJECT]},
+    )
+    cb.add_response(
+        "start_build",
+        {"build": {"id": f"{PROJECT}:b1"}},
+        {
+            "projectName": PROJECT,
+            "sourceVersion": head(),
+            "idempotencyToken": ANY,
+            "environmentVariablesOverride": [
+                {"name": "EPSTACK_PINS_SHA256", "value": ANY, "type": "PLAINTEXT"},
+                {"name": "EPSTACK_TARGET", "value": "blackwell-ib", "type": "PLAINTEXT"},
+            ],
+        },
+    )
     done = {"phaseStatus": "SUCCEEDED", "durationInSeconds": 3}
-    cb.add_response("batch_get_builds", build("IN_PROGRESS", [{"phaseType": "INSTALL", **done}, {"phaseType": "BUILD"}]))
-    lg.add_response("get_log_events", {"events": [{"timestamp": 1, "message": "epstack build\n"}],
-                                        "nextForwardToken": "f/1"})  # fmt: skip
-    lg.add_response("get_log_events", {"events": [], "nextForwardToken": "f/1"}, {
-        "logGroupName": "g", "logStreamName": "s", "nextToken": "f/1"})  # fmt: skip
-    failed = {"phaseType": "BUILD", "phaseStatus": "FAILED", "durationInSeconds": 41, "contexts": [
-        {"statusCode": "COMMAND_EXECUTION_ERROR", "message": "Error while executing command: epstack build"}]}  # fmt: skip
+    cb.add_response(
+        "batch_get_builds", build("IN_PROGRESS", [{"phaseType": "INSTALL", **done}, {"phaseType": "BUILD"}])
+    )
+    lg.add_response(
+        "get_log_events",
+        {"events": [{"timestamp": 1, "message": "epstack build\n"}], "nextForwardToken": "f/1"},
+    )
+    lg.add_response(
+        "get_log_events",
+        {"events": [], "nextForwardToken": "f/1"},
+        {"logGroupName": "g", "logStreamName": "s", "nextToken": "f/1"},
+    )
+    failed = {
+        "phaseType": "BUILD",
+        "phaseStatus": "FAILED",
+        "durationInSeconds": 41,
+        "contexts": [
+            {
+                "statusCode": "COMMAND_EXECUTION_ERROR",
+                "message": "Error while executing command: epstack build",
+            }
+        ],
+    }
     cb.add_response("batch_get_builds", build("FAILED", [{"phaseType": "INSTALL", **done}, failed]))
-    lg.add_response("get_log_events", {"events": [{"timestamp": 2, "message": "error: guard failed"}],
-                                        "nextForwardToken": "f/2"}, {
-        "logGroupName": "g", "logStreamName": "s", "nextToken": "f/1"})  # fmt: skip
+    lg.add_response(
+        "get_log_events",
+        {"events": [{"timestamp": 2, "message": "error: guard failed"}], "nextForwardToken": "f/2"},
+        {"logGroupName": "g", "logStreamName": "s", "nextToken": "f/1"},
+    )
     lg.add_response("get_log_events", {"events": [], "nextForwardToken": "f/2"})
     for _ in range(3):
         cb.add_response("batch_get_builds", build("FAILED", [failed]))
         lg.add_response("get_log_events", {"events": [], "nextForwardToken": "f/2"})
-    assert main(["codebuild", "start", "--project", PROJECT, "--target", "blackwell-ib", "--watch",
-                 "--pins", str(PINS)]) == 1  # fmt: skip
+    assert (
+        main(
+            [
+                "codebuild",
+                "start",
+                "--project",
+                PROJECT,
+                "--target",
+                "blackwell-ib",
+                "--watch",
+                "--pins",
+                str(PINS),
+            ]
+        )
+        == 1
+    )
     lines = capsys.readouterr().err.splitlines()
     assert lines[1:] == [
         "phase INSTALL SUCCEEDED in 3 s",
@@ -176,7 +263,9 @@ def test_a_failed_build_exits_1_with_the_failing_phase_and_its_log(
 
 def test_throttling_is_retried_with_backoff_and_the_same_idempotency_token(fake_credentials: None) -> None:
     client = boto3.client("codebuild")
-    request = StartRequest(project=PROJECT, source_version="abc123", target="hopper-efa", pins_sha256="0" * 64)
+    request = StartRequest(
+        project=PROJECT, source_version="abc123", target="hopper-efa", pins_sha256="0" * 64
+    )
     expected = {
         "projectName": PROJECT,
         "sourceVersion": "abc123",
@@ -187,14 +276,22 @@ def test_throttling_is_retried_with_backoff_and_the_same_idempotency_token(fake_
     messages: list[str] = []
     backoff = Backoff(sleep=slept.append, log=messages.append, base=1.0, cap=3.0)
     with Stubber(client) as stub:
-        stub.add_client_error("start_build", "ThrottlingException", "Rate exceeded", 400, expected_params=expected)
-        stub.add_client_error("start_build", "TooManyRequestsException", "slow down", 400, expected_params=expected)
-        stub.add_client_error("start_build", "ThrottlingException", "Rate exceeded", 400, expected_params=expected)
+        stub.add_client_error(
+            "start_build", "ThrottlingException", "Rate exceeded", 400, expected_params=expected
+        )
+        stub.add_client_error(
+            "start_build", "TooManyRequestsException", "slow down", 400, expected_params=expected
+        )
+        stub.add_client_error(
+            "start_build", "ThrottlingException", "Rate exceeded", 400, expected_params=expected
+        )
         stub.add_response("start_build", {"build": {"id": f"{PROJECT}:b2"}}, expected)
         assert codebuild.start(client, request, backoff) == f"{PROJECT}:b2"
         stub.assert_no_pending_responses()
     assert len(slept) == 3 and all(0 <= s <= cap for s, cap in zip(slept, (1.0, 2.0, 3.0), strict=True))
-    assert messages[1] == "codebuild:StartBuild: TooManyRequestsException, retry 2/7 in " + f"{slept[1]:.1f} s"
+    assert (
+        messages[1] == "codebuild:StartBuild: TooManyRequestsException, retry 2/7 in " + f"{slept[1]:.1f} s"
+    )
     # the token is a function of what is built: same request, same token; another target, another
     other = StartRequest(project=PROJECT, source_version="abc123", target="hopper-ib", pins_sha256="0" * 64)
     assert request.idempotency_token() == expected["idempotencyToken"] != other.idempotency_token()
@@ -214,23 +311,44 @@ def test_a_batch_starts_the_batch_buildspec_and_reports_each_build(
     stubbed: tuple[Stubber, Stubber], capsys: pytest.CaptureFixture[str]
 ) -> None:
     cb, _ = stubbed
-    cb.add_response("start_build_batch", {"buildBatch": {"id": f"{PROJECT}:batch1"}}, {
-        "projectName": PROJECT, "sourceVersion": head(), "idempotencyToken": ANY,
-        "buildspecOverride": BATCH_BUILDSPEC,
-        "environmentVariablesOverride": [{"name": "EPSTACK_PINS_SHA256", "value": ANY, "type": "PLAINTEXT"}]})  # fmt: skip
-    groups = [{"identifier": "build_hopper_efa", "currentBuildSummary": {"arn": "a1", "buildStatus": "SUCCEEDED"}},
-              {"identifier": "smoke_hopper_efa", "currentBuildSummary": {"arn": "a2", "buildStatus": "FAILED"}}]  # fmt: skip
-    cb.add_response("batch_get_build_batches", {"buildBatches": [{"id": "x", "buildBatchStatus": "IN_PROGRESS",
-                                                                   "buildGroups": groups[:1]}]})  # fmt: skip
-    cb.add_response("batch_get_build_batches", {"buildBatches": [{"id": "x", "buildBatchStatus": "FAILED",
-                                                                   "buildGroups": groups}]})  # fmt: skip
+    cb.add_response(
+        "start_build_batch",
+        {"buildBatch": {"id": f"{PROJECT}:batch1"}},
+        {
+            "projectName": PROJECT,
+            "sourceVersion": head(),
+            "idempotencyToken": ANY,
+            "buildspecOverride": BATCH_BUILDSPEC,
+            "environmentVariablesOverride": [
+                {"name": "EPSTACK_PINS_SHA256", "value": ANY, "type": "PLAINTEXT"}
+            ],
+        },
+    )
+    groups = [
+        {"identifier": "build_hopper_efa", "currentBuildSummary": {"arn": "a1", "buildStatus": "SUCCEEDED"}},
+        {"identifier": "smoke_hopper_efa", "currentBuildSummary": {"arn": "a2", "buildStatus": "FAILED"}},
+    ]
+    cb.add_response(
+        "batch_get_build_batches",
+        {"buildBatches": [{"id": "x", "buildBatchStatus": "IN_PROGRESS", "buildGroups": groups[:1]}]},
+    )
+    cb.add_response(
+        "batch_get_build_batches",
+        {"buildBatches": [{"id": "x", "buildBatchStatus": "FAILED", "buildGroups": groups}]},
+    )
     assert main(["codebuild", "start", "--project", PROJECT, "--batch", "--watch", "--pins", str(PINS)]) == 1
     lines = capsys.readouterr().err.splitlines()
     assert "batch over hopper-efa, hopper-ib, blackwell-efa, blackwell-ib" in lines[0]
-    assert lines[1:] == ["build_hopper_efa: SUCCEEDED (a1)", "smoke_hopper_efa: FAILED (a2)", f"batch {PROJECT}:batch1: FAILED"]
+    assert lines[1:] == [
+        "build_hopper_efa: SUCCEEDED (a1)",
+        "smoke_hopper_efa: FAILED (a2)",
+        f"batch {PROJECT}:batch1: FAILED",
+    ]
 
 
-def test_start_refuses_pins_that_differ_from_the_commit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_start_refuses_pins_that_differ_from_the_commit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
     pins = repo / "pins.env"

@@ -34,8 +34,14 @@ def manifest(seed: str) -> str:
         {
             "schemaVersion": 2,
             "mediaType": MEDIA,
-            "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 7, "digest": layer},
-            "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": 9, "digest": layer}],
+            "config": {
+                "mediaType": "application/vnd.docker.container.image.v1+json",
+                "size": 7,
+                "digest": layer,
+            },
+            "layers": [
+                {"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": 9, "digest": layer}
+            ],
         }
     )
 
@@ -43,12 +49,16 @@ def manifest(seed: str) -> str:
 def push(repository: str, tag: str, seed: str) -> str:
     text = manifest(seed)
     digest = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-    boto3.client("ecr").put_image(repositoryName=repository, imageManifest=text, imageTag=tag, imageDigest=digest)
+    boto3.client("ecr").put_image(
+        repositoryName=repository, imageManifest=text, imageTag=tag, imageDigest=digest
+    )
     return digest
 
 
 def tags_of(repository: str, digest: str) -> list[str]:
-    images = boto3.client("ecr").describe_images(repositoryName=repository, imageIds=[{"imageDigest": digest}])
+    images = boto3.client("ecr").describe_images(
+        repositoryName=repository, imageIds=[{"imageDigest": digest}]
+    )
     return sorted(images["imageDetails"][0].get("imageTags", []))
 
 
@@ -82,12 +92,17 @@ def test_promote_retags_by_manifest(repos: tuple[str, str], capsys: pytest.Captu
 
 
 @pytest.mark.aws
-def test_promote_never_moves_an_immutable_tag(repos: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_promote_never_moves_an_immutable_tag(
+    repos: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
     other = push("epstack", "sglang-other", "two")
     assert main(["ecr", "promote", "epstack:sglang-other", "epstack:sglang-candidate"]) == 2
     err = capsys.readouterr().err
-    assert f"epstack:sglang-candidate: the tag already exists (it names {repos[0]}) and epstack's tags are immutable; fix: promote to a new tag" in err.replace("\n", "")
-    assert tags_of("epstack", repos[0]) == ["sglang-candidate"] and tags_of("epstack", other) == ["sglang-other"]
+    expected = f"epstack:sglang-candidate: the tag already exists (it names {repos[0]}) and epstack's tags"
+    assert f"{expected} are immutable; fix: promote to a new tag" in err
+    assert tags_of("epstack", repos[0]) == ["sglang-candidate"] and tags_of("epstack", other) == [
+        "sglang-other"
+    ]
 
 
 @pytest.mark.aws
@@ -102,7 +117,9 @@ def test_promote_moves_a_mutable_tag(repos: tuple[str, str], capsys: pytest.Capt
 def test_login_passes_the_token_password_on_stdin(aws: str) -> None:
     calls: list[tuple[str, str, str]] = []
     login(f"{HOST}/team", ecr=None, docker_login=lambda *args: calls.append(args), log=lambda m: None)
-    assert calls == [(f"https://{HOST}", "AWS", f"{ACCOUNT}-auth-token")]  # moto's token is AWS:<account>-auth-token
+    assert calls == [
+        (f"https://{HOST}", "AWS", f"{ACCOUNT}-auth-token")
+    ]  # moto's token is AWS:<account>-auth-token
     calls.clear()
     login("127.0.0.1:5000", ecr=None, docker_login=lambda *args: calls.append(args), log=lambda m: None)
     assert calls == []
@@ -116,8 +133,18 @@ def test_a_tag_written_by_someone_else_meanwhile_is_the_same_clear_error(fake_cr
     text = manifest("one")
     digest = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
     with Stubber(client) as stub:
-        stub.add_response("batch_get_image", {"images": [{"imageManifest": text, "imageManifestMediaType": MEDIA,
-                                                          "imageId": {"imageDigest": digest}}]})  # fmt: skip
+        stub.add_response(
+            "batch_get_image",
+            {
+                "images": [
+                    {
+                        "imageManifest": text,
+                        "imageManifestMediaType": MEDIA,
+                        "imageId": {"imageDigest": digest},
+                    }
+                ]
+            },
+        )
         stub.add_client_error("describe_images", "ImageNotFoundException", "not found", 400)
         stub.add_client_error("put_image", "ThrottlingException", "Rate exceeded", 400)
         stub.add_client_error(
@@ -129,14 +156,18 @@ def test_a_tag_written_by_someone_else_meanwhile_is_the_same_clear_error(fake_cr
         )
         ecr = Ecr(client=client, backoff=Backoff(sleep=lambda s: None))
         source, destination = parse_ecr_image("epstack:candidate"), parse_ecr_image("epstack:release")
-        with pytest.raises(BadInput, match=r"^epstack:release: the tag already exists and epstack's tags are immutable"):
+        with pytest.raises(
+            BadInput, match=r"^epstack:release: the tag already exists and epstack's tags are immutable"
+        ):
             ecr.promote(source, destination, log=lambda m: None)
         stub.assert_no_pending_responses()
 
 
 def test_image_references_parse() -> None:
     image = parse_ecr_image(f"{HOST}/team/epstack@sha256:{'a' * 64}")
-    assert image == EcrImage(registry_id=ACCOUNT, region="us-east-1", repository="team/epstack", digest=f"sha256:{'a' * 64}")
+    assert image == EcrImage(
+        registry_id=ACCOUNT, region="us-east-1", repository="team/epstack", digest=f"sha256:{'a' * 64}"
+    )
     assert str(parse_ecr_image("epstack:tag")) == "epstack:tag"
     for bad in ("epstack", "ghcr.io/x/epstack:tag", f"{HOST}/epstack"):
         with pytest.raises(BadInput):
