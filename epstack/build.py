@@ -64,7 +64,7 @@ def build_target(
 ) -> BuildReport:
     """Build `target` from the rendered context directory; see the module docstring.
     `cache_registry` (HOST[/NS]): BuildKit's registry cache in <it>/<IMAGE_REPOSITORY>-cache:<image>."""
-    cache = _cache(pins, engine, cache_registry, console)
+    cache = registry_cache(pins, engine, cache_registry, console)
     images = plan.images_for(target)
     bases = (pins.cuda_devel_image, pins.cuda_runtime_image)
     missing = [ref for ref in bases if not (engine.image_exists(ref) or engine.pull(ref))]
@@ -100,7 +100,7 @@ def build_target(
     return report
 
 
-def _cache(
+def registry_cache(
     pins: Pins, engine: DockerEngine, registry: str, console: Console
 ) -> Callable[[ImageSpec], list[str]]:
     """--cache-from/--cache-to arguments per image; none without buildx (the classic builder
