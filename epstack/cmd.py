@@ -71,3 +71,12 @@ def status_and_output(*args: str | Path, env: Mapping[str, str] | None = None) -
     except FileNotFoundError:
         raise EnvironmentProblem(f"{argv[0]}: command not found") from None
     return result.returncode, result.stdout.decode(errors="replace")
+
+
+def output_if_ok(*args: str | Path) -> bytes | None:
+    """A query whose failure is an answer (git outside a checkout): stdout on exit 0, else None."""
+    try:
+        result = subprocess.run([str(a) for a in args], capture_output=True, check=False)
+    except FileNotFoundError:
+        return None
+    return result.stdout if result.returncode == 0 else None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import subprocess
 from pathlib import Path
 
 from rich.console import Console
@@ -18,6 +17,7 @@ from epstack.aws.ecr import ecr_for, login, parse_ecr_image
 from epstack.aws.lint import LintFailed, lint, lint_or_raise
 from epstack.aws.runner import parse_overrides, run_local
 from epstack.aws.secrets import aws_secrets
+from epstack.cmd import output_if_ok
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput
 from epstack.pins import load_pins, pins_path
@@ -27,8 +27,8 @@ PINS_HELP = "pins file (default $EPSTACK_PINS or ./pins.env)"
 
 
 def _git(source: Path, *args: str) -> str:
-    result = subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True, check=False)
-    return result.stdout.strip() if result.returncode == 0 else ""
+    out = output_if_ok("git", "-C", source, *args)
+    return out.decode().strip() if out is not None else ""
 
 
 def _source_root(path: Path) -> Path:
@@ -87,20 +87,16 @@ def cmd_run_local(args: argparse.Namespace, console: Console) -> int:
 
 
 def _pins_sha256(source: Path, pins: Path, revision: str) -> str:
-    committed = subprocess.run(
-        ["git", "-C", str(source), "show", f"{revision}:{pins.resolve().relative_to(source).as_posix()}"],
-        capture_output=True,
-        check=False,
+    committed = output_if_ok(
+        "git", "-C", source, "show", f"{revision}:{pins.resolve().relative_to(source).as_posix()}"
     )
-    if committed.returncode != 0:
-        raise BadInput(
-            f"{pins}: not in commit {revision[:12]}; fix: commit pins.env, or pass --source-version"
-        )
-    if committed.stdout != pins.read_bytes():
+    if committed is None:
+        raise BadInput(f"{pins}: not in commit {revision[:12]}; fix: commit it, or pass --source-version")
+    if committed != pins.read_bytes():
         raise BadInput(
             f"{pins}: differs from commit {revision[:12]}, which CodeBuild builds; fix: commit and push it"
         )
-    return hashlib.sha256(committed.stdout).hexdigest()
+    return hashlib.sha256(committed).hexdigest()
 
 
 def cmd_start(args: argparse.Namespace, console: Console) -> int:

@@ -27,7 +27,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 import uuid
@@ -43,6 +42,7 @@ from rich.markup import escape
 from epstack.aws.buildspec import PHASES, Buildspec, Command, Phase
 from epstack.aws.outputs import Report, copy_artifacts, read_report
 from epstack.aws.shell import Shell
+from epstack.cmd import output_if_ok
 from epstack.errors import BadInput, Interrupted
 
 DEFAULT_RETRIES = 3
@@ -119,9 +119,7 @@ class _Log:
 
 
 def _builtins(source: Path) -> dict[str, str]:
-    revision = subprocess.run(
-        ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    revision = (output_if_ok("git", "-C", source, "rev-parse", "HEAD") or b"").decode().strip()
     build_id = f"local:{uuid.uuid4()}"
     return {
         "CODEBUILD_SRC_DIR": str(source),
