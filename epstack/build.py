@@ -23,10 +23,6 @@ from epstack.render import ImageSpec, RenderPlan
 
 # The stage of base.Dockerfile that needs no CUDA: Python and the pinned NCCL/NVSHMEM wheels.
 OFFLINE_STAGE = "python"
-OFFLINE_CHECK = (
-    "import importlib.metadata as m; "
-    "print(' '.join(f'{d}=={m.version(d)}' for d in ('nvidia-nccl-cu13', 'nvidia-nvshmem-cu13')))"
-)
 
 
 @dataclass(kw_only=True)
@@ -93,7 +89,11 @@ def build_target(
         labels={**devel.labels, "io.epstack.offline-base": base, "io.epstack.stage": OFFLINE_STAGE},
     )
     report.built[offline.tag] = _build(engine, context=context, image=offline, console=console, cache=cache)
-    report.check_output = engine.run(offline.tag, ["python", "-c", OFFLINE_CHECK]).strip()
+    check = (
+        "import importlib.metadata as m; "
+        f"print(' '.join(f'{{d}}=={{m.version(d)}}' for d in {(pins.wheels.nccl, pins.wheels.nvshmem)!r}))"
+    )
+    report.check_output = engine.run(offline.tag, ["python", "-c", check]).strip()
     console.print(f"[green]ran in {offline.tag}[/]: {report.check_output}")
     for image in images:
         report.not_built[image.tag] = f"needs {missing[0].split('@')[0]} (not pullable here)"

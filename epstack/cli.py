@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,12 +17,12 @@ from epstack import __version__, guard, predict, publish
 from epstack.aws import cli as aws_cli
 from epstack.build import build_target, write_build_report
 from epstack.engine import DockerEngine
-from epstack.errors import BadInput, EpstackError, Interrupted
-from epstack.pins import LAYERS, Pins, load_pins, pins_path
-from epstack.render import plan_render, source_date, source_revision, write_plan
+from epstack.errors import BadInput, EpstackError
+from epstack.pins import LAYERS, load_pins, pins_path
+from epstack.render import output_directory, plan_render, source_date, source_revision, write_plan
 from epstack.smoke import cli as smoke_cli
 
-DEFAULT_OUT = Path("build/render")
+DEFAULT_OUT = "build/render"
 LOG_WIDTH = 160
 
 
@@ -41,18 +42,18 @@ def cmd_pins_check(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _render(pins: Pins, out: Path, console: Console) -> None:
+def cmd_render(args: argparse.Namespace, console: Console) -> int:
+    path = pins_path(args.pins)
+    out = output_directory(args.out, path)
+    pins = load_pins(path)
     plan = plan_render(pins, created=source_date(), revision=source_revision())
     write_plan(plan, out)
-    console.print(f"rendered {len(plan.files)} files for {len(pins.targets)} targets into {out}")
-
-
-def cmd_render(args: argparse.Namespace, console: Console) -> int:
-    _render(load_pins(pins_path(args.pins)), args.out, console)
+    console.print(f"rendered {len(plan.files)} files for {len(pins.targets)} targets into {escape(str(out))}")
     return 0
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
+    out = output_directory(args.out, pins_path(args.pins))
     pins = load_pins(pins_path(args.pins))
     target = args.target or pins.default_target
     if target not in pins.targets:
@@ -60,13 +61,13 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
             f"{target}: not a target of {pins_path(args.pins)}; fix: use one of {', '.join(pins.targets)}"
         )
     plan = plan_render(pins, created=source_date(), revision=source_revision())
-    write_plan(plan, args.out)
-    console.print(f"rendered into {args.out}; building {target}")
+    write_plan(plan, out)
+    console.print(f"rendered into {escape(str(out))}; building {target}")
     engine = DockerEngine.find()
     report = build_target(
         pins=pins,
         plan=plan,
-        context=args.out,
+        context=out,
         target=target,
         engine=engine,
         console=console,
@@ -103,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     render = commands.add_parser("render", help="render Dockerfiles, bake file and tags for every target")
     render.add_argument("--pins", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
     render.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})"
+        "--out", default=DEFAULT_OUT, help=f"output directory, new or made by epstack (default {DEFAULT_OUT})"
     )
     render.set_defaults(func=cmd_render)
 
@@ -111,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("target", nargs="?", help="target such as hopper-efa (default DEFAULT_TARGET)")
     build.add_argument("--pins", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
     build.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help=f"render directory (default {DEFAULT_OUT})"
+        "--out", default=DEFAULT_OUT, help=f"render directory, new or made by epstack (default {DEFAULT_OUT})"
     )
     build.add_argument(
         "--cache-registry", metavar="HOST[/NS]", help="BuildKit registry cache there (buildx; ECR-compatible)"
@@ -128,19 +129,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPTED = 130
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM unwinds like Ctrl-C, so outputs are cleaned up the same way."""
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Logs (CI, docker build) are no terminal: give tables room instead of rich's 80 columns.
     width = None if sys.stderr.isatty() else LOG_WIDTH
     console = Console(stderr=True, highlight=False, soft_wrap=True, width=width)
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         code: int = args.func(args, console)
     except EpstackError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return exc.exit_code
     except KeyboardInterrupt:
-        console.print("[red]interrupted[/]")
-        return Interrupted.exit_code
+        console.print("[red]interrupted[/]: nothing was left half-written")
+        return INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return code
 
 

@@ -1,4 +1,4 @@
-"""Every external command goes through here: printed as `+ cmd`, checked, typed result."""
+"""Every external command goes through here: printed as `+ cmd`, time-limited, typed result."""
 
 from __future__ import annotations
 
@@ -6,13 +6,61 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from epstack.errors import CommandFailed, EnvironmentProblem
 
 
+@dataclass(frozen=True, kw_only=True)
+class Completed:
+    """A finished command: its argv, exit code and captured output (empty when not captured)."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+
 def _start(args: Sequence[str]) -> None:
     print("+ " + shlex.join(args), file=sys.stderr, flush=True)
+
+
+def run(
+    *args: str | Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    capture: bool = True,
+    echo: bool = True,
+    timeout: float | None = None,
+    stdin: bytes | None = None,
+) -> Completed:
+    """Run a command and return how it ended, without judging the exit code.
+
+    A missing program is an EnvironmentProblem; a command still running after `timeout` seconds is
+    killed and raised as CommandFailed. `stdin` is written to the command's standard input (a
+    password never goes on the command line)."""
+    argv = tuple(str(a) for a in args)
+    if echo:
+        _start(argv)
+    try:
+        result = subprocess.run(
+            argv, env=env, cwd=cwd, capture_output=capture, input=stdin, check=False, timeout=timeout
+        )
+    except FileNotFoundError:
+        raise EnvironmentProblem(f"{argv[0]}: command not found") from None
+    except subprocess.TimeoutExpired:
+        raise CommandFailed(f"`{shlex.join(argv)}` did not finish within {timeout:g} s") from None
+    return Completed(
+        argv=argv,
+        returncode=result.returncode,
+        stdout=result.stdout.decode(errors="replace") if capture else "",
+        stderr=result.stderr.decode(errors="replace") if capture else "",
+    )
 
 
 def call(
@@ -21,32 +69,24 @@ def call(
     cwd: Path | None = None,
     capture: bool = False,
     echo: bool = True,
+    timeout: float | None = None,
     stdin: bytes | None = None,
 ) -> str:
-    """Run a command; raise CommandFailed on a non-zero exit. Returns stdout when capture=True.
-    `stdin` is written to the command's standard input (a password never goes on the command line)."""
-    argv = [str(a) for a in args]
-    if echo:
-        _start(argv)
-    try:
-        result = subprocess.run(argv, env=env, cwd=cwd, capture_output=capture, input=stdin, check=False)
-    except FileNotFoundError:
-        raise EnvironmentProblem(f"{argv[0]}: command not found") from None
+    """Run a command; raise CommandFailed on a non-zero exit. Returns stdout when capture=True."""
+    result = run(*args, env=env, cwd=cwd, capture=capture, echo=echo, timeout=timeout, stdin=stdin)
     if result.returncode != 0:
-        detail = result.stderr.decode(errors="replace").strip().splitlines()[-1:] if capture else []
+        detail = result.stderr.strip().splitlines()[-1:]
         raise CommandFailed(
-            f"`{shlex.join(argv)}` exited {result.returncode}" + (f": {detail[0]}" if detail else "")
+            f"`{result.command}` exited {result.returncode}" + (f": {detail[0]}" if detail else "")
         )
-    return result.stdout.decode(errors="replace") if capture else ""
+    return result.stdout
 
 
-def succeeds(*args: str | Path, env: Mapping[str, str] | None = None) -> bool:
-    """True when the command exits 0; output discarded, nothing printed."""
+def succeeds(*args: str | Path, env: Mapping[str, str] | None = None, timeout: float = 60) -> bool:
+    """True when the command exits 0 within `timeout`; output discarded, nothing printed."""
     try:
-        return (
-            subprocess.run([str(a) for a in args], env=env, capture_output=True, check=False).returncode == 0
-        )
-    except FileNotFoundError:
+        return run(*args, env=env, echo=False, timeout=timeout).returncode == 0
+    except (EnvironmentProblem, CommandFailed):
         return False
 
 
@@ -63,20 +103,17 @@ def pipe(producer: Sequence[str], consumer: Sequence[str]) -> None:
 
 
 def status_and_output(*args: str | Path, env: Mapping[str, str] | None = None) -> tuple[int, str]:
-    """Run a command whose exit status is a verdict (a check): stdout captured, stderr streamed."""
-    argv = [str(a) for a in args]
-    _start(argv)
-    try:
-        result = subprocess.run(argv, env=env, stdout=subprocess.PIPE, check=False)
-    except FileNotFoundError:
-        raise EnvironmentProblem(f"{argv[0]}: command not found") from None
-    return result.returncode, result.stdout.decode(errors="replace")
+    """Run a command whose exit status is a verdict (a check): its status and stdout; its stderr
+    (the check's own report) goes to our stderr."""
+    result = run(*args, env=env)
+    sys.stderr.write(result.stderr)
+    return result.returncode, result.stdout
 
 
-def output_if_ok(*args: str | Path) -> bytes | None:
+def output_if_ok(*args: str | Path) -> str | None:
     """A query whose failure is an answer (git outside a checkout): stdout on exit 0, else None."""
     try:
-        result = subprocess.run([str(a) for a in args], capture_output=True, check=False)
-    except FileNotFoundError:
+        result = run(*args, echo=False, timeout=60)
+    except (EnvironmentProblem, CommandFailed):
         return None
     return result.stdout if result.returncode == 0 else None

@@ -30,6 +30,7 @@ from epstack.errors import BadInput, EpstackError
 from epstack.loaded import library_version, libstdcxx_interposition, mapped_libraries, nccl_version
 from epstack.pins import load_pins, pins_path
 from epstack.pinsfile import read_pins_file
+from epstack.stack import CudaWheels, cuda_wheels
 
 Verdict = Literal["ok", "mismatch", "missing", "skipped", "override (pinned)"]
 FAILED: frozenset[Verdict] = frozenset({"mismatch", "missing"})
@@ -58,12 +59,16 @@ class Expected(Protocol):
     def deepep_ref(self) -> str: ...
     @property
     def sglang_version(self) -> str: ...
+    @property
+    def wheels(self) -> CudaWheels: ...
+    @property
+    def base_packages(self) -> dict[str, str]: ...
 
 
 # The pins.env keys each guard layer reads (its own and those of the layers below it).
 LAYER_KEYS: dict[str, tuple[str, ...]] = {
-    "python": ("NCCL_VERSION", "NVSHMEM_VERSION"),
-    "base": ("CUDA_VERSION", "TORCH_VERSION", "TORCH_CUDA_TAG"),
+    "python": ("CUDA_VERSION", "NCCL_VERSION", "NVSHMEM_VERSION"),
+    "base": ("TORCH_VERSION", "TORCH_CUDA_TAG"),
     "deepep": ("DEEPEP_REPO", "DEEPEP_REF"),
     "sglang": ("SGLANG_VERSION",),
 }
@@ -86,6 +91,18 @@ class LayerPins:
     @property
     def cuda_major_minor(self) -> str:
         return ".".join(self.cuda_version.split(".")[:2])
+
+    @property
+    def wheels(self) -> CudaWheels:
+        return cuda_wheels(self.cuda_version)
+
+    @property
+    def base_packages(self) -> dict[str, str]:
+        return {
+            "torch": self.torch_version,
+            self.wheels.nccl: self.nccl_version,
+            self.wheels.nvshmem: self.nvshmem_version,
+        }
 
 
 def load_expected(path: Path, layers: list[str]) -> Expected:
@@ -498,21 +515,12 @@ def _package_file(distribution: str, name: str) -> Path | None:
     return next((Path(str(dist.locate_file(f))) for f in dist.files or [] if f.name == name), None)
 
 
-def _pinned_packages(pins: Expected) -> dict[str, str]:
-    return {
-        "torch": pins.torch_version,
-        "nvidia-nccl-cu13": pins.nccl_version,
-        "nvidia-nvshmem-cu13": pins.nvshmem_version,
-    }
-
-
 def python_checks(pins: Expected) -> list[Check]:
+    wheels = pins.wheels
     return [
-        check_distribution("nvidia-nccl-cu13", pins.nccl_version),
-        check_distribution("nvidia-nvshmem-cu13", pins.nvshmem_version),
-        check_nvshmem_headers(
-            pins.nvshmem_version, _package_file("nvidia-nvshmem-cu13", "nvshmem_version.h")
-        ),
+        check_distribution(wheels.nccl, pins.nccl_version),
+        check_distribution(wheels.nvshmem, pins.nvshmem_version),
+        check_nvshmem_headers(pins.nvshmem_version, _package_file(wheels.nvshmem, "nvshmem_version.h")),
     ]
 
 
@@ -521,7 +529,7 @@ def base_checks(pins: Expected) -> list[Check]:
     return [
         check_distribution("torch", pins.torch_version),
         check_torch_cuda(pins, torch, error),
-        *check_requirements("torch", _pinned_packages(pins)),
+        *check_requirements("torch", pins.base_packages),
         check_nccl_loaded(pins.nccl_version, _read_maps()),
         *check_cuda(pins, torch, _read_maps),
     ]
@@ -536,14 +544,14 @@ def deepep_checks(pins: Expected) -> list[Check]:
         check_deep_ep_owner(owners),
         check_elastic_buffer(owners),
         check_libstdcxx(extensions[0] if extensions else None),
-        *check_jit_prerequisites(os.environ, _package_file("nvidia-nccl-cu13", "nccl.h")),
+        *check_jit_prerequisites(os.environ, _package_file(pins.wheels.nccl, "nccl.h")),
     ]
 
 
 def sglang_checks(pins: Expected) -> list[Check]:
     return [
         check_distribution("sglang", pins.sglang_version),
-        *check_requirements("sglang", _pinned_packages(pins)),
+        *check_requirements("sglang", pins.base_packages),
     ]
 
 

@@ -20,28 +20,22 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from epstack.errors import BadInput
 from epstack.pinsfile import PinsFile, read_pins_file
+from epstack.stack import (
+    CUDA_ARCHS,
+    DEEPEP_V2_MIN_NCCL,
+    EFA_GIN_MIN_OFI_NCCL,
+    IMAGE_OS_GLIBC,
+    CudaWheels,
+    ImageTarget,
+    cuda_major,
+    cuda_wheels,
+    image_os,
+    wheel_platform,
+)
 
 Layer = Literal["base", "deepep", "sglang"]
 LAYERS: tuple[Layer, ...] = ("base", "deepep", "sglang")
 FABRICS = ("efa", "ib")
-
-# DeepEP V2 uses NCCL's GIN device API, first shipped in NCCL 2.30.4.
-DEEPEP_V2_MIN_NCCL = Version("2.30.4")
-# NCCL GIN over EFA (NCCL_GIN_TYPE=5) first shipped in aws-ofi-nccl 1.21.
-EFA_GIN_MIN_OFI_NCCL = Version("1.21.0")
-
-# `nvcc --list-gpu-arch` (plus the arch-specific "a" targets) per CUDA major.
-# CUDA 13 dropped everything below Turing; CUDA 12 has no Blackwell "f" family targets.
-CUDA_ARCHS: dict[int, frozenset[str]] = {
-    12: frozenset(
-        {"5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9"}
-        | {"9.0", "9.0a", "10.0", "10.0a", "10.1", "10.1a", "12.0", "12.0a"}
-    ),
-    13: frozenset(
-        {"7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "9.0a", "10.0", "10.0a", "10.0f", "10.3", "10.3a"}
-        | {"10.3f", "11.0", "11.0a", "11.0f", "12.0", "12.0a", "12.0f", "12.1", "12.1a", "12.1f"}
-    ),
-}
 
 _RANGE = re.compile(r"[<>=!~^*,]|\s")
 _DIGEST_REF = re.compile(
@@ -169,6 +163,27 @@ class Pins(BaseModel):
         return ".".join(self.cuda_version.split(".")[:2])
 
     @property
+    def wheels(self) -> CudaWheels:
+        """The CUDA-major wheel names (nvidia-nccl-cu13, ...); load_pins refuses an unknown major."""
+        return cuda_wheels(self.cuda_version)
+
+    @property
+    def image_target(self) -> ImageTarget:
+        """The Python and wheel platform the images install for (the CUDA images' OS)."""
+        return ImageTarget(
+            python_version=self.python_version, platform=wheel_platform(image_os(self.cuda_devel_image))
+        )
+
+    @property
+    def base_packages(self) -> dict[str, str]:
+        """The Python distributions the base layer pins; no upper layer may move them."""
+        return {
+            "torch": self.torch_version,
+            self.wheels.nccl: self.nccl_version,
+            self.wheels.nvshmem: self.nvshmem_version,
+        }
+
+    @property
     def targets(self) -> tuple[str, ...]:
         """Every arch x fabric combination, in pins file order."""
         return tuple(f"{arch}-{fabric}" for arch in self.archs for fabric in self.fabrics)
@@ -285,7 +300,7 @@ def _first_error(pins_file: PinsFile, exc: ValidationError) -> BadInput:
 
 
 def _rule_nccl_for_deepep_v2(pins: Pins, pins_file: PinsFile) -> None:
-    if Version(pins.nccl_version) < DEEPEP_V2_MIN_NCCL:
+    if Version(pins.nccl_version) < Version(DEEPEP_V2_MIN_NCCL):
         raise pins_file.error(
             "NCCL_VERSION",
             f"NCCL {pins.nccl_version} is older than {DEEPEP_V2_MIN_NCCL}, "
@@ -295,7 +310,7 @@ def _rule_nccl_for_deepep_v2(pins: Pins, pins_file: PinsFile) -> None:
 
 
 def _rule_gin_over_efa(pins: Pins, pins_file: PinsFile) -> None:
-    if "efa" in pins.fabrics and Version(pins.aws_ofi_nccl_version) < EFA_GIN_MIN_OFI_NCCL:
+    if "efa" in pins.fabrics and Version(pins.aws_ofi_nccl_version) < Version(EFA_GIN_MIN_OFI_NCCL):
         raise pins_file.error(
             "AWS_OFI_NCCL_VERSION",
             f"aws-ofi-nccl {pins.aws_ofi_nccl_version} has no NCCL GIN support, "
@@ -306,7 +321,13 @@ def _rule_gin_over_efa(pins: Pins, pins_file: PinsFile) -> None:
 
 
 def _rule_one_cuda_major(pins: Pins, pins_file: PinsFile) -> None:
-    major = int(pins.cuda_version.split(".")[0])
+    major = cuda_major(pins.cuda_version)
+    if major not in CUDA_ARCHS:
+        raise pins_file.error(
+            "CUDA_VERSION",
+            f"CUDA major {major} is not known to epstack (no wheel names or GPU architectures for it)",
+            f"use CUDA {' or '.join(map(str, CUDA_ARCHS))}",
+        )
     torch_major = int(pins.torch_cuda_tag[2:-1])
     if torch_major != major:
         raise pins_file.error(
@@ -325,17 +346,22 @@ def _rule_one_cuda_major(pins: Pins, pins_file: PinsFile) -> None:
                 f"{key} tag {tag} is not CUDA {pins.cuda_version}",
                 f"use a {pins.cuda_version}-* tag and its digest",
             )
+        if image_os(ref) not in IMAGE_OS_GLIBC:
+            raise pins_file.error(
+                key,
+                f"{key} tag {tag} names OS {image_os(ref)!r}, which epstack has no wheel platform for",
+                f"use an image for {' or '.join(IMAGE_OS_GLIBC)}",
+            )
+    if image_os(pins.cuda_devel_image) != image_os(pins.cuda_runtime_image):
+        raise pins_file.error(
+            "CUDA_RUNTIME_IMAGE",
+            "the devel and runtime images are different OSes; the venv built on one runs on the other",
+            f"use the {image_os(pins.cuda_devel_image)} runtime image",
+        )
 
 
 def _rule_archs_supported(pins: Pins, pins_file: PinsFile) -> None:
-    major = int(pins.cuda_version.split(".")[0])
-    supported = CUDA_ARCHS.get(major)
-    if supported is None:
-        raise pins_file.error(
-            "CUDA_VERSION",
-            f"CUDA major {major} is not known to epstack",
-            f"use CUDA {' or '.join(map(str, CUDA_ARCHS))}",
-        )
+    supported = CUDA_ARCHS[cuda_major(pins.cuda_version)]
     if not pins.archs:
         raise pins_file.error(None, "no ARCH_<NAME> key, so no target", "add e.g. ARCH_HOPPER=9.0a")
     for name, archs in pins.archs.items():

@@ -6,8 +6,8 @@ Output (DIR):
   scripts/image/*.sh, src/     what the Dockerfiles COPY
   targets/<target>/*.Dockerfile and the requirement files rendered from pins
 
-Same pins and same sources give byte-identical files. The directory is written to a temporary
-sibling and swapped in whole, so a failure leaves DIR as it was.
+Same pins and same sources give byte-identical files. DIR must be new or made by epstack; it is
+written beside itself and swapped in whole (epstack.output), so a failure leaves DIR as it was.
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,14 +24,14 @@ import jinja2
 
 from epstack import __version__
 from epstack.errors import BadInput
+from epstack.output import check_output, replace_output
 from epstack.pins import LAYERS, Layer, Pins
+from epstack.stack import DEEP_EP_PROVIDERS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = REPO_ROOT / "images"
 IMAGE_SCRIPTS = REPO_ROOT / "scripts" / "image"
 
-# Python distributions a lower layer owns; an upper layer's install may never move them.
-PROTECTED_PACKAGES = ("torch", "nvidia-nccl-cu13", "nvidia-nvshmem-cu13", "sgl-deep-ep")
 # What DeepEP's setup.py builds with (torch 2.14 needs setuptools < 82). Checked 2026-11-29.
 DEEPEP_BUILD_REQUIREMENTS = ("setuptools==81.0.0", "wheel==0.48.0", "ninja==1.13.2")
 
@@ -123,7 +121,7 @@ def plan_render(pins: Pins, *, created: datetime, revision: str) -> RenderPlan:
             "arch": target.rsplit("-", 1)[0],
             "fabric": target.rsplit("-", 1)[1],
             "images": {image.stage: image for image in target_images},
-            "protected_packages": PROTECTED_PACKAGES,
+            "protected_packages": (*pins.base_packages, *DEEP_EP_PROVIDERS),
             "epstack_version": __version__,
         }
         for layer in LAYERS:
@@ -150,16 +148,14 @@ def _package_sources() -> list[Path]:
 def _requirement_files(pins: Pins) -> dict[str, str]:
     """Exact pins per install step; overrides win over any package's own requirement."""
     header = "# Rendered from pins.env by epstack; do not edit.\n"
+    wheels = pins.wheels
     return {
         "python-requirements.txt": header
-        + f"nvidia-nccl-cu13=={pins.nccl_version}\nnvidia-nvshmem-cu13=={pins.nvshmem_version}\n",
+        + f"{wheels.nccl}=={pins.nccl_version}\n{wheels.nvshmem}=={pins.nvshmem_version}\n",
         "torch-requirements.txt": header + f"torch=={pins.torch_version}\n",
         "sglang-requirements.txt": header + f"sglang=={pins.sglang_version}\n",
         "deepep-build-requirements.txt": header + "".join(f"{r}\n" for r in DEEPEP_BUILD_REQUIREMENTS),
-        "overrides.txt": header
-        + f"torch=={pins.torch_version}\n"
-        + f"nvidia-nccl-cu13=={pins.nccl_version}\n"
-        + f"nvidia-nvshmem-cu13=={pins.nvshmem_version}\n",
+        "overrides.txt": header + "".join(f"{name}=={v}\n" for name, v in pins.base_packages.items()),
     }
 
 
@@ -271,28 +267,16 @@ def _json_bytes(data: object) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
+def output_directory(out: str, pins_path: Path, *, sources: Path | None = None) -> Path:
+    """Where a render may go (epstack.output rules): never the checkout, an input, or others' files."""
+    inputs = [TEMPLATES, IMAGE_SCRIPTS.parent, REPO_ROOT / "epstack", pins_path]
+    return check_output(out, checkout=REPO_ROOT, inputs=[*inputs, *([sources] if sources else [])])
+
+
 def write_plan(plan: RenderPlan, out: Path) -> None:
-    """Write all files to a temporary sibling of `out`, then swap it in; `out` is never half-written."""
-    out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        for relative, content in sorted(plan.files.items()):
-            path = staging / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
-            if relative.endswith(".sh"):
-                path.chmod(0o755)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-            staging.rename(out)
-            shutil.rmtree(old)
-        else:
-            staging.rename(out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    """Write every file of the plan as the whole of `out`, swapped in at once (see epstack.output)."""
+    scripts = [relative for relative in plan.files if relative.endswith(".sh")]
+    replace_output(out, plan.files, executable=scripts)
 
 
 def tree_digest(root: Path) -> str:

@@ -117,7 +117,7 @@ def test_layer_pins_file_needs_the_keys_of_its_layer(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     layer_file = tmp_path / "base.pins.env"
-    layer_file.write_text("NCCL_VERSION=2.30.7\nNVSHMEM_VERSION=3.4.5\n")
+    layer_file.write_text("CUDA_VERSION=13.0.3\nNCCL_VERSION=2.30.7\nNVSHMEM_VERSION=3.4.5\n")
     report_path = tmp_path / "r.json"
     assert main(["guard", "--pins", str(layer_file), "--layer", "python", "--json", str(report_path)]) == 1
     rows = {c["component"]: c for c in json.loads(report_path.read_text())["checks"]}
@@ -125,7 +125,16 @@ def test_layer_pins_file_needs_the_keys_of_its_layer(
     assert rows["nvidia-nccl-cu13"]["expected"] == "2.30.7"
     capsys.readouterr()
     assert main(["guard", "--pins", str(layer_file), "--layer", "deepep"]) == 2
-    assert "no CUDA_VERSION, which guard --layer base needs" in capsys.readouterr().err
+    assert "no TORCH_VERSION, which guard --layer base needs" in capsys.readouterr().err
+
+
+def test_a_cuda_12_layer_checks_the_cu12_wheels(tmp_path: Path) -> None:
+    layer_file = tmp_path / "base.pins.env"
+    layer_file.write_text("CUDA_VERSION=12.9.1\nNCCL_VERSION=2.30.7\nNVSHMEM_VERSION=3.4.5\n")
+    report_path = tmp_path / "r.json"
+    main(["guard", "--pins", str(layer_file), "--layer", "python", "--json", str(report_path)])
+    rows = [c["component"] for c in json.loads(report_path.read_text())["checks"]]
+    assert rows[:2] == ["nvidia-nccl-cu12", "nvidia-nvshmem-cu12"]
 
 
 def test_bad_pins_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -33,6 +33,7 @@ def test_render_twice_is_byte_identical(tmp_path: Path, monkeypatch: pytest.Monk
     assert main(["render", "--pins", str(PINS), "--out", str(tmp_path / "b")]) == 0
     assert tree_digest(tmp_path / "a") == tree_digest(tmp_path / "b")
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        ".epstack-output",
         "docker-bake.json",
         "epstack-render.json",
         "scripts",

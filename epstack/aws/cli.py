@@ -28,7 +28,7 @@ PINS_HELP = "pins file (default $EPSTACK_PINS or ./pins.env)"
 
 def _git(source: Path, *args: str) -> str:
     out = output_if_ok("git", "-C", source, *args)
-    return out.decode().strip() if out is not None else ""
+    return out.strip() if out is not None else ""
 
 
 def _source_root(path: Path) -> Path:
@@ -92,11 +92,11 @@ def _pins_sha256(source: Path, pins: Path, revision: str) -> str:
     )
     if committed is None:
         raise BadInput(f"{pins}: not in commit {revision[:12]}; fix: commit it, or pass --source-version")
-    if committed != pins.read_bytes():
+    if committed != pins.read_text():
         raise BadInput(
             f"{pins}: differs from commit {revision[:12]}, which CodeBuild builds; fix: commit and push it"
         )
-    return hashlib.sha256(committed).hexdigest()
+    return hashlib.sha256(committed.encode()).hexdigest()
 
 
 def cmd_start(args: argparse.Namespace, console: Console) -> int:

@@ -21,7 +21,7 @@ from typing import Any
 from epstack.aws.buildspec import Document, Finding, load_document, schema_findings
 from epstack.errors import BadInput, EpstackError
 from epstack.pins import Pins
-from epstack.render import PROTECTED_PACKAGES
+from epstack.stack import DEEP_EP_PROVIDERS
 
 SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|PRIVATE_KEY|API_KEY|ACCESS_KEY|CREDENTIAL)", re.I)
 SECRET_VALUES: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -122,7 +122,7 @@ def _pins_from_pins_env(document: Document, data: dict[str, Any], pins: Pins) ->
             yield _at(
                 document, path, f"{name} is a pin; fix: pins come from pins.env: change it there, not here"
             )
-    pinned = set(PROTECTED_PACKAGES) | {"sglang", "deep-ep", "deep_ep"}
+    pinned = {*pins.base_packages, *DEEP_EP_PROVIDERS, "sglang", "deep_ep"}
     for path, text in _commands(data):
         if PINS_AS_TEXT.search(text):
             yield _at(

@@ -119,7 +119,7 @@ class _Log:
 
 
 def _builtins(source: Path) -> dict[str, str]:
-    revision = (output_if_ok("git", "-C", source, "rev-parse", "HEAD") or b"").decode().strip()
+    revision = (output_if_ok("git", "-C", source, "rev-parse", "HEAD") or "").strip()
     build_id = f"local:{uuid.uuid4()}"
     return {
         "CODEBUILD_SRC_DIR": str(source),

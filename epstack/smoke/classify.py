@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from epstack.stack import DEEPEP_V2_MIN_NCCL
+
 
 @dataclass(frozen=True, kw_only=True)
 class Finding:
@@ -44,12 +46,12 @@ _RULES = (
         pattern=re.compile(
             r"Invalid NCCL versions: .* \(loaded\) v\.s\."
             r"|undefined symbol: (ncclDevComm\w*|ncclCommQueryProperties|ncclGin\w*|ncclWin\w*)"
-            r"|loaded NCCL [0-9.]+ is older than 2\.30\.4"
+            r"|loaded NCCL [0-9.]+ is older than [0-9.]+"
         ),
-        summary="the NCCL loaded at run time is older than 2.30.4 (or is not the one deep_ep was "
-        "built against); DeepEP V2 needs the GIN device API",
-        fix="install nvidia-nccl-cu13 >= 2.30.4 --no-deps (or build NCCL) so torch and deep_ep "
-        "load the same libnccl.so.2",
+        summary=f"the NCCL loaded at run time is older than {DEEPEP_V2_MIN_NCCL} (or is not the one "
+        "deep_ep was built against); DeepEP V2 needs the GIN device API",
+        fix=f"install the nvidia-nccl wheel of your CUDA major >= {DEEPEP_V2_MIN_NCCL} --no-deps (or build "
+        "NCCL) so torch and deep_ep load the same libnccl.so.2",
     ),
     _Rule(
         # csrc/jit/compiler.hpp: EP_HOST_ASSERT(std::filesystem::exists(nvcc_path)) and the

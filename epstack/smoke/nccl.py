@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epstack.loaded import decode_nccl_version, library_version, mapped_libraries
-
-MIN_NCCL = (2, 30, 4)  # DeepEP V2's GIN device API (ncclDevCommCreate, ncclCommQueryProperties)
+from epstack.stack import DEEPEP_V2_MIN_NCCL, release
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,7 +29,7 @@ class NcclInfo:
 
     @property
     def new_enough(self) -> bool:
-        return self.version >= MIN_NCCL
+        return self.version >= release(DEEPEP_V2_MIN_NCCL)
 
 
 def loaded_nccl(maps: Path = Path("/proc/self/maps")) -> NcclInfo | None:

@@ -43,6 +43,7 @@ from epstack.smoke.reference import (
     reference_dispatch,
 )
 from epstack.smoke.stage import StageWriter
+from epstack.stack import DEEPEP_V2_MIN_NCCL
 
 EXPERT_ALIGNMENT = 128  # test_ep's first mode, the one its printed figures come from
 # (name, masked ratio, hot-rank ratio); "uniform" is test_ep's routing and the one timed.
@@ -163,7 +164,7 @@ def run(cfg: SmokeConfig, stage: StageWriter, result: dict[str, Any]) -> int:  #
     if nccl is None:
         raise EnvironmentError_("no libnccl is mapped after importing torch")
     if not nccl.new_enough:
-        raise EnvironmentError_(f"loaded NCCL {nccl.text} is older than 2.30.4 ({nccl.path})")
+        raise EnvironmentError_(f"loaded NCCL {nccl.text} is older than {DEEPEP_V2_MIN_NCCL} ({nccl.path})")
     import deep_ep  # type: ignore[import-not-found, unused-ignore]  # noqa: PLC0415
 
     result["deep_ep"] = {"file": deep_ep.__file__, "version": getattr(deep_ep, "__version__", "")}

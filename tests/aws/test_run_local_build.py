@@ -4,8 +4,8 @@ guards it inside the image, pushes it to a real registry on 127.0.0.1, exports I
 IMAGE_DIGEST, and the image comes back by that digest.
 
 Cost: the same target and render as the Docker build tests, so BuildKit's cache serves the build;
-EPSTACK_PUSH=top pushes one image. EPSTACK_PREDICT=no skips `pins predict` (PyPI's resolver, 25 s
-to over 120 s here; tests/test_predict.py covers it)."""
+EPSTACK_PUSH=top pushes one image. EPSTACK_PREDICT=no skips `pins predict` (a resolve against PyPI,
+20 s and more, once over 120 s here; tests/test_predict.py covers it)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 # epstack 0.1.0: sglang layer for target hopper-efa. SGLang 0.5.23 over the DeepEP layer.
 # Rendered from images/sglang/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
 # uv installs sglang with overrides pinning what the lower layers own, and never installs:
-# torch, nvidia-nccl-cu13, nvidia-nvshmem-cu13, sgl-deep-ep.
+# torch, nvidia-nccl-cu13, nvidia-nvshmem-cu13, sgl-deep-ep, deep-ep.
 ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-hopper-efa-bbaf08a49cd6
 
 FROM ${DEEPEP_IMAGE} AS sglang
@@ -12,7 +12,8 @@ RUN --mount=type=cache,target=/root/.cache/uv \
       --no-install-package torch \
       --no-install-package nvidia-nccl-cu13 \
       --no-install-package nvidia-nvshmem-cu13 \
-      --no-install-package sgl-deep-ep
+      --no-install-package sgl-deep-ep \
+      --no-install-package deep-ep
 ENV EPSTACK_PINS=/opt/epstack/pins/sglang.pins.env \
     EPSTACK_GUARD_LAYER=sglang
 COPY targets/hopper-efa/sglang.pins.env /opt/epstack/pins/

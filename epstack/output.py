@@ -1,0 +1,149 @@
+"""Output directories epstack owns: it writes only where it may, and replaces what it made atomically.
+
+An output is either a new path or a directory epstack made before (it holds MARKER). Anything else is
+refused before a byte is written: the checkout or a directory above it, the inputs (templates,
+scripts, the package, the pins file, a sources folder) or anything inside or above them, an existing
+file or device, a non-empty directory of someone else's, a symlink, a mount point.
+
+Replacing works on a staging sibling that is swapped in with one renameat2(RENAME_EXCHANGE): a
+reader, or a kill at any moment, sees the old tree or the new one, never neither. Concurrent writers
+to the same parent take turns on a lock of that parent directory. Staging left by a killed run is
+removed by the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from epstack.errors import BadInput, EnvironmentProblem
+
+MARKER = ".epstack-output"
+# Written by every render, before MARKER existed: such a directory was made by epstack too.
+_EARLIER_MARKER = "epstack-render.json"
+_STAGING = ".epstack-staging-"
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _overlaps(path: Path, other: Path) -> bool:
+    return path == other or path.is_relative_to(other) or other.is_relative_to(path)
+
+
+def check_output(value: str, *, checkout: Path, inputs: Sequence[Path]) -> Path:
+    """The absolute output path when epstack may write there; BadInput (one line, with a fix) if not."""
+    if not value.strip():
+        raise BadInput("--out is empty; fix: name a new directory, e.g. --out build/render")
+    out = Path(value)
+    if out.is_symlink():
+        raise BadInput(f"{out} is a symlink; fix: pass the directory it points to, or a new path")
+    path = Path(os.path.abspath(out))
+    checkout = Path(os.path.abspath(checkout))
+    if checkout == path or checkout.is_relative_to(path):
+        raise BadInput(
+            f"{out} is the checkout or a directory above it; fix: write to a new directory, "
+            "e.g. --out build/render"
+        )
+    for source in inputs:
+        if _overlaps(path, Path(os.path.abspath(source))):
+            raise BadInput(
+                f"{out} is, holds or is inside {source}, an input of epstack; fix: write to a new directory"
+            )
+    if not path.exists():
+        return path
+    if not path.is_dir():
+        raise BadInput(f"{out} exists and is not a directory; fix: remove it or choose a new path")
+    if os.path.ismount(path):
+        raise BadInput(f"{out} is a mount point; fix: write to a new directory inside it")
+    made_by_epstack = (path / MARKER).is_file() or (path / _EARLIER_MARKER).is_file()
+    if not made_by_epstack and any(path.iterdir()):
+        raise BadInput(
+            f"{out} is a non-empty directory epstack did not make; fix: choose a new or empty directory"
+        )
+    return path
+
+
+@contextlib.contextmanager
+def _parent_lock(parent: Path) -> Iterator[None]:
+    """One writer at a time per parent directory (flock on the directory itself; nothing left behind)."""
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step; False where the kernel or filesystem cannot."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    status = renameat2(_AT_FDCWD, bytes(a), _AT_FDCWD, bytes(b), _RENAME_EXCHANGE)
+    if status == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _write_tree(root: Path, files: Mapping[str, bytes], executable: Sequence[str]) -> None:
+    umask = os.umask(0)
+    os.umask(umask)
+    root.chmod(0o777 & ~umask)  # mkdtemp makes 0700; an output is an ordinary directory
+    (root / MARKER).write_text("made by epstack; `epstack render` may replace this directory\n")
+    for relative, content in sorted(files.items()):
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        if relative in executable:
+            path.chmod(0o777 & ~umask)
+
+
+def _cannot_write(out: Path, exc: OSError) -> BadInput | EnvironmentProblem:
+    """A path the user chose that cannot hold a directory is bad input; a full disk is the machine's."""
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.ENOENT, errno.EEXIST):
+        return BadInput(f"{out}: cannot write there ({exc.strerror}); fix: choose a writable path")
+    return EnvironmentProblem(f"{out}: cannot write ({exc.strerror}); fix: free space on that filesystem")
+
+
+def replace_output(out: Path, files: Mapping[str, bytes], *, executable: Sequence[str] = ()) -> None:
+    """Write `files` (relative path -> bytes) as the whole of `out`, which check_output has allowed."""
+    parent = out.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(
+            f"{out}: cannot create {parent} ({exc.strerror}); fix: choose a writable path"
+        ) from None
+    with _parent_lock(parent):
+        for stale in parent.glob(f".{out.name}{_STAGING}*"):
+            if (stale / MARKER).is_file() or not any(stale.iterdir()):
+                shutil.rmtree(stale, ignore_errors=True)
+        try:
+            staging = Path(tempfile.mkdtemp(prefix=f".{out.name}{_STAGING}", dir=parent))
+        except OSError as exc:
+            raise _cannot_write(out, exc) from None
+        try:
+            _write_tree(staging, files, executable)
+            if not out.exists():
+                staging.rename(out)
+            elif not _exchange(staging, out):
+                # No atomic swap here (an old kernel, NFS): a short window with the old tree set aside.
+                old = parent / f".{out.name}{_STAGING}old"
+                out.rename(old)
+                staging.rename(out)
+                staging = old
+        except OSError as exc:
+            raise _cannot_write(out, exc) from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)

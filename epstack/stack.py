@@ -1,0 +1,89 @@
+"""Facts about the stack, written once. Everything else derives from these and the pins.
+
+Which wheel names a CUDA major means, the version floors between components, the OS each CUDA image
+tag names, and which distributions bring their own deep_ep. pins (through its properties), render,
+guard, predict, build and the smoke read them here; the templates get them through render.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Standard library only: the smoke imports this on bare GPU hosts.
+
+# DeepEP V2 uses NCCL's GIN device API, first shipped in NCCL 2.30.4 (build and run time).
+DEEPEP_V2_MIN_NCCL = "2.30.4"
+# NCCL GIN over EFA first shipped in aws-ofi-nccl 1.21 (its doc/gin-getting-started.md).
+EFA_GIN_MIN_OFI_NCCL = "1.21.0"
+
+# `nvcc --list-gpu-arch` (plus the arch-specific "a" targets) per CUDA major: the majors epstack
+# knows the wheel names and GPU architectures of. CUDA 13 dropped everything below Turing; CUDA 12
+# has no Blackwell "f" family targets.
+CUDA_ARCHS: dict[int, frozenset[str]] = {
+    12: frozenset(
+        {"5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9"}
+        | {"9.0", "9.0a", "10.0", "10.0a", "10.1", "10.1a", "12.0", "12.0a"}
+    ),
+    13: frozenset(
+        {"7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "9.0a", "10.0", "10.0a", "10.0f", "10.3", "10.3a"}
+        | {"10.3f", "11.0", "11.0a", "11.0f", "12.0", "12.0a", "12.0f", "12.1", "12.1a", "12.1f"}
+    ),
+}
+SUPPORTED_CUDA_MAJORS = tuple(CUDA_ARCHS)
+
+# The OS a CUDA image tag ends in (nvidia/cuda:13.0.3-devel-ubuntu24.04) -> its glibc, which is the
+# newest manylinux tag a wheel may carry to install there.
+IMAGE_OS_GLIBC = {"ubuntu24.04": "2.39", "ubuntu22.04": "2.35"}
+IMAGE_MACHINE = "x86_64"
+
+# Distributions that install a top-level deep_ep package of their own (sglang requires the first).
+DEEP_EP_PROVIDERS = ("sgl-deep-ep", "deep-ep")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageTarget:
+    """The interpreter and platform an image installs Python packages for."""
+
+    python_version: str  # 3.12
+    platform: str  # uv's --python-platform, e.g. x86_64-manylinux_2_39
+
+
+@dataclass(frozen=True, kw_only=True)
+class CudaWheels:
+    """PyPI names of the CUDA-major-specific wheels the images install."""
+
+    major: int
+    nccl: str  # nvidia-nccl-cu13
+    nvshmem: str  # nvidia-nvshmem-cu13
+
+
+def release(version: str) -> tuple[int, ...]:
+    """2.30.4 -> (2, 30, 4), for comparing with a floor above."""
+    return tuple(int(part) for part in version.split("."))
+
+
+def cuda_major(cuda_version: str) -> int:
+    """13.0.3 -> 13"""
+    return int(cuda_version.split(".", maxsplit=1)[0])
+
+
+def cuda_wheels(cuda_version: str) -> CudaWheels:
+    """The wheel names for the CUDA major of `cuda_version`; ValueError for a major epstack does not know."""
+    major = cuda_major(cuda_version)
+    if major not in SUPPORTED_CUDA_MAJORS:
+        raise ValueError(
+            f"CUDA {major} is not supported; fix: use CUDA {' or '.join(map(str, SUPPORTED_CUDA_MAJORS))}"
+        )
+    return CudaWheels(major=major, nccl=f"nvidia-nccl-cu{major}", nvshmem=f"nvidia-nvshmem-cu{major}")
+
+
+def image_os(image_ref: str) -> str:
+    """The OS suffix of a CUDA image tag: nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:... -> ubuntu24.04."""
+    tag = image_ref.split("@", 1)[0].rsplit(":", 1)[-1]
+    return tag.rsplit("-", 1)[-1]
+
+
+def wheel_platform(os_name: str) -> str:
+    """uv's --python-platform for an image OS: ubuntu24.04 -> x86_64-manylinux_2_39."""
+    glibc = IMAGE_OS_GLIBC[os_name].replace(".", "_")
+    return f"{IMAGE_MACHINE}-manylinux_{glibc}"
