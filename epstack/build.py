@@ -10,8 +10,10 @@ Each Dockerfile runs the layer's guard after its install steps, so a built image
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -47,6 +49,14 @@ class BuildReport:
     standin: Standin | None
     built: list[BuiltImage] = field(default_factory=list)
     not_built: dict[str, str] = field(default_factory=dict)
+
+
+def write_build_report(path: Path, report: BuildReport) -> None:
+    """The report as JSON (what `epstack publish push` reads), written whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.tmp")
+    staging.write_text(json.dumps(asdict(report), indent=2) + "\n")
+    staging.replace(path)
 
 
 def standin_ref(ref: str) -> str:
@@ -96,9 +106,18 @@ def build_standin(engine: DockerEngine, pins: Pins, context: Path, console: Cons
 
 
 def build_target(
-    *, pins: Pins, plan: RenderPlan, context: Path, target: str, engine: DockerEngine, console: Console
+    *,
+    pins: Pins,
+    plan: RenderPlan,
+    context: Path,
+    target: str,
+    engine: DockerEngine,
+    console: Console,
+    cache_registry: str = "",
 ) -> BuildReport:
-    """Build `target` from the rendered context directory; see the module docstring."""
+    """Build `target` from the rendered context directory; see the module docstring.
+    `cache_registry` (HOST[/NS]): BuildKit's registry cache in <it>/<IMAGE_REPOSITORY>-cache:<image>."""
+    cache = registry_cache(pins, engine, cache_registry, console)
     bases = (pins.cuda_devel_image, pins.cuda_runtime_image)
     missing = [ref for ref in bases if not (engine.image_exists(ref) or engine.pull(ref))]
     standin = None
@@ -121,11 +140,32 @@ def build_target(
         if skip and image.layer in GIT_LAYERS:
             report.not_built[spec.tag] = skip
             continue
-        report.built.append(_build(engine, context=context, image=spec, console=console))
+        report.built.append(_build(engine, context=context, image=spec, console=console, cache=cache))
     return report
 
 
-def _build(engine: DockerEngine, *, context: Path, image: ImageSpec, console: Console) -> BuiltImage:
+def registry_cache(
+    pins: Pins, engine: DockerEngine, registry: str, console: Console
+) -> Callable[[ImageSpec], list[str]]:
+    """--cache-from/--cache-to arguments per image; none without buildx (the classic builder
+    cannot export a registry cache), which is said once."""
+    if not registry:
+        return lambda image: []
+    if not engine.buildx:
+        console.print(f"[yellow]no registry cache[/]: {engine.cli} has no buildx; local BuildKit cache only")
+        return lambda image: []
+    repository = f"{registry.rstrip('/')}/{pins.image_repository}-cache"
+    return lambda image: engine.registry_cache_args(f"{repository}:{image.name}")
+
+
+def _build(
+    engine: DockerEngine,
+    *,
+    context: Path,
+    image: ImageSpec,
+    console: Console,
+    cache: Callable[[ImageSpec], list[str]],
+) -> BuiltImage:
     console.rule(f"[bold]{image.layer}[/] / {image.stage} -> {escape(image.tag)}")
     start = time.monotonic()
     engine.build(
@@ -135,6 +175,7 @@ def _build(engine: DockerEngine, *, context: Path, image: ImageSpec, console: Co
         tag=image.tag,
         args=image.args,
         labels=image.labels,
+        cache=cache(image),
     )
     seconds = time.monotonic() - start
     console.print(f"[green]built[/] {escape(image.tag)} in {seconds:.1f} s")

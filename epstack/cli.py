@@ -13,8 +13,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack import __version__, deepep, doctor, guard, predict, sources
-from epstack.build import build_target
+from epstack import __version__, deepep, doctor, guard, predict, publish, sources
+from epstack.aws import cli as aws_cli
+from epstack.build import build_target, write_build_report
 from epstack.cluster import cli as cluster_cli
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput, EpstackError
@@ -66,7 +67,17 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
     write_plan(plan, out)
     console.print(f"rendered into {escape(str(out))}; building {target}")
     engine = DockerEngine.find()
-    report = build_target(pins=pins, plan=plan, context=out, target=target, engine=engine, console=console)
+    report = build_target(
+        pins=pins,
+        plan=plan,
+        context=out,
+        target=target,
+        engine=engine,
+        console=console,
+        cache_registry=args.cache_registry or "",
+    )
+    if args.report:
+        write_build_report(args.report, report)
     table = Table("image", "layer", "result", title=f"epstack build {target}")
     table.columns[0].overflow = "fold"
     for image in report.built:
@@ -109,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default=DEFAULT_OUT, help=f"render directory, new or made by epstack (default {DEFAULT_OUT})"
     )
     build.add_argument("--sources", type=Path, help="folder of `git archive` tarballs and installers")
+    build.add_argument(
+        "--cache-registry", metavar="HOST[/NS]", help="BuildKit registry cache there (buildx; ECR-compatible)"
+    )
+    build.add_argument(
+        "--report", type=Path, metavar="FILE", help="write what was built as JSON (for epstack publish push)"
+    )
     build.set_defaults(func=cmd_build)
 
     guard.register(commands)
@@ -117,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.register(commands)
     smoke_cli.register(commands)
     cluster_cli.register(commands)
+    publish.register(commands)
+    aws_cli.register(commands)
     return parser
 
 

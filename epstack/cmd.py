@@ -37,16 +37,20 @@ def run(
     capture: bool = True,
     echo: bool = True,
     timeout: float | None = None,
+    stdin: bytes | None = None,
 ) -> Completed:
     """Run a command and return how it ended, without judging the exit code.
 
     A missing program is an EnvironmentProblem; a command still running after `timeout` seconds is
-    killed and raised as CommandFailed."""
+    killed and raised as CommandFailed. `stdin` is written to the command's standard input (a
+    password never goes on the command line)."""
     argv = tuple(str(a) for a in args)
     if echo:
         _start(argv)
     try:
-        result = subprocess.run(argv, env=env, cwd=cwd, capture_output=capture, check=False, timeout=timeout)
+        result = subprocess.run(
+            argv, env=env, cwd=cwd, capture_output=capture, input=stdin, check=False, timeout=timeout
+        )
     except FileNotFoundError:
         raise EnvironmentProblem(f"{argv[0]}: command not found") from None
     except subprocess.TimeoutExpired:
@@ -66,9 +70,10 @@ def call(
     capture: bool = False,
     echo: bool = True,
     timeout: float | None = None,
+    stdin: bytes | None = None,
 ) -> str:
     """Run a command; raise CommandFailed on a non-zero exit. Returns stdout when capture=True."""
-    result = run(*args, env=env, cwd=cwd, capture=capture, echo=echo, timeout=timeout)
+    result = run(*args, env=env, cwd=cwd, capture=capture, echo=echo, timeout=timeout, stdin=stdin)
     if result.returncode != 0:
         detail = result.stderr.strip().splitlines()[-1:]
         raise CommandFailed(
@@ -95,3 +100,20 @@ def pipe(producer: Sequence[str], consumer: Sequence[str]) -> None:
             f"`{shlex.join(producer)} | {shlex.join(consumer)}` failed: "
             + second.stderr.decode(errors="replace").strip()
         )
+
+
+def status_and_output(*args: str | Path, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """Run a command whose exit status is a verdict (a check): its status and stdout; its stderr
+    (the check's own report) goes to our stderr."""
+    result = run(*args, env=env)
+    sys.stderr.write(result.stderr)
+    return result.returncode, result.stdout
+
+
+def output_if_ok(*args: str | Path) -> str | None:
+    """A query whose failure is an answer (git outside a checkout): stdout on exit 0, else None."""
+    try:
+        result = run(*args, echo=False, timeout=60)
+    except (EnvironmentProblem, CommandFailed):
+        return None
+    return result.stdout if result.returncode == 0 else None

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from epstack.cmd import call, pipe, succeeds
+from epstack.cmd import call, pipe, status_and_output, succeeds
 from epstack.errors import EnvironmentProblem
 
 START_HINT = (
@@ -65,9 +65,12 @@ class DockerEngine:
         args: Mapping[str, str],
         labels: Mapping[str, str],
         progress: str = "plain",
+        cache: Sequence[str] = (),
     ) -> None:
+        """`cache`: extra --cache-from/--cache-to arguments (registry_cache_args), buildx only."""
         build = ["buildx", "build", "--load"] if self.buildx else ["build"]
         argv = [self.cli, *build, "--progress", progress, "-f", dockerfile, "--target", stage, "-t", tag]
+        argv += cache
         for key, value in sorted(args.items()):
             argv += ["--build-arg", f"{key}={value}"]
         for key, value in sorted(labels.items()):
@@ -81,7 +84,7 @@ class DockerEngine:
         return call(self.cli, "image", "inspect", "--format", template, ref, capture=True, echo=False).strip()
 
     def image_id(self, ref: str) -> str:
-        """sha256:... of the local image (its config digest)."""
+        """sha256:... of the image config: equal in every registry the image is pushed to."""
         return self._inspect(ref, "{{.Id}}")
 
     def image_size(self, ref: str) -> int:
@@ -98,3 +101,41 @@ class DockerEngine:
         for change in changes:
             argv += ["--change", change]
         pipe(["tar", "-C", str(rootfs), "-c", "."], [*argv, "-", ref])
+
+    # ---- registries (publish, pull by digest) ---------------------------------------------------
+
+    def tag(self, source: str, target: str) -> None:
+        call(self.cli, "tag", source, target)
+
+    def push(self, ref: str) -> None:
+        call(self.cli, "push", ref)
+
+    def pull_quiet(self, ref: str) -> None:
+        """Pull or fail with the registry's reason (pull() only says whether it worked)."""
+        call(self.cli, "pull", "--quiet", ref, capture=True)
+
+    def remove(self, ref: str) -> None:
+        """Untag `ref` (the image stays while another tag names it)."""
+        call(self.cli, "image", "rm", ref, capture=True)
+
+    def repo_digests(self, ref: str) -> list[str]:
+        digests: list[str] = json.loads(self._inspect(ref, "{{json .RepoDigests}}")) or []
+        return digests
+
+    def image_env(self, ref: str) -> dict[str, str]:
+        pairs: list[str] = json.loads(self._inspect(ref, "{{json .Config.Env}}")) or []
+        return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+
+    def login(self, registry: str, username: str, password: str) -> None:
+        """`docker login --password-stdin`: the password never appears in argv or the log."""
+        call(self.cli, "login", "--username", username, "--password-stdin", registry, stdin=password.encode())
+
+    def run_check(self, image: str, entrypoint: str, command: Sequence[str]) -> tuple[int, str]:
+        """Run a check inside the image: its exit status and stdout (stderr goes to the log)."""
+        return status_and_output(self.cli, "run", "--rm", "--entrypoint", entrypoint, image, *command)
+
+    def registry_cache_args(self, ref: str) -> list[str]:
+        """BuildKit's registry cache in `ref`, in a form ECR accepts (OCI, image manifest)."""
+        cache = f"type=registry,ref={ref}"
+        export = f"{cache},mode=max,image-manifest=true,oci-mediatypes=true"
+        return ["--cache-from", cache, "--cache-to", export]

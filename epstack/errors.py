@@ -25,3 +25,9 @@ class CommandFailed(EpstackError):
     """An external command ran and failed."""
 
     exit_code = 1
+
+
+class Interrupted(EpstackError):
+    """The user interrupted a command (Ctrl-C); what it started was stopped."""
+
+    exit_code = 130

@@ -23,11 +23,24 @@ def _no_accidental_io(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
         monkeypatch.setenv("EPSTACK_DOCKER", "/nonexistent/docker")
         monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     if request.node.get_closest_marker("network") is None:
+        loopback_ok = any(request.node.get_closest_marker(m) for m in ("aws", "docker"))
+        connect = socket.socket.connect
 
-        def refuse(*args: object, **kwargs: object) -> None:
-            raise OSError("unit tests may not use the network (mark the test 'network')")
+        def refuse(self: socket.socket, address: object) -> None:
+            if loopback_ok and _is_loopback(address):
+                return connect(self, address)  # type: ignore[arg-type]
+            raise OSError(
+                "unit tests may not use the network (mark the test 'network', or 'aws' for 127.0.0.1)"
+            )
 
         monkeypatch.setattr(socket.socket, "connect", refuse)
+
+
+def _is_loopback(address: object) -> bool:
+    """moto's server and the local registry: 127.0.0.0/8 or ::1, never another host."""
+    return isinstance(address, tuple) and (
+        str(address[0]).startswith("127.") or address[0] in ("::1", "localhost")
+    )
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ start() {
     echo "docker engine: already answering"
     return
   fi
-  if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+  if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null || ! command -v docker-registry >/dev/null; then
     if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
       echo "docker engine: none answers and this is not a root Debian machine; start dockerd yourself" >&2
       return 1

@@ -1,0 +1,56 @@
+"""buildspecs/batch.yml, rendered from pins.env: one build per target, then its smoke.
+
+The targets are a fact of pins.env; the batch file is derived from it (`epstack codebuild
+batchspec`), and lint reports a batch that leaves a target out. A build graph, not a matrix: each
+smoke depends on its own target's build, and only on it.
+"""
+
+from __future__ import annotations
+
+from epstack.pins import Pins
+
+BUILD_BUILDSPEC = "buildspecs/build.yml"
+SMOKE_BUILDSPEC = "buildspecs/smoke.yml"
+# Image builds: 72 vCPUs, 145 GB memory, 824 GB disk (the CUDA devel image and DeepEP's build).
+BUILD_COMPUTE = "BUILD_GENERAL1_2XLARGE"
+# The smoke needs Hopper or Blackwell GPUs (see README); point these at such a fleet.
+SMOKE_ENV_TYPE = "LINUX_GPU_CONTAINER"
+SMOKE_COMPUTE = "BUILD_GENERAL1_LARGE"
+
+
+def identifier(kind: str, target: str) -> str:
+    return f"{kind}_{target.replace('-', '_')}"
+
+
+def render_batchspec(pins: Pins) -> str:
+    lines = [
+        "# Rendered from pins.env by `epstack codebuild batchspec > buildspecs/batch.yml`; do not edit.",
+        "# One build per target of pins.env, then the elastic smoke of that target's image.",
+        "# Start it with `epstack codebuild start --project P --batch`.",
+        "version: 0.2",
+        "",
+        "batch:",
+        "  fast-fail: false",
+        "  build-graph:",
+    ]
+    for target in pins.targets:
+        build = identifier("build", target)
+        lines += [
+            f"    - identifier: {build}",
+            f"      buildspec: {BUILD_BUILDSPEC}",
+            "      env:",
+            f"        compute-type: {BUILD_COMPUTE}",
+            "        privileged-mode: true",
+            "        variables:",
+            f"          EPSTACK_TARGET: {target}",
+            f"    - identifier: {identifier('smoke', target)}",
+            f"      buildspec: {SMOKE_BUILDSPEC}",
+            f"      depend-on: [{build}]",
+            "      env:",
+            f"        type: {SMOKE_ENV_TYPE}",
+            f"        compute-type: {SMOKE_COMPUTE}",
+            "        privileged-mode: true",
+            "        variables:",
+            f"          EPSTACK_TARGET: {target}",
+        ]
+    return "\n".join(lines) + "\n"

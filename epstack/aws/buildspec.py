@@ -1,0 +1,301 @@
+"""A buildspec (version 0.2) as epstack reads it: YAML that keeps its line numbers, checked against
+the shipped JSON Schema, then a typed model for the runner.
+
+The schema (buildspec.schema.json) is written from the AWS reference (build-spec-ref,
+batch-build-buildspec); AWS publishes none. Every error names file:line and, where a key is
+misspelt, the key it was probably meant to be.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError
+
+from epstack.errors import BadInput
+
+SCHEMA_PATH = Path(__file__).with_name("buildspec.schema.json")
+PHASES = ("install", "pre_build", "build", "post_build")
+# Linux shells CodeBuild knows (env/shell); the runner runs the same binaries.
+SHELLS = {"bash": "bash", "/bin/sh": "/bin/sh"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """One problem in a buildspec, at a line (1-based)."""
+
+    file: Path
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.message}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Document:
+    """The parsed YAML (ruamel round-trip nodes, which carry positions) and its file."""
+
+    path: Path
+    root: CommentedMap
+
+    def line(self, path: Sequence[str | int]) -> int:
+        """1-based line of the deepest key or item of `path` that exists."""
+        node: Any = self.root
+        line = node.lc.line
+        for key in path:
+            if isinstance(node, CommentedMap) and key in node:
+                line = node.lc.key(key)[0]
+            elif isinstance(node, CommentedSeq) and isinstance(key, int) and 0 <= key < len(node):
+                line = node.lc.item(key)[0]
+            else:
+                break
+            node = node[key]
+        return int(line) + 1
+
+    def plain(self) -> Any:
+        return _plain(self.root)
+
+    def strings(self) -> Iterator[tuple[tuple[str | int, ...], str]]:
+        """Every key and string value with its path (keys too: report groups are named by ARN)."""
+        yield from _strings(self.root, ())
+
+
+def _plain(node: Any) -> Any:
+    if isinstance(node, Mapping):
+        return {str(k): _plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    if isinstance(node, bool) or node is None:
+        return node
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    return str(node)
+
+
+def _strings(node: Any, path: tuple[str | int, ...]) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            yield (*path, str(key)), str(key)
+            yield from _strings(value, (*path, str(key)))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _strings(value, (*path, index))
+    elif isinstance(node, str):
+        yield path, node
+
+
+def load_document(path: Path) -> Document:
+    """Read YAML keeping positions; unreadable files and YAML errors are BadInput with file:line."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read ({exc.strerror}); fix: give the path of a buildspec") from None
+    yaml = YAML(typ="rt")
+    try:
+        root = yaml.load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        problem = (exc.problem or exc.context or "invalid YAML").strip()
+        raise BadInput(
+            f"{path}:{line}: {problem}; fix: correct the YAML (quote commands with ': ')"
+        ) from None
+    if not isinstance(root, CommentedMap):
+        raise BadInput(
+            f"{path}:1: a buildspec is a mapping (version, phases, ...); fix: start with 'version: 0.2'"
+        )
+    return Document(path=path, root=root)
+
+
+@cache
+def schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())
+    return loaded
+
+
+def schema_findings(document: Document) -> list[Finding]:
+    """Validate against the shipped schema; one finding per error, at the offending key's line."""
+    validator = jsonschema.Draft202012Validator(schema())
+    findings = [_finding(document, error) for error in validator.iter_errors(document.plain())]
+    return sorted(set(findings), key=lambda f: (f.line, f.message))
+
+
+def _where(path: Sequence[str | int]) -> str:
+    return ".".join(str(p) for p in path) or "(top level)"
+
+
+def _finding(document: Document, error: jsonschema.ValidationError) -> Finding:
+    path = list(error.absolute_path)
+    where = _where(path)
+    fix = error.schema.get("x-fix") if isinstance(error.schema, dict) else None
+    if error.validator in ("additionalProperties", "propertyNames", "unevaluatedProperties"):
+        allowed = sorted(error.schema.get("properties", {})) if isinstance(error.schema, dict) else []
+        if error.validator == "propertyNames":
+            names = error.schema.get("propertyNames", {}) if isinstance(error.schema, dict) else {}
+            allowed = list(names.get("enum", []))
+            extra = [str(error.instance)] if not isinstance(error.instance, dict) else []
+            key = extra[0] if extra else ""
+            if not key and isinstance(error.instance, dict):
+                key = next(iter(error.instance), "")
+        else:
+            instance = error.instance if isinstance(error.instance, dict) else {}
+            key = next((k for k in instance if k not in allowed), "")
+        line = document.line([*path, key])
+        near = difflib.get_close_matches(key, allowed, n=1)
+        hint = f"did you mean {near[0]}?" if near else f"expected one of {', '.join(allowed)}"
+        return Finding(
+            file=document.path, line=line, message=f"{_where([*path, key])}: unknown key {key!r}; {hint}"
+        )
+    if "propertyNames" in error.absolute_schema_path and isinstance(error.instance, str):
+        path.append(error.instance)  # the offending key itself, not the mapping holding it
+        where = _where(path)
+    line = document.line(path)
+    if error.validator in ("oneOf", "anyOf") and fix:
+        return Finding(file=document.path, line=line, message=f"{where}: needs {fix}")
+    if error.validator == "required":
+        message = f"{where}: {error.message}"
+    elif error.validator in ("enum", "const"):
+        value = error.validator_value
+        allowed = value if isinstance(value, list) else [value]
+        message = f"{where}: {error.instance!r} is not one of {', '.join(map(repr, allowed))}"
+    elif error.validator == "type":
+        got = f"{type(error.instance).__name__} {error.instance!r}"
+        message = f"{where}: expected {error.validator_value}, got {got}"
+    else:
+        message = f"{where}: {error.message}"
+    if fix:
+        message += f"; fix: {fix}"
+    return Finding(file=document.path, line=line, message=message)
+
+
+# ---- the typed model the runner uses ------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command:
+    text: str
+    line: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Phase:
+    name: str
+    commands: tuple[Command, ...]
+    finally_: tuple[Command, ...]
+    on_failure: str | None  # ABORT | CONTINUE | RETRY[-count][-regex]; None: CodeBuild's transitions
+    line: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileSet:
+    """An artifacts or reports block: globs under a base directory."""
+
+    files: tuple[str, ...]
+    base_directory: str = ""
+    discard_paths: bool = False
+    exclude_paths: tuple[str, ...] = ()
+    name: str = ""
+    file_format: str = "JUNITXML"  # reports only
+
+
+@dataclass(frozen=True, kw_only=True)
+class Buildspec:
+    path: Path
+    shell: str
+    variables: dict[str, str]
+    parameter_store: dict[str, str]
+    secrets_manager: dict[str, str]
+    exported_variables: tuple[str, ...]
+    phases: tuple[Phase, ...]
+    reports: dict[str, FileSet] = field(default_factory=dict)
+    artifacts: FileSet | None = None
+    secondary_artifacts: dict[str, FileSet] = field(default_factory=dict)
+    run_as: bool = False  # run-as somewhere (not supported locally)
+    batch: bool = False
+
+
+def _yes(value: Any) -> bool:
+    return value is True or str(value).lower() in ("yes", "true")
+
+
+def _tuple(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (str(value),) if isinstance(value, str) else tuple(str(v) for v in value)
+
+
+def _file_set(block: Mapping[str, Any]) -> FileSet:
+    return FileSet(
+        files=_tuple(block.get("files")),
+        base_directory=str(block.get("base-directory", "")),
+        discard_paths=_yes(block.get("discard-paths", False)),
+        exclude_paths=_tuple(block.get("exclude-paths")),
+        name=str(block.get("name", "")),
+        file_format=str(block.get("file-format", "JUNITXML")).upper(),
+    )
+
+
+def _commands(document: Document, name: str, key: str) -> tuple[Command, ...]:
+    items = document.root["phases"][name].get(key) or []
+    return tuple(
+        Command(text=str(text), line=document.line(["phases", name, key, index]))
+        for index, text in enumerate(items)
+    )
+
+
+def load_buildspec(path: Path) -> Buildspec:
+    """Load and validate; any schema finding is BadInput (the first, with how many more)."""
+    document = load_document(path)
+    findings = schema_findings(document)
+    if findings:
+        more = f" (and {len(findings) - 1} more: epstack codebuild lint {path})" if len(findings) > 1 else ""
+        raise BadInput(f"{findings[0]}{more}")
+    data = document.plain()
+    env = data.get("env") or {}
+    phases = data.get("phases") or {}
+    artifacts = data.get("artifacts")
+    return Buildspec(
+        path=path,
+        shell=SHELLS.get(env.get("shell", "/bin/sh"), "/bin/sh"),
+        variables={str(k): _scalar(v) for k, v in (env.get("variables") or {}).items()},
+        parameter_store={str(k): str(v) for k, v in (env.get("parameter-store") or {}).items()},
+        secrets_manager={str(k): str(v) for k, v in (env.get("secrets-manager") or {}).items()},
+        exported_variables=_tuple(env.get("exported-variables")),
+        phases=tuple(
+            Phase(
+                name=name,
+                commands=_commands(document, name, "commands"),
+                finally_=_commands(document, name, "finally"),
+                on_failure=phases[name].get("on-failure"),
+                line=document.line(["phases", name]),
+            )
+            for name in PHASES
+            if name in phases and phases[name] is not None
+        ),
+        reports={str(k): _file_set(v) for k, v in (data.get("reports") or {}).items()},
+        artifacts=_file_set(artifacts) if artifacts else None,
+        secondary_artifacts={
+            str(k): _file_set(v) for k, v in ((artifacts or {}).get("secondary-artifacts") or {}).items()
+        },
+        run_as="run-as" in data or any("run-as" in (p or {}) for p in phases.values()),
+        batch="batch" in data,
+    )
+
+
+def _scalar(value: Any) -> str:
+    """YAML scalars as CodeBuild passes them to the shell: literal text, booleans lower-case."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)

@@ -1,0 +1,335 @@
+"""`epstack codebuild run-local FILE`: a buildspec's phases on this machine, the way CodeBuild runs them.
+
+- Environment, lowest precedence first: this process's environment, CodeBuild's own variables
+  (CODEBUILD_SRC_DIR, CODEBUILD_BUILD_ID, CODEBUILD_RESOLVED_SOURCE_VERSION, ...), env.variables,
+  env.parameter-store and env.secrets-manager (read through boto3), then `--env NAME=VALUE`, which
+  wins like a start-build override and skips the lookup of that name. Values are literal: `$PATH`
+  in a value stays `$PATH`. Secret values are masked (***) in the log.
+- One shell for the whole build (shell.py); env.shell picks bash or /bin/sh.
+- Phases in order install, pre_build, build, post_build. A failing command skips the rest of its
+  phase's commands, then the phase's `finally` runs; the phase fails if any of its commands did.
+  Without on-failure, CodeBuild's transitions: an install or pre_build failure ends the build,
+  a build failure still runs post_build, a post_build failure still uploads. on-failure: CONTINUE
+  goes on to the next phase; ABORT ends the build; RETRY[-count][-regex] runs the phase again (3
+  times by default) while its output matches the regex. CODEBUILD_BUILD_SUCCEEDING turns 0 at the
+  first failure.
+- After the phases: exported-variables are read from the shell, reports are read (JUnit XML
+  counted) and artifacts copied, unless the build ended early; no matching artifact fails the build.
+- Everything lands in --out (run.json, build.log, artifacts/), written aside and swapped in whole.
+
+Not run locally: run-as (commands run as the current user, with a warning), runtime-versions,
+cache, proxy, batch (lint checks a batch; `epstack codebuild start --batch` runs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from rich.console import Console
+from rich.markup import escape
+
+from epstack.aws.buildspec import PHASES, Buildspec, Command, Phase
+from epstack.aws.outputs import Report, copy_artifacts, read_report
+from epstack.aws.shell import Shell
+from epstack.cmd import output_if_ok
+from epstack.errors import BadInput, Interrupted
+
+DEFAULT_RETRIES = 3
+_RETRY = re.compile(r"^RETRY(?:-(?P<count>\d+))?(?:-(?P<regex>.+))?$")
+
+
+class SecretSource(Protocol):
+    """Where parameter-store and secrets-manager references are read (boto3 in aws/secrets.py)."""
+
+    def parameters(self, names: list[str]) -> dict[str, str]: ...
+
+    def secret(self, reference: str) -> str: ...
+
+
+@dataclass(kw_only=True)
+class PhaseResult:
+    name: str
+    status: str  # SUCCEEDED | FAILED | SKIPPED
+    seconds: float = 0.0
+    attempts: int = 0
+    failed_command: str = ""
+    failed_line: int = 0
+    exit_code: int = 0
+
+
+@dataclass(kw_only=True)
+class RunResult:
+    buildspec: str
+    status: str = "SUCCEEDED"
+    phases: list[PhaseResult] = field(default_factory=list)
+    exported_variables: dict[str, str] = field(default_factory=dict)
+    reports: list[Report] = field(default_factory=list)
+    artifacts: dict[str, list[str]] = field(default_factory=dict)
+    upload_error: str = ""
+
+    def phase(self, name: str) -> PhaseResult:
+        return next(p for p in self.phases if p.name == name)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        for entry, report in zip(data["reports"], self.reports, strict=True):
+            entry["status"] = report.status
+        return json.dumps(data, indent=2) + "\n"
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).strftime("%Y/%m/%d %H:%M:%S.%f")
+
+
+class _Log:
+    """CodeBuild-like log lines to the console and build.log, secret values masked."""
+
+    def __init__(self, console: Console, path: Path, secrets: list[str]) -> None:
+        self._console = console
+        self._file = path.open("w")
+        self._secrets = sorted((s for s in secrets if s), key=len, reverse=True)
+
+    def mask(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def line(self, text: str) -> None:
+        text = self.mask(text)
+        self._file.write(text + "\n")
+        self._file.flush()
+        self._console.print(escape(text), highlight=False, soft_wrap=True)
+
+    def container(self, text: str) -> None:
+        self.line(f"[Container] {_stamp()} {text}")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _builtins(source: Path) -> dict[str, str]:
+    revision = (output_if_ok("git", "-C", source, "rev-parse", "HEAD") or "").strip()
+    build_id = f"local:{uuid.uuid4()}"
+    return {
+        "CODEBUILD_SRC_DIR": str(source),
+        "CODEBUILD_BUILD_ID": build_id,
+        "CODEBUILD_BUILD_ARN": "",
+        "CODEBUILD_BUILD_NUMBER": "1",
+        "CODEBUILD_INITIATOR": "epstack-run-local",
+        "CODEBUILD_RESOLVED_SOURCE_VERSION": revision,
+        "CODEBUILD_SOURCE_VERSION": revision,
+        "CODEBUILD_BUILD_SUCCEEDING": "1",
+        "EPSTACK_RUN_LOCAL": "1",
+    }
+
+
+def build_environment(
+    spec: Buildspec, *, source: Path, overrides: Mapping[str, str], secrets: SecretSource | None
+) -> tuple[dict[str, str], list[str]]:
+    """The build's environment and the secret values to mask, in CodeBuild's precedence."""
+    env = {**os.environ, **_builtins(source), **spec.variables}
+    wanted = {k: v for k, v in spec.parameter_store.items() if k not in overrides}
+    references = {k: v for k, v in spec.secrets_manager.items() if k not in overrides}
+    hidden: list[str] = []
+    if (wanted or references) and secrets is None:
+        name = next(iter(wanted or references))
+        raise BadInput(
+            f"{spec.path}: {name} comes from a secret store and run-local has no AWS access; "
+            f"fix: --env {name}=VALUE"
+        )
+    if wanted and secrets is not None:
+        values = secrets.parameters(sorted(set(wanted.values())))
+        for key, name in wanted.items():
+            env[key] = values[name]
+            hidden.append(values[name])
+    for key, reference in references.items():
+        assert secrets is not None
+        env[key] = secrets.secret(reference)
+        hidden.append(env[key])
+    env.update(overrides)
+    return env, hidden
+
+
+class _Build:
+    def __init__(self, spec: Buildspec, shell: Shell, log: _Log) -> None:
+        self.spec = spec
+        self.shell = shell
+        self.log = log
+        self.succeeding = True
+
+    def commands(self, phase: Phase, block: tuple[Command, ...], result: PhaseResult) -> tuple[bool, str]:
+        output = []
+        for command in block:
+            self.log.container(f"Running command {command.text}")
+            code, out = self.shell.run(command.text)
+            output.append(out)
+            if code != 0:
+                self.log.container(f"Command did not exit successfully {command.text} exit status {code}")
+                if not result.failed_command:
+                    result.failed_command, result.failed_line, result.exit_code = (
+                        command.text,
+                        command.line,
+                        code,
+                    )
+                return False, "".join(output)
+        return True, "".join(output)
+
+    def phase(self, phase: Phase) -> PhaseResult:
+        count, regex = DEFAULT_RETRIES, ".*"
+        retry = _RETRY.match(phase.on_failure or "")
+        if retry:
+            count = int(retry.group("count") or DEFAULT_RETRIES)
+            regex = retry.group("regex") or ".*"
+        start = time.monotonic()
+        result = PhaseResult(name=phase.name, status="SUCCEEDED")
+        while True:
+            result.attempts += 1
+            result.failed_command, result.failed_line, result.exit_code = "", 0, 0
+            self.log.container(f"Entering phase {phase.name.upper()}")
+            ok, output = self.commands(phase, phase.commands, result)
+            final_ok, final_output = self.commands(phase, phase.finally_, result)
+            ok = ok and final_ok
+            if ok or not retry or result.attempts > count or not re.search(regex, output + final_output):
+                break
+            self.log.container(f"Retrying phase {phase.name.upper()} ({result.attempts}/{count})")
+        result.status = "SUCCEEDED" if ok else "FAILED"
+        result.seconds = round(time.monotonic() - start, 3)
+        if not ok:
+            self.log.container(
+                f"Phase context status code: COMMAND_EXECUTION_ERROR Message: Error while executing command: "
+                f"{result.failed_command}. Reason: exit status {result.exit_code}"
+            )
+        self.log.container(f"Phase complete: {phase.name.upper()} State: {result.status}")
+        return result
+
+
+def _ends_build(phase: Phase) -> bool:
+    """After this phase failed, does the build skip the remaining phases and the upload?"""
+    if phase.on_failure == "CONTINUE":
+        return False
+    if phase.on_failure == "ABORT":
+        return True
+    return phase.name in ("install", "pre_build")
+
+
+def run_phases(spec: Buildspec, shell: Shell, log: _Log) -> RunResult:
+    build = _Build(spec, shell, log)
+    result = RunResult(buildspec=str(spec.path))
+    by_name = {phase.name: phase for phase in spec.phases}
+    ended = False
+    for name in PHASES:
+        phase = by_name.get(name)
+        if phase is None:
+            continue
+        if ended:
+            result.phases.append(PhaseResult(name=name, status="SKIPPED"))
+            continue
+        outcome = build.phase(phase)
+        result.phases.append(outcome)
+        if outcome.status == "FAILED":
+            result.status = "FAILED"
+            if build.succeeding:
+                build.succeeding = False
+                shell.set("CODEBUILD_BUILD_SUCCEEDING", "0")
+            ended = _ends_build(phase)
+    result.upload_error = "skipped: the build ended early" if ended else ""
+    for name in spec.exported_variables:
+        value = shell.value(name)
+        result.exported_variables[name] = log.mask(value or "")
+        log.container(f"Exported variable {name}={result.exported_variables[name]}")
+    return result
+
+
+def collect(spec: Buildspec, source: Path, out: Path, result: RunResult, log: _Log) -> None:
+    """Reports and artifacts (UPLOAD_ARTIFACTS), unless the build ended before them."""
+    if result.upload_error:
+        return
+    for group, file_set in spec.reports.items():
+        report = read_report(group, file_set, source)
+        result.reports.append(report)
+        log.container(
+            f"Report {group} ({report.file_format}): {report.status}, {len(report.files)} files, "
+            f"{report.tests} tests, {report.failures} failed, {report.skipped} skipped"
+            + (f"; {report.error}" if report.error else "")
+        )
+    blocks = {"": spec.artifacts} if spec.artifacts else {}
+    blocks.update(spec.secondary_artifacts)
+    for name, file_set in blocks.items():
+        assert file_set is not None
+        copied = copy_artifacts(file_set, source, out / "artifacts" / name)
+        result.artifacts[name or "primary"] = copied
+        log.container(f"Artifacts {name or 'primary'}: {len(copied)} files")
+        if not copied:
+            result.upload_error = f"CLIENT_ERROR: no matching artifact paths found ({name or 'primary'})"
+            result.status = "FAILED"
+            log.container(f"Phase complete: UPLOAD_ARTIFACTS State: FAILED: {result.upload_error}")
+
+
+def run_local(
+    spec: Buildspec,
+    *,
+    source: Path,
+    out: Path,
+    overrides: Mapping[str, str],
+    secrets: SecretSource | None,
+    console: Console,
+) -> RunResult:
+    """Run the buildspec in `source`; the result (also out/run.json) says SUCCEEDED or FAILED."""
+    env, hidden = build_environment(spec, source=source, overrides=overrides, secrets=secrets)
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    log = _Log(console, staging / "build.log", hidden)
+    workdir = Path(tempfile.mkdtemp(prefix="epstack-shell-"))
+    shell = Shell(shell=spec.shell, env=env, cwd=source, workdir=workdir, log=log.line)
+    try:
+        if spec.run_as:
+            log.container("run-as is not applied locally: commands run as the current user")
+        result = run_phases(spec, shell, log)
+        shell.close()
+        collect(spec, source, staging, result, log)
+        log.container(f"Build {result.status}")
+        log.close()
+        (staging / "run.json").write_text(result.to_json())
+        _swap_in(staging, out)
+        return result
+    except KeyboardInterrupt:
+        raise Interrupted("run-local interrupted: the build's shell and its children were stopped") from None
+    finally:
+        shell.close()
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _swap_in(staging: Path, out: Path) -> None:
+    if out.exists():
+        old = out.with_name(f".{out.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+        staging.rename(out)
+        shutil.rmtree(old)
+    else:
+        staging.rename(out)
+
+
+def parse_overrides(values: list[str], *, on_error: Callable[[str], BadInput]) -> dict[str, str]:
+    """--env NAME=VALUE pairs."""
+    overrides = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            raise on_error(item)
+        overrides[name] = value
+    return overrides

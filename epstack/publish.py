@@ -1,0 +1,380 @@
+"""`epstack publish`: guard every image a build made, push them, and write what was published.
+
+`epstack publish push BUILD_REPORT --registry HOST[/NS] --out DIR` (BUILD_REPORT from `epstack build
+--report`), in this order, so that nothing is pushed unless everything passed:
+1. every built image runs its own guard (`guard-layer.sh $EPSTACK_GUARD_LAYER`, as at build time);
+   DIR/guard-junit.xml gets one test case per guard row; a failed row fails the command (exit 1);
+2. stand-in images (built where nvidia/cuda could not be pulled) go only to a loopback registry;
+3. the images (`--push all`, or `top`: the target's top image only) are tagged HOST/NS/REPO:TAG,
+   pushed, and their digest read back from the registry; an existing tag in an immutable repository
+   is left alone when it already names the image, refused otherwise;
+4. DIR/build-manifest.json (every image: tag, URI, digest, pins hash, guard) and DIR/image.env
+   (IMAGE_URI, IMAGE_DIGEST, IMAGE_REF of the top image, for buildspec exported-variables).
+
+`epstack publish pull` resolves a tag to its digest in the registry and pulls by that digest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from epstack.aws.ecr import EcrRegistry
+from epstack.engine import DockerEngine
+from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
+from epstack.pins import LAYERS, Layer, Pins, load_pins, pins_path
+from epstack.registry import ECR_HOST, LoopbackRegistry, Registry, is_loopback, split_registry
+from epstack.render import source_revision
+from epstack.standin import STANDIN_LABEL
+
+GUARD_SCRIPT = (
+    'rc=0; /opt/epstack/scripts/guard-layer.sh "$EPSTACK_GUARD_LAYER" >&2 || rc=$?; '
+    'cat "/opt/epstack/reports/$EPSTACK_GUARD_LAYER.json" || exit 3; exit "$rc"'
+)
+MANIFEST_VERSION = 1
+DEFAULT_OUT = Path("build/codebuild")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GuardRow:
+    layer: str
+    component: str
+    expected: str
+    found: str
+    verdict: str
+    detail: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict in ("mismatch", "missing")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifestImage:
+    """One image of the build: where it went and what it was built from."""
+
+    layer: str
+    stage: str
+    tag: str  # local reference, repository:tag
+    uri: str  # registry reference by tag ("" when not pushed)
+    digest: str  # manifest digest in the registry ("" when not pushed)
+    pins_hash: str  # 12 hex of the layer's pins (the tag's suffix)
+    standin: bool
+    pushed: bool
+    guard_ok: bool
+    guard_checks: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildManifest:
+    version: int
+    target: str
+    registry: str
+    source_revision: str
+    pins_sha256: str
+    images: tuple[ManifestImage, ...]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LabelledImage:
+    tag: str
+    layer: Layer
+    stage: str
+    target: str
+    guard_layer: str
+    standin: bool
+
+
+def registry_for(host: str) -> Registry:
+    """The backend for a registry host: ECR (boto3) or loopback; anything else is refused."""
+    if is_loopback(host):
+        return LoopbackRegistry(host=host)
+    if ECR_HOST.match(host):
+        return EcrRegistry.for_host(host)
+    raise BadInput(
+        f"{host}: epstack pushes to Amazon ECR (ACCOUNT.dkr.ecr.REGION.amazonaws.com) or a loopback "
+        "registry (127.0.0.1:PORT); fix: use one of those"
+    )
+
+
+def read_build_report(path: Path) -> tuple[str, list[str]]:
+    """(target, built tags in build order) from `epstack build --report`."""
+    try:
+        data = json.loads(path.read_text())
+        target, built = str(data["target"]), [str(image["ref"]) for image in data["built"]]
+    except OSError as exc:
+        raise BadInput(
+            f"{path}: cannot read ({exc.strerror}); fix: run epstack build --report {path} first"
+        ) from None
+    except (ValueError, KeyError, TypeError):
+        raise BadInput(
+            f"{path}: not an epstack build report; fix: write it with epstack build --report"
+        ) from None
+    if not built:
+        raise BadInput(f"{path}: the build made no image; fix: look at the build's log")
+    return target, built
+
+
+def inspect_built(engine: DockerEngine, tag: str) -> LabelledImage:
+    labels = engine.labels(tag)
+    layer = labels.get("io.epstack.layer", "")
+    if layer not in LAYERS:
+        raise BadInput(f"{tag}: no io.epstack.layer label; fix: publish images that epstack build made")
+    return LabelledImage(
+        tag=tag,
+        layer=layer,
+        stage=labels.get("io.epstack.stage", layer),
+        target=labels.get("io.epstack.target", ""),
+        guard_layer=engine.image_env(tag).get("EPSTACK_GUARD_LAYER", layer),
+        standin=STANDIN_LABEL in labels,
+    )
+
+
+def guard_image(engine: DockerEngine, image: LabelledImage, console: Console) -> list[GuardRow]:
+    console.rule(f"guard {image.guard_layer} in {image.tag}")
+    code, out = engine.run_check(image.tag, "/bin/bash", ["-c", GUARD_SCRIPT])
+    try:
+        checks: list[dict[str, Any]] = json.loads(out)["checks"]
+    except (ValueError, KeyError, TypeError):
+        raise CommandFailed(f"{image.tag}: the guard wrote no report (exit {code})") from None
+    rows = [
+        GuardRow(
+            **{k: str(c.get(k, "")) for k in ("layer", "component", "expected", "found", "verdict", "detail")}
+        )
+        for c in checks
+    ]
+    if code not in (0, 1) or (code == 1) != any(row.failed for row in rows):
+        raise CommandFailed(f"{image.tag}: the guard exited {code} with a report that does not say why")
+    return rows
+
+
+def junit(results: dict[str, list[GuardRow]]) -> str:
+    """One suite per image, one case per guard row; mismatch/missing fail, skipped skips."""
+    suites = ET.Element("testsuites", name="epstack guard")
+    for tag, rows in results.items():
+        suite = ET.SubElement(
+            suites,
+            "testsuite",
+            name=tag,
+            tests=str(len(rows)),
+            failures=str(sum(r.failed for r in rows)),
+            skipped=str(sum(r.verdict == "skipped" for r in rows)),
+        )
+        for row in rows:
+            case = ET.SubElement(suite, "testcase", classname=f"{tag}.{row.layer}", name=row.component)
+            text = f"expected {row.expected}, found {row.found}" + (f": {row.detail}" if row.detail else "")
+            if row.failed:
+                ET.SubElement(case, "failure", message=f"{row.verdict}: {text}")
+            elif row.verdict == "skipped":
+                ET.SubElement(case, "skipped", message=text)
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    """Whole or not at all: a temporary sibling renamed over the file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(handle, "w") as file:
+        file.write(text)
+    Path(name).replace(path)
+
+
+def push_image(
+    engine: DockerEngine, registry: Registry, *, namespace: str, tag: str, console: Console
+) -> tuple[str, str]:
+    """Push `tag` (repository:tag) to the registry; return (uri, digest) as the registry has them."""
+    repository, _, image_tag = tag.rpartition(":")
+    remote_repository = f"{namespace}/{repository}" if namespace else repository
+    uri = f"{registry.host}/{remote_repository}:{image_tag}"
+    existing = registry.digest(remote_repository, image_tag)
+    if existing and registry.config_digest(remote_repository, image_tag) == engine.image_id(tag):
+        console.print(f"{uri} already is this image ({existing}): not pushed again")
+        return uri, existing
+    if existing and registry.tag_immutable(remote_repository):
+        raise BadInput(
+            f"{uri} exists with {existing} and the repository's tags are immutable, but this build's image "
+            "differs; fix: find why the same pins built different bytes (the tag is the pins hash)"
+        )
+    engine.tag(tag, uri)
+    try:
+        engine.push(uri)
+        pushed = [
+            d.split("@", 1)[1]
+            for d in engine.repo_digests(uri)
+            if d.startswith(f"{registry.host}/{remote_repository}@")
+        ]
+    finally:
+        engine.remove(uri)
+    digest = registry.digest(remote_repository, image_tag)
+    if digest is None or digest not in pushed:
+        raise EnvironmentProblem(f"{uri}: pushed, but the registry says {digest} and Docker says {pushed}")
+    console.print(f"[green]pushed[/] {uri} {digest}")
+    return uri, digest
+
+
+def publish(
+    *,
+    report: Path,
+    registry: str,
+    push: str,
+    out: Path,
+    pins: Pins,
+    pins_file: Path,
+    engine: DockerEngine,
+    console: Console,
+) -> BuildManifest:
+    target, tags = read_build_report(report)
+    host, namespace = split_registry(registry)
+    images = [inspect_built(engine, tag) for tag in tags]
+    standins = [image.tag for image in images if image.standin]
+    if standins and not is_loopback(host):
+        raise BadInput(
+            f"{standins[0]} is a stand-in (built without the CUDA base); stand-ins go only to a loopback "
+            f"registry, not {host}; fix: build where nvidia/cuda can be pulled"
+        )
+    for image in images:
+        expected = pins.layer_hash(image.layer, image.target)
+        if not image.tag.endswith(expected):
+            raise BadInput(
+                f"{image.tag}: not built from {pins_file} (pins hash {expected}); fix: publish with its pins"
+            )
+    results = {image.tag: guard_image(engine, image, console) for image in images}
+    _write(out / "guard-junit.xml", junit(results))
+    failed = [tag for tag, rows in results.items() if any(r.failed for r in rows)]
+    if failed:
+        raise CommandFailed(
+            f"the guard failed in {', '.join(failed)} ({out / 'guard-junit.xml'}); nothing pushed"
+        )
+    backend = registry_for(host)
+    to_push = images if push == "all" else images[-1:]
+    pushed: dict[str, tuple[str, str]] = {}
+    for image in to_push:
+        pushed[image.tag] = push_image(engine, backend, namespace=namespace, tag=image.tag, console=console)
+    manifest = BuildManifest(
+        version=MANIFEST_VERSION,
+        target=target,
+        registry=registry,
+        source_revision=source_revision(),
+        pins_sha256=hashlib.sha256(pins_file.read_bytes()).hexdigest(),
+        images=tuple(
+            ManifestImage(
+                layer=image.layer,
+                stage=image.stage,
+                tag=image.tag,
+                uri=pushed.get(image.tag, ("", ""))[0],
+                digest=pushed.get(image.tag, ("", ""))[1],
+                pins_hash=pins.layer_hash(image.layer, image.target),
+                standin=image.standin,
+                pushed=image.tag in pushed,
+                guard_ok=True,
+                guard_checks=len(results[image.tag]),
+            )
+            for image in images
+        ),
+    )
+    top_uri, top_digest = pushed[images[-1].tag]
+    _write(out / "build-manifest.json", manifest.to_json())
+    _write(out / "image.env", exports(top_uri, top_digest))
+    return manifest
+
+
+def exports(uri: str, digest: str) -> str:
+    repository = uri.rsplit(":", 1)[0]
+    values = {"IMAGE_URI": uri, "IMAGE_DIGEST": digest, "IMAGE_REF": f"{repository}@{digest}"}
+    return "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
+
+
+def pull(*, registry: str, image: str, out: Path, engine: DockerEngine, console: Console) -> str:
+    """Resolve repository:tag to its digest in the registry, pull by digest; return repository@digest."""
+    host, namespace = split_registry(registry)
+    repository, _, tag = image.rpartition(":")
+    remote = f"{namespace}/{repository}" if namespace else repository
+    digest = registry_for(host).digest(remote, tag)
+    if digest is None:
+        raise BadInput(f"{host}/{remote}:{tag}: no such tag in the registry; fix: publish it first")
+    ref = f"{host}/{remote}@{digest}"
+    engine.pull_quiet(ref)
+    if ref not in engine.repo_digests(ref):
+        raise EnvironmentProblem(f"{ref}: pulled, but Docker does not list that digest")
+    console.print(f"[green]pulled[/] {ref}")
+    _write(out / "image.env", exports(f"{host}/{remote}:{tag}", digest))
+    return ref
+
+
+def cmd_publish(args: argparse.Namespace, console: Console) -> int:
+    path = pins_path(args.pins)
+    manifest = publish(
+        report=args.report,
+        registry=args.registry,
+        push=args.push,
+        out=args.out,
+        pins=load_pins(path),
+        pins_file=path,
+        engine=DockerEngine.find(),
+        console=console,
+    )
+    for image in manifest.images:
+        where = f"{image.uri} {image.digest}" if image.pushed else "not pushed (--push top)"
+        console.print(f"{image.tag}: guard ok ({image.guard_checks} checks), {where}")
+    console.print(
+        f"wrote {args.out / 'build-manifest.json'}, {args.out / 'guard-junit.xml'}, {args.out / 'image.env'}"
+    )
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace, console: Console) -> int:
+    image = args.image
+    if not image:
+        pins = load_pins(pins_path(args.pins))
+        target = args.target or pins.default_target
+        if target not in pins.targets:
+            raise BadInput(f"{target}: not a target of pins.env; fix: use one of {', '.join(pins.targets)}")
+        image = pins.image_ref(args.layer, target)
+    pull(registry=args.registry, image=image, out=args.out, engine=DockerEngine.find(), console=console)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `publish push` and `publish pull` to the top-level subcommands."""
+    commands = subparsers.add_parser(
+        "publish", help="push guarded images by digest; pull them by digest"
+    ).add_subparsers(dest="publish_command", required=True, metavar="SUBCOMMAND")
+    push = commands.add_parser(
+        "push", help="guard the images a build made, push them, write the build manifest"
+    )
+    push.add_argument("report", type=Path, help="build report from `epstack build --report`")
+    push.add_argument("--registry", required=True, help="HOST[:PORT][/NAMESPACE]: ECR or a loopback registry")
+    push.add_argument(
+        "--push", choices=("all", "top"), default="all", help="every built image (default), or the top one"
+    )
+    push.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"manifest, JUnit and image.env (default {DEFAULT_OUT})"
+    )
+    push.add_argument("--pins", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
+    push.set_defaults(func=cmd_publish)
+    pull_parser = commands.add_parser("pull", help="resolve an image's digest in the registry and pull by it")
+    pull_parser.add_argument("--registry", required=True, help="HOST[:PORT][/NAMESPACE]")
+    pull_parser.add_argument("--target", help="target whose image to pull (default DEFAULT_TARGET)")
+    pull_parser.add_argument(
+        "--layer", choices=LAYERS, default="sglang", help="which layer's image (default sglang)"
+    )
+    pull_parser.add_argument("--image", help="REPOSITORY:TAG instead of --target and --layer")
+    pull_parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"where image.env goes (default {DEFAULT_OUT})"
+    )
+    pull_parser.add_argument("--pins", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
+    pull_parser.set_defaults(func=cmd_pull)

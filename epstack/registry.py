@@ -1,0 +1,170 @@
+"""Registries epstack pushes to and reads digests from, behind one Protocol.
+
+Two backends: Amazon ECR (epstack.aws.ecr, through boto3) and a registry on this machine's loopback
+address (Docker's distribution, e.g. Debian's docker-registry, read over its HTTP API v2). Any other
+host is refused: epstack publishes to ECR, and tests and run-local use a loopback registry.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Protocol
+
+from epstack.errors import BadInput, EnvironmentProblem
+
+ECR_HOST = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$"
+)
+MANIFEST_TYPES = ", ".join(
+    (
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    )
+)
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageName:
+    """host[:port]/repository[:tag][@digest], split. `registry` may carry a namespace path."""
+
+    host: str
+    repository: str  # path inside the registry, e.g. epstack or team/epstack
+    tag: str = ""
+    digest: str = ""
+
+    @property
+    def uri(self) -> str:
+        """host/repository:tag (or @digest when there is no tag)."""
+        return f"{self.host}/{self.repository}" + (f":{self.tag}" if self.tag else f"@{self.digest}")
+
+    @property
+    def by_digest(self) -> str:
+        return f"{self.host}/{self.repository}@{self.digest}"
+
+
+def parse_image(text: str) -> ImageName:
+    """Split an image reference that names its registry host; BadInput otherwise."""
+    rest, _, digest = text.partition("@")
+    host, slash, path = rest.partition("/")
+    if not slash or not ("." in host or ":" in host or host == "localhost") or not path:
+        raise BadInput(f"{text}: not an image reference with a registry host; fix: write HOST/REPOSITORY:TAG")
+    repository, colon, tag = path.rpartition(":") if ":" in path else (path, "", "")
+    if not colon:
+        repository, tag = path, ""
+    if not re.match(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*$", repository) or (
+        tag and not re.match(r"^[\w][\w.-]{0,127}$", tag)
+    ):
+        raise BadInput(
+            f"{text}: bad repository or tag; fix: lower-case repository, tag of letters, digits, . _ -"
+        )
+    if digest and not DIGEST.match(digest):
+        raise BadInput(f"{text}: {digest} is not a sha256 digest; fix: @sha256:<64 hex>")
+    if not tag and not digest:
+        raise BadInput(f"{text}: no tag or digest; fix: write HOST/REPOSITORY:TAG")
+    return ImageName(host=host, repository=repository, tag=tag, digest=digest)
+
+
+def split_registry(registry: str) -> tuple[str, str]:
+    """'host[:port][/namespace]' -> (host, namespace)."""
+    host, _, namespace = registry.strip().rstrip("/").partition("/")
+    if not host:
+        raise BadInput("the registry is empty; fix: --registry HOST[:PORT][/NAMESPACE]")
+    return host, namespace
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost, with or without a port."""
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host.strip("[]")
+    if name.startswith("[") and "]" in name:
+        name = name[1 : name.index("]")]
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+class Registry(Protocol):
+    """What publish and pull need from a registry."""
+
+    @property
+    def host(self) -> str: ...
+
+    def digest(self, repository: str, tag: str) -> str | None:
+        """The manifest digest the tag points at, None when the tag does not exist."""
+        ...
+
+    def tag_immutable(self, repository: str) -> bool:
+        """True when an existing tag may not be moved."""
+        ...
+
+    def config_digest(self, repository: str, tag: str) -> str | None:
+        """The image config digest (Docker's image ID) the tag's manifest names."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopbackRegistry:
+    """A distribution registry on 127.0.0.1, over plain HTTP (Docker allows loopback without TLS)."""
+
+    host: str
+    timeout: float = 10.0
+
+    def _request(self, method: str, path: str) -> urllib.request.Request:
+        return urllib.request.Request(
+            f"http://{self.host}{path}", method=method, headers={"Accept": MANIFEST_TYPES}
+        )
+
+    def ping(self) -> None:
+        try:
+            with urllib.request.urlopen(self._request("GET", "/v2/"), timeout=self.timeout):
+                return
+        except (urllib.error.URLError, OSError) as exc:
+            raise EnvironmentProblem(
+                f"no registry at http://{self.host}/v2/ ({getattr(exc, 'reason', exc)}); fix: start one, "
+                "e.g. docker-registry serve CONFIG with http.addr 127.0.0.1:PORT"
+            ) from None
+
+    def digest(self, repository: str, tag: str) -> str | None:
+        try:
+            with urllib.request.urlopen(
+                self._request("HEAD", f"/v2/{repository}/manifests/{tag}"), timeout=self.timeout
+            ) as response:
+                return str(response.headers["Docker-Content-Digest"])
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise EnvironmentProblem(f"{self.host}: HEAD {repository}:{tag} answered {exc.code}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise EnvironmentProblem(f"{self.host}: cannot reach the registry ({exc})") from None
+
+    def manifest(self, repository: str, reference: str) -> bytes:
+        """The manifest bytes by tag or digest (what a pull by digest verifies)."""
+        with urllib.request.urlopen(
+            self._request("GET", f"/v2/{repository}/manifests/{reference}"), timeout=self.timeout
+        ) as response:
+            data: bytes = response.read()
+            return data
+
+    def tag_immutable(self, repository: str) -> bool:
+        return False
+
+    def config_digest(self, repository: str, tag: str) -> str | None:
+        return config_of(self.manifest(repository, tag))
+
+
+def config_of(manifest: bytes | str) -> str | None:
+    """config.digest of an image manifest (None for an index, which names no single image)."""
+    try:
+        return str(json.loads(manifest)["config"]["digest"])
+    except (ValueError, KeyError, TypeError):
+        return None
