@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The GPU run behind benchmarks/elastic/results/: on a bare GPU host (no network, no Docker),
 # install the stack with the project's own scripts, then run the phases named on the command line:
-#   install   NCCL 2.30.7 from source over the pip wheel, DeepEP d4f41e4 (skipped when present)
+#   install   NCCL from source over the pip wheel, then DeepEP with epstack's one builder (the image's:
+#             `python3 -m epstack deepep build`), installed; skipped when present
+#   jit-subset  the smoke on one rank with CUDA_HOME holding only what the runtime image carries of the
+#             toolkit (bin/, nvvm/, targets/x86_64-linux/include) and an empty DeepEP JIT cache
+#   doctor    epstack doctor on this host (JSON)
 #   smoke     epstack smoke elastic on $NPROC ranks (default 2) at test_ep's default sizes
 #   smoke-topk0  the same with ElasticBuffer(num_topk=0), + test_ep's first mode (bandwidth ratio)
 #   guard     epstack guard --layer deepep and --layer all, pins.env with the host's torch 2.11.0
@@ -11,9 +15,10 @@
 #   upstream-wait   wait up to $WAIT_S s (default 570) for it, then copy its results to $OUT
 #   torchrun  the same host as 2 torchrun "nodes" of one GPU each (--nnodes 2)
 #   hang      rank 1 hangs on entering buffer construction; the smoke must end within --timeout
-# Sources come as archives in $GPU_SRC (default .gpu-src): nccl-*.tar.gz, DeepEP-*.tar.gz,
-# fmt-*.tar.gz. JSON and logs go to $OUT (default ./out). NPROC=4 or 8 for EP4/EP8 hosts.
-# The guard phase needs pydantic on the host (carried as wheels, see README.md).
+# Sources come as archives in $GPU_SRC (default .gpu-src): nccl-*.tar.gz, and the `git archive`s
+# DeepEP-<DEEPEP_REF>.tar.gz and fmt-<DEEPEP_FMT_REF>.tar.gz the builder checks against pins.env;
+# epstack's own dependencies as wheels in $GPU_SRC/wheels (the host has no network). JSON and logs
+# go to $OUT (default ./out). NPROC=1 on a one-GPU host, 4 or 8 for EP4/EP8 hosts.
 set -uo pipefail
 out=${OUT:-$PWD/out}
 srcs=${GPU_SRC:-.gpu-src}
@@ -25,6 +30,8 @@ export PYTHONUNBUFFERED=1 EP_JIT_CACHE_DIR=${EP_JIT_CACHE_DIR:-/tmp/ep-jit-cache
 # No RDMA NIC here: no GIN, direct mode. NVLS stays off (the machine sets it; kept explicit).
 export EP_DISABLE_GIN=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 smoke=("$py" -m epstack.smoke elastic)
+# epstack's dependencies, installed from the carried wheels into their own folder
+export PYTHONPATH="$PWD:/opt/epstack-deps${PYTHONPATH:+:$PYTHONPATH}"
 start=$SECONDS
 note() { echo "[$((SECONDS - start))s] $*" | tee -a "$out/run.log"; }
 
@@ -41,15 +48,52 @@ PY
 for phase in "$@"; do
     case $phase in
     install)
-        if installed && [[ -d /opt/src/DeepEP ]]; then note "install: already there"; continue; fi
+        if installed; then note "install: already there"; continue; fi
+        if [[ -d $srcs/wheels ]]; then
+            "$py" -m pip install --quiet --no-index --find-links "$srcs/wheels" --target /opt/epstack-deps \
+                "$srcs"/wheels/*.whl 2>&1 | tail -n 3
+        fi
         note "install: NCCL"
         bash scripts/gpu/install-nccl.sh --src "$(ls "$srcs"/nccl-*.tar.gz)" --arch 90 \
             --prefix /opt/nccl 2>&1 | tee -a "$out/install.log" | tail -n 3
-        note "install: DeepEP"
-        bash scripts/gpu/install-deepep.sh --src "$(ls "$srcs"/DeepEP-*.tar.gz)" \
-            --fmt "$(ls "$srcs"/fmt-*.tar.gz)" --keep /opt/src 2>&1 | tee -a "$out/install.log" \
-            | tail -n 3
-        note "install: done (exit ${PIPESTATUS[0]})"
+        note "install: DeepEP (epstack deepep build)"
+        cmd=("$py" -m epstack deepep build --pins pins.env --arch 9.0 --sources "$srcs"
+             --wheel-dir /opt/epstack/wheels)
+        echo "+ ${cmd[*]}" >>"$out/run.log"
+        "${cmd[@]}" 2>&1 | tee -a "$out/install.log" | tail -n 3
+        "$py" -m pip install --quiet --no-deps --force-reinstall /opt/epstack/wheels/deep_ep-*.whl
+        cp /opt/epstack/wheels/deepep-source.json "$out/"
+        # DeepEP's own tests (the upstream phases) run from its tree.
+        mkdir -p /opt/src && tar -xzf "$(ls "$srcs"/DeepEP-*.tar.gz)" -C /opt/src
+        note "install: done"
+        ;;
+    jit-subset)
+        # What the runtime image keeps of the toolkit (images/base/Dockerfile.j2): DeepEP's JIT
+        # compiles -cubin only, so nvcc, nvvm and the headers are all it may need.
+        full=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+        subset=/tmp/cuda-jit-subset
+        rm -rf "$subset" /tmp/ep-jit-empty
+        mkdir -p "$subset/targets/x86_64-linux"
+        cp -a "$full/bin" "$full/nvvm" "$subset/"
+        cp -aL "$full/targets/x86_64-linux/include" "$subset/targets/x86_64-linux/" 2>/dev/null \
+            || cp -aL "$full/include" "$subset/targets/x86_64-linux/include"
+        ln -s targets/x86_64-linux/include "$subset/include"
+        note "jit-subset: CUDA_HOME=$subset ($(du -sh "$subset" | cut -f1), from $full), empty JIT cache"
+        du -sb "$subset" "$full" >"$out/jit-subset-sizes.txt"
+        cmd=("${smoke[@]}" --nproc-per-node "$nproc" --timeout 300 --run-dir /tmp/smoke-jit-subset
+             --json "$out/smoke-${nproc}rank-jit-subset.json")
+        echo "+ CUDA_HOME=$subset PATH=$subset/bin:\$PATH EP_JIT_CACHE_DIR=/tmp/ep-jit-empty ${cmd[*]}" >>"$out/run.log"
+        CUDA_HOME=$subset CUDA_PATH=$subset PATH="$subset/bin:$PATH" EP_JIT_CACHE_DIR=/tmp/ep-jit-empty \
+            "${cmd[@]}" >/tmp/jit-subset.console 2>&1
+        rc=$?
+        tail -n 25 /tmp/jit-subset.console
+        note "jit-subset: exit $rc; JIT cache now $(find /tmp/ep-jit-empty -type f | wc -l) files"
+        ;;
+    doctor)
+        cmd=("$py" -m epstack.doctor --pins pins.env --json "$out/doctor-h200.json")
+        echo "+ ${cmd[*]}" >>"$out/run.log"
+        "${cmd[@]}"
+        note "doctor: exit $?"
         ;;
     smoke | smoke-topk0 | upstream)
         # smoke: ElasticBuffer(num_topk=6), the model's top-k; smoke-topk0: num_topk=0 as test_ep
