@@ -26,7 +26,7 @@ RUNS = 3
 def timed(epstack: str, pins: Path, cache: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
     start = time.perf_counter()
     result = subprocess.run(
-        [epstack, "pins", "predict", str(pins)],
+        [epstack, "pins", "predict", "--pins", str(pins)],
         env={**os.environ, "UV_CACHE_DIR": str(cache)},
         capture_output=True,
         text=True,

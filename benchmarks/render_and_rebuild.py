@@ -35,7 +35,7 @@ def time_cli(pins: Path, out: Path, runs: int) -> dict[str, float]:
     samples = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run([epstack, "pins", "check", str(pins)], check=True, capture_output=True)
+        subprocess.run([epstack, "pins", "check", "--pins", str(pins)], check=True, capture_output=True)
         subprocess.run(
             [epstack, "render", "--pins", str(pins), "--out", str(out)], check=True, capture_output=True
         )

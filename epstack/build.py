@@ -10,6 +10,7 @@ Each Dockerfile runs the layer's guard after its install steps, so a built image
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections.abc import Callable
@@ -18,12 +19,24 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from epstack.cmd import succeeds
+from epstack.command import PINS, SubParsers, path_arg, pins_path
 from epstack.engine import DockerEngine
-from epstack.errors import EnvironmentProblem
-from epstack.pins import Pins
-from epstack.render import ImageSpec, RenderPlan
+from epstack.errors import BadInput, EnvironmentProblem
+from epstack.output import write_file
+from epstack.pins import Pins, load_pins
+from epstack.render import (
+    ImageSpec,
+    RenderPlan,
+    add_render_arguments,
+    output_directory,
+    plan_render,
+    source_date,
+    source_revision,
+    write_plan,
+)
 from epstack.sources import CONTEXT_DIR, git_sources
 from epstack.standin import STANDIN_LABEL, Standin, ensure_os_image, standin_for
 
@@ -53,10 +66,7 @@ class BuildReport:
 
 def write_build_report(path: Path, report: BuildReport) -> None:
     """The report as JSON (what `epstack publish push` reads), written whole or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(json.dumps(asdict(report), indent=2) + "\n")
-    staging.replace(path)
+    write_file(path, json.dumps(asdict(report), indent=2) + "\n", what="the build report")
 
 
 def standin_ref(ref: str) -> str:
@@ -186,3 +196,52 @@ def _build(
         seconds=seconds,
         size=engine.image_size(image.tag),
     )
+
+
+def cmd_build(args: argparse.Namespace, console: Console) -> int:
+    path = pins_path(args.pins)
+    out = output_directory(args.out, path, sources=args.sources)
+    pins = load_pins(path)
+    target = args.target or pins.default_target
+    if target not in pins.targets:
+        raise BadInput(f"{target}: not a target of {path}; fix: use one of {', '.join(pins.targets)}")
+    plan = plan_render(pins, created=source_date(), revision=source_revision(), sources=args.sources)
+    write_plan(plan, out)
+    console.print(f"rendered into {escape(str(out))}; building {escape(target)}")
+    report = build_target(
+        pins=pins,
+        plan=plan,
+        context=out,
+        target=target,
+        engine=DockerEngine.find(),
+        console=console,
+        cache_registry=args.cache_registry or "",
+    )
+    if args.report:
+        write_build_report(args.report, report)
+    table = Table("image", "layer", "result", title=f"epstack build {escape(target)}")
+    table.columns[0].overflow = "fold"
+    for image in report.built:
+        size = f"{image.size / 1e9:.2f} GB"
+        table.add_row(escape(image.ref), image.layer, f"[green]built[/] in {image.seconds:.0f} s, {size}")
+    for ref, why in report.not_built.items():
+        table.add_row(escape(ref), "", f"[yellow]not built[/]: {escape(why)}")
+    console.print(table)
+    return 0
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add `build` to the top-level subcommands."""
+    build = subparsers.add_parser("build", parents=[PINS], help="render, then build a target layer by layer")
+    build.add_argument("target", nargs="?", help="target such as hopper-efa (default DEFAULT_TARGET)")
+    add_render_arguments(build)
+    build.add_argument(
+        "--cache-registry", metavar="HOST[/NS]", help="BuildKit registry cache there (buildx; ECR-compatible)"
+    )
+    build.add_argument(
+        "--report",
+        type=path_arg,
+        metavar="FILE",
+        help="write what was built as JSON (for epstack publish push)",
+    )
+    build.set_defaults(func=cmd_build)

@@ -27,6 +27,7 @@ from pathlib import Path
 from rich.console import Console
 
 from epstack.cmd import call
+from epstack.command import PINS, SubParsers, path_arg, pins_path
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
 from epstack.loaded import interposition_example, libstdcxx_interposition, nccl_version
 from epstack.pinsfile import read_pins_file
@@ -187,7 +188,9 @@ def build(*, pins_file: Path, sources: Path | None, wheel_dir: Path, arch: str |
 
 
 def cmd_deepep_build(args: argparse.Namespace, console: Console) -> int:
-    manifest = build(pins_file=args.pins, sources=args.sources, wheel_dir=args.wheel_dir, arch=args.arch)
+    manifest = build(
+        pins_file=pins_path(args.pins), sources=args.sources, wheel_dir=args.wheel_dir, arch=args.arch
+    )
     console.print(
         f"deep_ep {manifest.commit[:12]} ({manifest.source}) for {manifest.torch_cuda_arch_list}: "
         f"{args.wheel_dir / manifest.wheel}, linked NCCL {manifest.nccl.version} ({manifest.nccl.library})"
@@ -195,14 +198,15 @@ def cmd_deepep_build(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: SubParsers) -> None:
     """Add `deepep build` to the top-level subcommands."""
     deepep = subparsers.add_parser("deepep", help="build DeepEP V2 at the pinned commit").add_subparsers(
         dest="deepep_command", required=True, metavar="SUBCOMMAND"
     )
-    parser = deepep.add_parser("build", help="build the deep_ep wheel (image and bare GPU host alike)")
-    parser.add_argument("--pins", type=Path, required=True, help="pins.env or the deepep layer pins file")
-    parser.add_argument("--sources", type=Path, help="folder of `git archive` tarballs (else: git clone)")
-    parser.add_argument("--wheel-dir", type=Path, required=True, help="where the wheel and manifest go")
+    parser = deepep.add_parser(
+        "build", parents=[PINS], help="build the deep_ep wheel (image and bare GPU host alike)"
+    )
+    parser.add_argument("--sources", type=path_arg, help="folder of `git archive` tarballs (else: git clone)")
+    parser.add_argument("--wheel-dir", type=path_arg, required=True, help="where the wheel and manifest go")
     parser.add_argument("--arch", help="TORCH_CUDA_ARCH_LIST (default: the layer pins file's)")
     parser.set_defaults(func=cmd_deepep_build)

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from epstack import host
-from epstack.errors import BadInput, EpstackError
+from epstack.command import PINS, SubParsers, execute, parse, path_arg, pins_path
+from epstack.errors import BadInput
 from epstack.hostcheck import (
     Check,
     Facts,
@@ -32,6 +33,7 @@ from epstack.hostcheck import (
     check_rdma,
 )
 from epstack.loaded import cuda_driver_version
+from epstack.output import write_file
 from epstack.pinsfile import read_pins_file
 
 
@@ -96,7 +98,7 @@ def run_doctor(facts: Facts, *, cuda: str, nccl_version: str) -> Report:
 
 def _image_versions(pins: Path | None, cuda: str | None) -> tuple[str, str]:
     """(CUDA_VERSION, NCCL_VERSION) from --cuda / the pins file (read as data, no model needed)."""
-    path = pins or Path(os.environ.get("EPSTACK_PINS", "pins.env"))
+    path = pins_path(pins)
     entries = read_pins_file(path).entries
     for key in ("CUDA_VERSION", "NCCL_VERSION"):
         if key not in entries:
@@ -132,38 +134,36 @@ def cmd_doctor(args: argparse.Namespace, console: object = None) -> int:
     report = run_doctor(gather(args.root, os.environ), cuda=cuda, nccl_version=nccl)
     sys.stdout.write(format_table(report))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(report.to_json())
+        write_file(args.json, report.to_json(), what="the --json report")
     return 0 if report.ok else 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--pins", type=Path, help="pins file with CUDA_VERSION, NCCL_VERSION (default pins.env)"
-    )
     parser.add_argument("--cuda", help="the image's CUDA version instead of the pins file's (e.g. 13.0)")
     parser.add_argument(
         "--root", type=Path, default=host.ROOT, help="read /proc and /sys under here (default /)"
     )
-    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
+    parser.add_argument("--json", type=path_arg, metavar="FILE", help="also write the report as JSON")
     parser.set_defaults(func=cmd_doctor)
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: SubParsers) -> None:
     """Add `doctor` to the top-level subcommands."""
-    add_arguments(subparsers.add_parser("doctor", help="read-only host checks for DeepEP V2 across nodes"))
+    add_arguments(
+        subparsers.add_parser(
+            "doctor", parents=[PINS], help="read-only host checks for DeepEP V2 across nodes"
+        )
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python3 -m epstack.doctor`: the same command with the standard library only."""
-    parser = argparse.ArgumentParser(prog="python3 -m epstack.doctor", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python3 -m epstack.doctor", description=__doc__, parents=[PINS])
     add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return cmd_doctor(args)
-    except EpstackError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    args = parse(parser, sys.argv[1:] if argv is None else argv)
+    if isinstance(args, int):
+        return args
+    return execute(lambda: cmd_doctor(args), lambda kind, line: print(f"{kind}: {line}", file=sys.stderr))
 
 
 if __name__ == "__main__":

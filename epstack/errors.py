@@ -1,33 +1,48 @@
-"""One error hierarchy; each kind of failure maps to one exit code, handled only in cli.main."""
+"""One error hierarchy and one exit-code table for every command (the smoke included); errors become
+exit codes only in epstack.command.execute, which every entry point runs through."""
 
 from __future__ import annotations
 
+# The exit codes of every epstack command. README.md ("Exit codes") states this table.
+OK = 0
+CHECK_FAILED = 1
+BAD_INPUT = 2
+ENVIRONMENT = 3
+INTERRUPTED = 130
+EXIT_CODES: dict[int, str] = {
+    OK: "ok",
+    CHECK_FAILED: "a check failed (drift, a wrong token, a hang, a failed command)",
+    BAD_INPUT: "bad input (pins file, flags, paths, environment variables); nothing was done",
+    ENVIRONMENT: "the environment lacks something (Docker, CUDA, torch, a GPU, the network, disk)",
+    INTERRUPTED: "interrupted (Ctrl-C, SIGTERM); what was started was stopped",
+}
+
 
 class EpstackError(Exception):
-    """Base class: the message is one line meant for the user."""
+    """Base class: the message is meant for the user, one line per problem."""
 
-    exit_code = 1
+    exit_code = CHECK_FAILED
 
 
 class BadInput(EpstackError):
-    """The user's input (pins file, arguments) is wrong; nothing was written."""
+    """The user's input (pins file, arguments, paths, environment) is wrong; nothing was written."""
 
-    exit_code = 2
+    exit_code = BAD_INPUT
 
 
 class EnvironmentProblem(EpstackError):
-    """A tool the command needs (Docker engine, hadolint) is missing or not running."""
+    """Something the command needs (Docker engine, hadolint, CUDA, a GPU) is missing or not running."""
 
-    exit_code = 3
+    exit_code = ENVIRONMENT
 
 
 class CommandFailed(EpstackError):
     """An external command ran and failed."""
 
-    exit_code = 1
+    exit_code = CHECK_FAILED
 
 
 class Interrupted(EpstackError):
     """The user interrupted a command (Ctrl-C); what it started was stopped."""
 
-    exit_code = 130
+    exit_code = INTERRUPTED

@@ -26,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 from rich.console import Console
 from rich.table import Table
 
+from epstack.command import PINS, SubParsers, path_arg, pins_path
 from epstack.errors import BadInput, EpstackError
 from epstack.loaded import (
     decode_cuda_version,
@@ -36,8 +37,9 @@ from epstack.loaded import (
     mapped_libraries,
     nccl_version,
 )
-from epstack.pins import load_pins, pins_path
-from epstack.pinsfile import read_pins_file
+from epstack.output import write_file
+from epstack.pins import load_pins, read_layer_pins
+from epstack.pinsfile import parse_pins_file
 from epstack.stack import CudaWheels, cuda_wheels
 
 Verdict = Literal["ok", "mismatch", "missing", "skipped", "override (pinned)"]
@@ -114,20 +116,20 @@ class LayerPins:
 
 
 def load_expected(path: Path, layers: list[str]) -> Expected:
-    """A full pins.env (validated by load_pins), or a layer pins file holding every key `layers` read."""
-    pins_file = read_pins_file(path)
-    if "DEFAULT_TARGET" in pins_file.entries:
+    """A full pins.env (validated by load_pins), or a layer pins file (validated by the same value
+    rules) holding every key `layers` read."""
+    if "DEFAULT_TARGET" in parse_pins_file(path).entries:
         return load_pins(path)
+    values = read_layer_pins(path)
     for layer in layers:
         for key in LAYER_KEYS[layer]:
-            if key not in pins_file.entries:
+            if key not in values:
                 raise BadInput(
                     f"{path}: no {key}, which guard --layer {layer} needs; "
                     "fix: pass pins.env or the layer pins file of this image"
                 )
     known = {f.name for f in fields(LayerPins)}
-    values = {key.lower(): entry.value for key, entry in pins_file.entries.items() if key.lower() in known}
-    return LayerPins(**values)
+    return LayerPins(**{key.lower(): value for key, value in values.items() if key.lower() in known})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -624,8 +626,7 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
         )
     console.print(table)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(report.to_json())
+        write_file(args.json, report.to_json(), what="the --json report")
     failed = sum(check.failed for check in report.checks)
     console.print(
         f"[green]guard: ok[/] ({len(report.checks)} checks)"
@@ -635,15 +636,16 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
     return 0 if report.ok else 1
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: SubParsers) -> None:
     """Add `guard` to the top-level subcommands."""
-    guard = subparsers.add_parser("guard", help="compare what is installed and loaded with pins.env")
-    guard.add_argument("--pins", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
+    guard = subparsers.add_parser(
+        "guard", parents=[PINS], help="compare what is installed and loaded with pins.env"
+    )
     guard.add_argument(
         "--layer",
         choices=GUARD_LAYERS,
         default="all",
         help="check this layer and those below it (default all)",
     )
-    guard.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
+    guard.add_argument("--json", type=path_arg, metavar="FILE", help="also write the report as JSON")
     guard.set_defaults(func=cmd_guard)

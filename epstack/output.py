@@ -19,6 +19,7 @@ import errno
 import fcntl
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -30,6 +31,11 @@ MARKER = ".epstack-output"
 _EARLIER_MARKER = "epstack-render.json"
 _STAGING = ".epstack-staging-"
 _AT_FDCWD = -100
+# What a path the user chose can do wrong (rather than the machine: a full disk, an I/O error).
+_BAD_PATH = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.ENOENT, errno.EEXIST, errno.EISDIR}
+    | {errno.ENXIO, errno.ELOOP, errno.ENAMETOOLONG, errno.ETXTBSY}
+)
 _RENAME_EXCHANGE = 2
 
 
@@ -111,7 +117,7 @@ def _write_tree(root: Path, files: Mapping[str, bytes], executable: Sequence[str
 
 def _cannot_write(out: Path, exc: OSError) -> BadInput | EnvironmentProblem:
     """A path the user chose that cannot hold a directory is bad input; a full disk is the machine's."""
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.ENOENT, errno.EEXIST):
+    if exc.errno in _BAD_PATH:
         return BadInput(f"{out}: cannot write there ({exc.strerror}); fix: choose a writable path")
     return EnvironmentProblem(f"{out}: cannot write ({exc.strerror}); fix: free space on that filesystem")
 
@@ -147,3 +153,39 @@ def replace_output(out: Path, files: Mapping[str, bytes], *, executable: Sequenc
             raise _cannot_write(out, exc) from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_file(path: Path, text: str, *, what: str) -> None:
+    """A file the user named (--json, --report, --out FILE), written whole: a new or regular file gets a
+    sibling swapped in (readers see the old text or the new), a device such as /dev/stdout is written
+    to. A directory, a FIFO nobody reads or a path that cannot hold a file is BadInput naming `what`;
+    a full disk is an EnvironmentProblem."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{path}: cannot write {what} there ({exc}); fix: choose a writable path") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise BadInput(f"{path} is a directory; fix: name a file for {what}, e.g. {path / 'report.json'}")
+    try:
+        if mode is not None and not stat.S_ISREG(mode):
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "w", encoding="utf-8") as device:
+                device.write(text)
+            return
+        target = Path(os.path.realpath(path))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, staging = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as file:
+                file.write(text)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(staging, 0o666 & ~umask)
+            os.replace(staging, target)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(staging)
+    except OSError as exc:
+        raise _cannot_write(path, exc) from None

@@ -6,134 +6,48 @@ check the rules between values. Every failure is one BadInput line naming file, 
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
-import os
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
-from packaging.version import InvalidVersion, Version
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from packaging.version import Version
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+)
 
 from epstack import fabric
-from epstack.errors import BadInput
-from epstack.pinsfile import PinsFile, read_pins_file
+from epstack import pinvalues as v
+from epstack.pinrules import RULES, arch_key
+from epstack.pinsfile import PinsFile, Problem, parse_pins_file
 from epstack.stack import (
-    CUDA_ARCHS,
-    DEEPEP_REFS_WITHOUT_EFA_GDA,
-    DEEPEP_V2_MIN_NCCL,
     EFA_GDA_MIN_NCCL,
-    EFA_GIN_MIN_OFI_NCCL,
     FABRIC_PIN_KEYS,
-    GIN_EFA_GDA,
-    GIN_PROXY,
-    IMAGE_OS_GLIBC,
     LAYER_PIN_KEYS,
     CudaWheels,
     ImageTarget,
-    cuda_major,
+    arch_problem,
     cuda_wheels,
     image_os,
     wheel_platform,
 )
+from epstack.suggest import did_you_mean
 
 Layer = Literal["base", "deepep", "sglang"]
 LAYERS: tuple[Layer, ...] = ("base", "deepep", "sglang")
 FABRICS = tuple(fabric.FABRICS)
 
-_RANGE = re.compile(r"[<>=!~^*,]|\s")
-_DIGEST_REF = re.compile(
-    r"^(?P<name>[a-z0-9]+(?:[._/-][a-z0-9]+)*):(?P<tag>[\w][\w.-]{0,127})@sha256:[0-9a-f]{64}$"
-)
-_SHA = re.compile(r"^[0-9a-f]{40}$")
-
-
-def _exact_version(value: str) -> str:
-    if _RANGE.search(value):
-        raise ValueError(
-            f"{value!r} is a range, not an exact version; fix: write the version alone, e.g. 2.30.7"
-        )
-    try:
-        version = Version(value)
-    except InvalidVersion:
-        raise ValueError(f"{value!r} is not a version; fix: write an exact version such as 2.30.7") from None
-    if version.local:
-        raise ValueError(
-            f"{value!r} carries a local tag; fix: write {version.public} and put the tag in its own key"
-        )
-    return value
-
-
-def _debian_version(value: str) -> str:
-    if _RANGE.search(value) or not re.match(r"^[0-9][A-Za-z0-9.+~:-]*$", value):
-        raise ValueError(f"{value!r} is not an exact Debian package version; fix: write e.g. 50.0-2ubuntu0.2")
-    return value
-
-
-def _image_by_digest(value: str) -> str:
-    if "@sha256:" not in value:
-        raise ValueError(f"{value!r} has no digest; fix: append @sha256:<64 hex> of the image you tested")
-    if not _DIGEST_REF.match(value):
-        raise ValueError(
-            f"{value!r} is not an image by digest; fix: write NAME:TAG@sha256:<64 lowercase hex>"
-        )
-    return value
-
-
-def _full_sha(value: str) -> str:
-    if not _SHA.match(value):
-        kind = "a short hash" if re.match(r"^[0-9a-f]{4,39}$", value) else "a branch or tag name"
-        raise ValueError(
-            f"{value!r} is {kind}; fix: write the full 40-hex commit SHA (git rev-parse {value})"
-        )
-    return value
-
-
-def _arch_list(value: str) -> tuple[str, ...]:
-    archs = tuple(a.strip() for a in value.split(",") if a.strip())
-    for arch in archs:
-        if not re.match(r"^\d+\.\d+[af]?$", arch):
-            raise ValueError(f"{arch!r} is not a CUDA arch; fix: write e.g. 9.0a or 10.0a, comma-separated")
-    return archs
-
-
-def _fabric_list(value: str) -> tuple[str, ...]:
-    fabrics = tuple(f.strip() for f in value.split(",") if f.strip())
-    for name in fabrics:
-        if name not in FABRICS:
-            raise ValueError(f"{name!r} is not a fabric; fix: use {', '.join(FABRICS)}")
-    return fabrics
-
-
-def _gin_type(name: str) -> Callable[[str], str]:
-    choices = fabric.FABRICS[name].gin_types
-
-    def check(value: str) -> str:
-        if value not in choices:
-            raise ValueError(
-                f"{value!r} is not a GIN type for {fabric.FABRICS[name].title}; "
-                f"fix: use one of {', '.join(choices)}"
-            )
-        return value
-
-    return check
-
-
-def _pattern(regex: str, example: str) -> Callable[[str], str]:
-    def check(value: str) -> str:
-        if not re.match(regex, value):
-            raise ValueError(f"{value!r} is not of the form {example}; fix: write a value like {example}")
-        return value
-
-    return check
-
-
-ExactVersion = Annotated[str, AfterValidator(_exact_version)]
-DebianVersion = Annotated[str, AfterValidator(_debian_version)]
-ImageByDigest = Annotated[str, AfterValidator(_image_by_digest)]
+ExactVersion = Annotated[str, AfterValidator(v.exact_version)]
+DebianVersion = Annotated[str, AfterValidator(v.debian_version)]
+ImageByDigest = Annotated[str, AfterValidator(v.image_by_digest)]
+FullSha = Annotated[str, AfterValidator(v.full_sha)]
 
 
 class Pins(BaseModel):
@@ -144,43 +58,39 @@ class Pins(BaseModel):
     cuda_version: ExactVersion = Field(alias="CUDA_VERSION")
     cuda_devel_image: ImageByDigest = Field(alias="CUDA_DEVEL_IMAGE")
     cuda_runtime_image: ImageByDigest = Field(alias="CUDA_RUNTIME_IMAGE")
-    ubuntu_snapshot: Annotated[str, AfterValidator(_pattern(r"^\d{8}T\d{6}Z$", "20261115T000000Z"))] = Field(
-        alias="UBUNTU_SNAPSHOT"
-    )
-    python_version: Annotated[str, AfterValidator(_pattern(r"^3\.\d{1,2}$", "3.12"))] = Field(
+    ubuntu_snapshot: Annotated[str, AfterValidator(v.snapshot)] = Field(alias="UBUNTU_SNAPSHOT")
+    python_version: Annotated[str, AfterValidator(v.pattern(r"^3\.\d{1,2}$", "3.12"))] = Field(
         alias="PYTHON_VERSION"
     )
     uv_version: ExactVersion = Field(alias="UV_VERSION")
     torch_version: ExactVersion = Field(alias="TORCH_VERSION")
-    torch_cuda_tag: Annotated[str, AfterValidator(_pattern(r"^cu\d{3}$", "cu130"))] = Field(
+    torch_cuda_tag: Annotated[str, AfterValidator(v.pattern(r"^cu\d{3}$", "cu130"))] = Field(
         alias="TORCH_CUDA_TAG"
     )
     nccl_version: ExactVersion = Field(alias="NCCL_VERSION")
     nvshmem_version: ExactVersion = Field(alias="NVSHMEM_VERSION")
     gdrcopy_version: ExactVersion = Field(alias="GDRCOPY_VERSION")
-    gdrcopy_ref: Annotated[str, AfterValidator(_full_sha)] = Field(alias="GDRCOPY_REF")
+    gdrcopy_ref: FullSha = Field(alias="GDRCOPY_REF")
     deepep_repo: Annotated[
-        str, AfterValidator(_pattern(r"^https://\S+\.git$", "https://host/org/repo.git"))
+        str, AfterValidator(v.pattern(r"^https://\S+\.git$", "https://host/org/repo.git"))
     ] = Field(alias="DEEPEP_REPO")
-    deepep_ref: Annotated[str, AfterValidator(_full_sha)] = Field(alias="DEEPEP_REF")
-    deepep_fmt_ref: Annotated[str, AfterValidator(_full_sha)] = Field(alias="DEEPEP_FMT_REF")
+    deepep_ref: FullSha = Field(alias="DEEPEP_REF")
+    deepep_fmt_ref: FullSha = Field(alias="DEEPEP_FMT_REF")
     sglang_version: ExactVersion = Field(alias="SGLANG_VERSION")
     efa_installer_version: ExactVersion = Field(alias="EFA_INSTALLER_VERSION")
     efa_installer_sha256: Annotated[
-        str, AfterValidator(_pattern(r"^[0-9a-f]{64}$", "<64 lowercase hex>"))
+        str, AfterValidator(v.pattern(r"^[0-9a-f]{64}$", "<64 lowercase hex>"))
     ] = Field(alias="EFA_INSTALLER_SHA256")
     aws_ofi_nccl_version: ExactVersion = Field(alias="AWS_OFI_NCCL_VERSION")
     rdma_core_version: DebianVersion = Field(alias="RDMA_CORE_VERSION")
-    efa_gin_type: Annotated[str, AfterValidator(_gin_type("efa"))] = Field(alias="EFA_GIN_TYPE")
-    ib_gin_type: Annotated[str, AfterValidator(_gin_type("ib"))] = Field(alias="IB_GIN_TYPE")
-    fabrics: Annotated[tuple[str, ...], BeforeValidator(_fabric_list)] = Field(alias="FABRICS")
+    efa_gin_type: Annotated[str, AfterValidator(v.gin_type("efa"))] = Field(alias="EFA_GIN_TYPE")
+    ib_gin_type: Annotated[str, AfterValidator(v.gin_type("ib"))] = Field(alias="IB_GIN_TYPE")
+    fabrics: Annotated[tuple[str, ...], BeforeValidator(v.fabric_list)] = Field(alias="FABRICS")
     archs: dict[str, tuple[str, ...]] = Field(
         description="ARCH_<NAME>=9.0a,... one key per GPU generation; the target is <name>-<fabric>"
     )
     default_target: str = Field(alias="DEFAULT_TARGET")
-    image_repository: Annotated[
-        str, AfterValidator(_pattern(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*$", "epstack or 123.dkr.ecr/epstack"))
-    ] = Field(alias="IMAGE_REPOSITORY")
+    image_repository: Annotated[str, AfterValidator(v.repository)] = Field(alias="IMAGE_REPOSITORY")
 
     @property
     def cuda_major_minor(self) -> str:
@@ -262,173 +172,132 @@ class Pins(BaseModel):
             return f"{deepep}-{digest}"
         return f"sglang-{self.sglang_version}-{deepep}-{digest}"
 
+    def as_env(self) -> dict[str, str]:
+        """Every pins.env key with its validated value, as pins.env writes it (lists comma-separated)."""
+        values = {
+            key: ",".join(value) if isinstance(value, tuple) else str(value)
+            for key, value in self.model_dump(by_alias=True).items()
+            if key != "archs"
+        }
+        values.update({arch_key(name): ",".join(archs) for name, archs in self.archs.items()})
+        return values
+
     def image_ref(self, layer: Layer, target: str) -> str:
         return f"{self.image_repository}:{self.image_tag(layer, target)}"
 
 
-DEFAULT_PINS = Path("pins.env")
-
-
-def pins_path(value: Path | None) -> Path:
-    """The pins file a command reads: its argument, else $EPSTACK_PINS, else ./pins.env."""
-    return value or Path(os.environ.get("EPSTACK_PINS", DEFAULT_PINS))
-
-
 def load_pins(path: Path) -> Pins:
-    """Parse, validate and rule-check a pins file. Raises BadInput with file:line and fix."""
-    pins_file = read_pins_file(path)
-    raw: dict[str, Any] = {k: e.value for k, e in pins_file.entries.items() if not k.startswith("ARCH_")}
-    raw["archs"] = {}
-    for key, entry in pins_file.entries.items():
-        if key.startswith("ARCH_"):
-            name = key.removeprefix("ARCH_").lower().replace("_", "-")
-            try:
-                raw["archs"][name] = _arch_list(entry.value)
-            except ValueError as exc:
-                message, _, fix = str(exc).partition("; fix: ")
-                raise pins_file.error(key, f"{key}: {message}", fix) from None
+    """Parse, validate and rule-check a pins file. BadInput lists every problem, each with
+    file:line and fix; the rules between pins run once every value is valid."""
+    pins_file = parse_pins_file(path)
+    problems = list(pins_file.problems)
+    raw, arch_problems = _raw_values(pins_file)
+    problems += arch_problems
     try:
         pins = Pins.model_validate(raw)
     except ValidationError as exc:
-        raise _first_error(pins_file, exc) from None
-    for rule in RULES:
-        rule(pins, pins_file)
+        skip = {p.key for p in problems if p.key}
+        problems += [p for p in _value_problems(pins_file, exc) if p.key not in skip]
+        raise pins_file.report(problems) from None
+    if problems:
+        raise pins_file.report(problems)
+    problems = [problem for rule in RULES for problem in rule(pins, pins_file)]
+    if problems:
+        raise pins_file.report(problems)
     return pins
 
 
-def _known_keys() -> list[str]:
+def _raw_values(pins_file: PinsFile) -> tuple[dict[str, Any], list[Problem]]:
+    """The entries as the model takes them: ARCH_<NAME> keys gathered into archs."""
+    raw: dict[str, Any] = {k: e.value for k, e in pins_file.entries.items() if not k.startswith("ARCH_")}
+    archs: dict[str, tuple[str, ...]] = {}
+    problems = []
+    for key, entry in pins_file.entries.items():
+        if key.startswith("ARCH_"):
+            try:
+                archs[v.arch_name(key)] = v.arch_list(entry.value)
+            except ValueError as exc:
+                message, _, fix = str(exc).partition("; fix: ")
+                problems.append(pins_file.problem(key, f"{key}: {message}", fix))
+    raw["archs"] = archs
+    return raw, problems
+
+
+def known_keys() -> list[str]:
+    """Every pins.env key (ARCH_<NAME> by its two shipped examples)."""
     return [f.alias for f in Pins.model_fields.values() if f.alias] + ["ARCH_HOPPER", "ARCH_BLACKWELL"]
 
 
-def _first_error(pins_file: PinsFile, exc: ValidationError) -> BadInput:
-    error = exc.errors()[0]
-    field = str(error["loc"][0]) if error["loc"] else ""
-    if error["type"] == "extra_forbidden":
-        near = difflib.get_close_matches(field, _known_keys(), n=1)
-        hint = f"did you mean {near[0]}?" if near else "remove it (see the pins reference in README.md)"
-        return pins_file.error(field, f"unknown key {field}", hint)
-    alias = Pins.model_fields[field].alias if field in Pins.model_fields else field
-    if error["type"] == "missing":
-        return pins_file.error(None, f"missing key {alias}", f"add a line {alias}=<value> (see README.md)")
-    message, _, fix = str(error.get("ctx", {}).get("error", error["msg"])).partition("; fix: ")
-    return pins_file.error(alias, f"{alias}: {message}", fix or f"correct {alias}")
-
-
-# ---- compatibility rules: each raises pins_file.error(key, what is wrong, how to fix) ----
-
-
-def _rule_nccl_for_deepep_v2(pins: Pins, pins_file: PinsFile) -> None:
-    if Version(pins.nccl_version) < Version(DEEPEP_V2_MIN_NCCL):
-        raise pins_file.error(
-            "NCCL_VERSION",
-            f"NCCL {pins.nccl_version} is older than {DEEPEP_V2_MIN_NCCL}, "
-            "which DeepEP V2 (GIN device API) needs",
-            f"set NCCL_VERSION={DEEPEP_V2_MIN_NCCL} or newer (2.30.7 is tested)",
-        )
-
-
-def _rule_gin_over_efa(pins: Pins, pins_file: PinsFile) -> None:
-    if "efa" in pins.fabrics and Version(pins.aws_ofi_nccl_version) < Version(EFA_GIN_MIN_OFI_NCCL):
-        raise pins_file.error(
-            "AWS_OFI_NCCL_VERSION",
-            f"aws-ofi-nccl {pins.aws_ofi_nccl_version} has no NCCL GIN support, "
-            "which DeepEP V2 needs across nodes",
-            f"set AWS_OFI_NCCL_VERSION={EFA_GIN_MIN_OFI_NCCL} or newer, "
-            "with an EFA installer that bundles it",
-        )
-
-
-def _rule_one_cuda_major(pins: Pins, pins_file: PinsFile) -> None:
-    major = cuda_major(pins.cuda_version)
-    if major not in CUDA_ARCHS:
-        raise pins_file.error(
-            "CUDA_VERSION",
-            f"CUDA major {major} is not known to epstack (no wheel names or GPU architectures for it)",
-            f"use CUDA {' or '.join(map(str, CUDA_ARCHS))}",
-        )
-    torch_major = int(pins.torch_cuda_tag[2:-1])
-    if torch_major != major:
-        raise pins_file.error(
-            "TORCH_CUDA_TAG",
-            f"torch's CUDA tag {pins.torch_cuda_tag} is CUDA {torch_major}, the base image is CUDA {major}",
-            f"use a cu{major}x torch build or a CUDA {torch_major} base image",
-        )
-    for key, ref in (
-        ("CUDA_DEVEL_IMAGE", pins.cuda_devel_image),
-        ("CUDA_RUNTIME_IMAGE", pins.cuda_runtime_image),
-    ):
-        tag = ref.split("@")[0].rsplit(":", 1)[1]
-        if not tag.startswith(f"{pins.cuda_version}-"):
-            raise pins_file.error(
-                key,
-                f"{key} tag {tag} is not CUDA {pins.cuda_version}",
-                f"use a {pins.cuda_version}-* tag and its digest",
+def _value_problems(pins_file: PinsFile, exc: ValidationError) -> Iterator[Problem]:
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        if error["type"] == "extra_forbidden":
+            hint = did_you_mean(field, known_keys()) or "remove it (see the pins reference in README.md)"
+            yield pins_file.problem(field, f"unknown key {field}", hint)
+            continue
+        alias = Pins.model_fields[field].alias if field in Pins.model_fields else field
+        if error["type"] == "missing":
+            yield Problem(
+                line=0,
+                key=alias or "",
+                text=f"missing key {alias}; fix: add a line {alias}=<value> (see README.md)",
             )
-        if image_os(ref) not in IMAGE_OS_GLIBC:
-            raise pins_file.error(
-                key,
-                f"{key} tag {tag} names OS {image_os(ref)!r}, which epstack has no wheel platform for",
-                f"use an image for {' or '.join(IMAGE_OS_GLIBC)}",
+            continue
+        message, _, fix = str(error.get("ctx", {}).get("error", error["msg"])).partition("; fix: ")
+        yield pins_file.problem(alias, f"{alias}: {message}", fix or f"correct {alias}")
+
+
+# ---- layer pins files: what render puts in each image, validated with the same value rules ----
+
+# Keys a layer pins file holds besides the pins.env keys: what the target decides.
+LAYER_FILE_VALIDATORS: dict[str, Callable[[str], object]] = {
+    "FABRIC": v.fabric_name,
+    "TORCH_CUDA_ARCH_LIST": lambda text: v.arch_list(text.replace(" ", ",")),
+}
+
+
+def read_layer_pins(path: Path) -> dict[str, str]:
+    """A layer pins file (targets/<target>/<layer>.pins.env): every key known, every value valid by the
+    rule pins.env's value has, every arch buildable by its CUDA_VERSION. BadInput lists all problems."""
+    pins_file = parse_pins_file(path)
+    problems = list(pins_file.problems)
+    fields = {f.alias: f for f in Pins.model_fields.values() if f.alias}
+    known = [*fields, *LAYER_FILE_VALIDATORS]
+    for key, entry in pins_file.entries.items():
+        if key in LAYER_FILE_VALIDATORS:
+            check: Callable[[str], object] = LAYER_FILE_VALIDATORS[key]
+        elif key in fields:
+            field = fields[key]
+            check = TypeAdapter(cast(Any, Annotated)[(field.annotation, *field.metadata)]).validate_python
+        else:
+            hint = did_you_mean(key, known) or "remove it; render writes only known keys"
+            problems.append(pins_file.problem(key, f"unknown key {key}", hint))
+            continue
+        try:
+            check(entry.value)
+        except (ValueError, ValidationError) as exc:
+            text = (
+                exc.errors()[0]["msg"].removeprefix("Value error, ")
+                if isinstance(exc, ValidationError)
+                else str(exc)
             )
-    if image_os(pins.cuda_devel_image) != image_os(pins.cuda_runtime_image):
-        raise pins_file.error(
-            "CUDA_RUNTIME_IMAGE",
-            "the devel and runtime images are different OSes; the venv built on one runs on the other",
-            f"use the {image_os(pins.cuda_devel_image)} runtime image",
-        )
-
-
-def _rule_archs_supported(pins: Pins, pins_file: PinsFile) -> None:
-    supported = CUDA_ARCHS[cuda_major(pins.cuda_version)]
-    if not pins.archs:
-        raise pins_file.error(None, "no ARCH_<NAME> key, so no target", "add e.g. ARCH_HOPPER=9.0a")
-    for name, archs in pins.archs.items():
-        key = "ARCH_" + name.upper().replace("-", "_")
-        for arch in archs:
-            if arch not in supported:
-                raise pins_file.error(
-                    key,
-                    f"arch {arch} is not supported by CUDA {pins.cuda_version}",
-                    f"use one of {', '.join(sorted(supported))}",
+            message, _, fix = text.partition("; fix: ")
+            problems.append(pins_file.problem(key, f"{key}: {message}", fix or f"correct {key}"))
+    values = {key: entry.value for key, entry in pins_file.entries.items()}
+    if not problems and "CUDA_VERSION" in values and "TORCH_CUDA_ARCH_LIST" in values:
+        for arch in values["TORCH_CUDA_ARCH_LIST"].split():
+            problem = arch_problem(arch, values["CUDA_VERSION"])
+            if problem:
+                problems.append(
+                    pins_file.problem(
+                        "TORCH_CUDA_ARCH_LIST",
+                        problem,
+                        f"build for the archs CUDA {values['CUDA_VERSION']} has",
+                    )
                 )
-
-
-def _rule_default_target(pins: Pins, pins_file: PinsFile) -> None:
-    if pins.default_target not in pins.targets:
-        near = difflib.get_close_matches(pins.default_target, pins.targets, n=1)
-        raise pins_file.error(
-            "DEFAULT_TARGET",
-            f"DEFAULT_TARGET {pins.default_target} is not a target ({', '.join(pins.targets)})",
-            f"did you mean {near[0]}?" if near else "pick one of the targets",
-        )
-
-
-def _rule_gin_types(pins: Pins, pins_file: PinsFile) -> None:
-    if "efa" not in pins.fabrics or pins.efa_gin_type != GIN_EFA_GDA:
-        return
-    if Version(pins.nccl_version) < Version(EFA_GDA_MIN_NCCL):
-        raise pins_file.error(
-            "EFA_GIN_TYPE",
-            f"GIN type {GIN_EFA_GDA} (EFA-GDA) needs NCCL {EFA_GDA_MIN_NCCL}; NCCL {pins.nccl_version} "
-            "knows types 0, 2, 3 and 4 only",
-            f"set EFA_GIN_TYPE={GIN_PROXY} (proxy), or NCCL_VERSION={EFA_GDA_MIN_NCCL} or newer",
-        )
-    if pins.deepep_ref in DEEPEP_REFS_WITHOUT_EFA_GDA:
-        raise pins_file.error(
-            "EFA_GIN_TYPE",
-            f"DeepEP {pins.deepep_ref[:7]} requires GIN strong and VA signals, which EFA-GDA does not have",
-            f"set EFA_GIN_TYPE={GIN_PROXY}, or a DEEPEP_REF that turns both requirements off",
-        )
-
-
-RULES: tuple[Callable[[Pins, PinsFile], None], ...] = (
-    _rule_gin_types,
-    _rule_nccl_for_deepep_v2,
-    _rule_gin_over_efa,
-    _rule_one_cuda_major,
-    _rule_archs_supported,
-    _rule_default_target,
-)
+    if problems:
+        raise pins_file.report(problems)
+    return values
 
 
 SCHEMA_PATH = Path(__file__).with_name("pins.schema.json")

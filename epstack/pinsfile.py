@@ -1,4 +1,9 @@
-"""Read a pins.env file as data: KEY=VALUE lines, comments, line numbers. Never a shell."""
+"""Read a pins.env file as data: KEY=VALUE lines, comments, line numbers. Never a shell.
+
+Every line is read even after a bad one, so a file written for bash (`export`, quotes, `$VAR`) gets
+all its problems in one run. A key whose line is wrong is left out of the entries and named in a
+Problem instead, so nothing downstream reports it twice.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epstack.errors import BadInput
+from epstack.inputs import read_text
 
-_KEY = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # What a shell would expand, chain or redirect; none of it is data.
 _SHELL = re.compile(r"\$|`|;|\||&|<|>|\\|\"|'")
+_QUOTED = re.compile(r"""^(["'])(.*)\1$""")
 _INLINE_COMMENT = re.compile(r"\s+#.*$")
 # A version specifier such as >=2.30.7 is a range, not shell: let the model say so.
 _VERSION_SPEC = re.compile(r"^(?:(?:===?|[<>]=?|~=|!=)\s*[\d.*]+\s*,?\s*)+$")
@@ -27,32 +34,53 @@ class Entry:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Problem:
+    """One thing wrong in a pins file: its line (0: the file as a whole), the key if known, and
+    'what is wrong; fix: how'."""
+
+    line: int
+    key: str
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class PinsFile:
-    """The entries of one pins file, in file order, keys unique."""
+    """The good entries of one pins file, in file order, keys unique, and the problems of the rest."""
 
     path: Path
     entries: dict[str, Entry]
+    problems: tuple[Problem, ...] = ()
+
+    def line_of(self, key: str | None) -> int:
+        entry = self.entries.get(key) if key else None
+        return entry.line if entry else 0
 
     def where(self, key: str | None) -> str:
         """`path:line` of a key, or just the path when the key is absent."""
-        entry = self.entries.get(key) if key else None
-        return f"{self.path}:{entry.line}" if entry else str(self.path)
+        line = self.line_of(key)
+        return f"{self.path}:{line}" if line else str(self.path)
+
+    def problem(self, key: str | None, message: str, fix: str) -> Problem:
+        return Problem(line=self.line_of(key), key=key or "", text=f"{message}; fix: {fix}")
 
     def error(self, key: str | None, message: str, fix: str) -> BadInput:
         """A one-line BadInput naming the file, the key's line and the fix."""
         return BadInput(f"{self.where(key)}: {message}; fix: {fix}")
 
+    def report(self, problems: list[Problem]) -> BadInput:
+        """Every problem as its own `path:line: what; fix: how` line, in file order."""
+        lines = [
+            f"{self.path}:{p.line}: {p.text}" if p.line else f"{self.path}: {p.text}"
+            for p in sorted(problems, key=lambda p: (p.line or 1 << 30, p.text))
+        ]
+        return BadInput("\n".join(lines))
 
-def read_pins_file(path: Path) -> PinsFile:
-    """Parse `path`; raise BadInput (file:line, fix) on the first malformed line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such pins file; fix: pass the path of a pins.env") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{path}: cannot read ({exc}); fix: pass a UTF-8 text file") from None
 
+def parse_pins_file(path: Path) -> PinsFile:
+    """Parse `path`, recording each malformed line as a Problem; BadInput only when it cannot be read."""
+    text = read_text(path, what="a pins file")
     entries: dict[str, Entry] = {}
+    problems: list[Problem] = []
     comment: list[str] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
@@ -62,33 +90,58 @@ def read_pins_file(path: Path) -> PinsFile:
         if line.startswith("#"):
             comment.append(line.lstrip("#").strip())
             continue
-        entry = _parse_line(path, number, line, " ".join(comment))
+        entry, found = _parse_line(number, line, " ".join(comment))
         comment = []
+        problems += found
+        if entry is None:
+            continue
         if entry.key in entries:
             first = entries[entry.key].line
-            raise BadInput(
-                f"{path}:{number}: duplicate key {entry.key} (first set on line {first}); "
-                f"fix: keep one {entry.key} line"
+            problems.append(
+                Problem(
+                    line=number,
+                    key=entry.key,
+                    text=f"duplicate key {entry.key} (first set on line {first}); "
+                    f"fix: keep one {entry.key} line",
+                )
             )
+            continue
         entries[entry.key] = entry
-    return PinsFile(path=path, entries=entries)
+    return PinsFile(path=path, entries=entries, problems=tuple(problems))
 
 
-def _parse_line(path: Path, number: int, line: str, comment: str) -> Entry:
-    where = f"{path}:{number}"
-    if line.startswith("export "):
-        raise BadInput(f"{where}: 'export' in pins file; fix: remove it, pins.env is data, not a script")
+def read_pins_file(path: Path) -> PinsFile:
+    """Parse `path`; BadInput with every malformed line (file:line, fix) when there is one."""
+    pins_file = parse_pins_file(path)
+    if pins_file.problems:
+        raise pins_file.report(list(pins_file.problems))
+    return pins_file
+
+
+def _parse_line(number: int, line: str, comment: str) -> tuple[Entry | None, list[Problem]]:
+    """The entry of a line (None when its value cannot be used) and what is wrong with it."""
+    problems = []
+    if re.match(r"^export\s", line):
+        problems.append(
+            Problem(line=number, key="", text="'export' in a pins file; fix: remove it, pins.env is data")
+        )
+        line = line.removeprefix("export").strip()
     key, sep, value = line.partition("=")
     key = key.strip()
     if not sep or not _KEY.match(key):
-        raise BadInput(f"{where}: not a KEY=VALUE line: {line!r}; fix: write KEY=VALUE, KEY in UPPER_SNAKE")
+        text = f"not a KEY=VALUE line: {line!r}; fix: write KEY=VALUE, KEY in UPPER_SNAKE"
+        return None, [*problems, Problem(line=number, key="", text=text)]
     value = _INLINE_COMMENT.sub("", value).strip()
+    quoted = _QUOTED.match(value)
     if not value:
-        raise BadInput(f"{where}: {key} has no value; fix: give {key} a literal value")
-    bad = None if _VERSION_SPEC.match(value) else _SHELL.search(value)
-    if bad:
-        raise BadInput(
-            f"{where}: {key} contains shell syntax {bad.group()!r}; "
+        text = f"{key} has no value; fix: give {key} a literal value"
+    elif quoted:
+        text = f"{key}: quoted value; fix: write {key}={quoted.group(2)} (values are literal, never unquoted)"
+    elif not _VERSION_SPEC.match(value) and (bad := _SHELL.search(value)):
+        text = (
+            f"{key} contains shell syntax {bad.group()!r}; "
             "fix: write the literal value, pins.env is never run by a shell"
         )
-    return Entry(key=key, value=value, line=number, comment=comment)
+    else:
+        return Entry(key=key, value=value, line=number, comment=comment), problems
+    return None, [*problems, Problem(line=number, key=key, text=text)]

@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from packaging.version import Version
 from rich.console import Console
 from rich.markup import escape
 
-from epstack.pins import Pins, load_pins, pins_path
+from epstack.command import PINS, SubParsers, pins_path
+from epstack.pins import Pins, load_pins
 from epstack.resolve import Resolution, Unresolvable, compile_requirements
 from epstack.stack import DEEP_EP_PROVIDERS, ImageTarget
 
@@ -129,10 +129,9 @@ def cmd_pins_predict(args: argparse.Namespace, console: Console) -> int:
     return 1 if prediction.drifts else 0
 
 
-def register(pins_subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(pins_subparsers: SubParsers) -> None:
     """Add `predict` under `epstack pins`."""
     parser = pins_subparsers.add_parser(
-        "predict", help="ask uv what installing SGLang would move (needs the index)"
+        "predict", parents=[PINS], help="ask uv what installing SGLang would move (needs the index)"
     )
-    parser.add_argument("pins", nargs="?", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
     parser.set_defaults(func=cmd_pins_predict)

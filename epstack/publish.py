@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import shlex
-import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,9 +28,11 @@ from typing import Any
 from rich.console import Console
 
 from epstack.aws.ecr import EcrRegistry
+from epstack.command import PINS, SubParsers, path_arg, pins_path
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
-from epstack.pins import LAYERS, Layer, Pins, load_pins, pins_path
+from epstack.output import write_file
+from epstack.pins import LAYERS, Layer, Pins, load_pins
 from epstack.registry import ECR_HOST, LoopbackRegistry, Registry, is_loopback, split_registry
 from epstack.render import source_revision
 from epstack.standin import STANDIN_LABEL
@@ -184,15 +184,6 @@ def junit(results: dict[str, list[GuardRow]]) -> str:
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def _write(path: Path, text: str) -> None:
-    """Whole or not at all: a temporary sibling renamed over the file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(handle, "w") as file:
-        file.write(text)
-    Path(name).replace(path)
-
-
 def push_image(
     engine: DockerEngine, registry: Registry, *, namespace: str, tag: str, console: Console
 ) -> tuple[str, str]:
@@ -253,7 +244,7 @@ def publish(
                 f"{image.tag}: not built from {pins_file} (pins hash {expected}); fix: publish with its pins"
             )
     results = {image.tag: guard_image(engine, image, console) for image in images}
-    _write(out / "guard-junit.xml", junit(results))
+    write_file(out / "guard-junit.xml", junit(results), what="the JUnit report")
     failed = [tag for tag, rows in results.items() if any(r.failed for r in rows)]
     if failed:
         raise CommandFailed(
@@ -287,8 +278,8 @@ def publish(
         ),
     )
     top_uri, top_digest = pushed[images[-1].tag]
-    _write(out / "build-manifest.json", manifest.to_json())
-    _write(out / "image.env", exports(top_uri, top_digest))
+    write_file(out / "build-manifest.json", manifest.to_json(), what="the build manifest")
+    write_file(out / "image.env", exports(top_uri, top_digest), what="image.env")
     return manifest
 
 
@@ -311,7 +302,7 @@ def pull(*, registry: str, image: str, out: Path, engine: DockerEngine, console:
     if ref not in engine.repo_digests(ref):
         raise EnvironmentProblem(f"{ref}: pulled, but Docker does not list that digest")
     console.print(f"[green]pulled[/] {ref}")
-    _write(out / "image.env", exports(f"{host}/{remote}:{tag}", digest))
+    write_file(out / "image.env", exports(f"{host}/{remote}:{tag}", digest), what="image.env")
     return ref
 
 
@@ -348,25 +339,29 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: SubParsers) -> None:
     """Add `publish push` and `publish pull` to the top-level subcommands."""
     commands = subparsers.add_parser(
         "publish", help="push guarded images by digest; pull them by digest"
     ).add_subparsers(dest="publish_command", required=True, metavar="SUBCOMMAND")
     push = commands.add_parser(
-        "push", help="guard the images a build made, push them, write the build manifest"
+        "push", parents=[PINS], help="guard the images a build made, push them, write the build manifest"
     )
-    push.add_argument("report", type=Path, help="build report from `epstack build --report`")
+    push.add_argument("report", type=path_arg, help="build report from `epstack build --report`")
     push.add_argument("--registry", required=True, help="HOST[:PORT][/NAMESPACE]: ECR or a loopback registry")
     push.add_argument(
         "--push", choices=("all", "top"), default="all", help="every built image (default), or the top one"
     )
     push.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help=f"manifest, JUnit and image.env (default {DEFAULT_OUT})"
+        "--out",
+        type=path_arg,
+        default=DEFAULT_OUT,
+        help=f"manifest, JUnit and image.env (default {DEFAULT_OUT})",
     )
-    push.add_argument("--pins", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
     push.set_defaults(func=cmd_publish)
-    pull_parser = commands.add_parser("pull", help="resolve an image's digest in the registry and pull by it")
+    pull_parser = commands.add_parser(
+        "pull", parents=[PINS], help="resolve an image's digest in the registry and pull by it"
+    )
     pull_parser.add_argument("--registry", required=True, help="HOST[:PORT][/NAMESPACE]")
     pull_parser.add_argument("--target", help="target whose image to pull (default DEFAULT_TARGET)")
     pull_parser.add_argument(
@@ -374,7 +369,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     pull_parser.add_argument("--image", help="REPOSITORY:TAG instead of --target and --layer")
     pull_parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help=f"where image.env goes (default {DEFAULT_OUT})"
+        "--out", type=path_arg, default=DEFAULT_OUT, help=f"where image.env goes (default {DEFAULT_OUT})"
     )
-    pull_parser.add_argument("--pins", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
     pull_parser.set_defaults(func=cmd_pull)

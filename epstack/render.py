@@ -13,6 +13,7 @@ written beside itself and swapped in whole (epstack.output), so a failure leaves
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -22,17 +23,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import jinja2
+from rich.console import Console
+from rich.markup import escape
 
 from epstack import __version__
+from epstack.command import PINS, SubParsers, path_arg, pins_path
 from epstack.errors import BadInput
 from epstack.fabric import COMMON_IMAGE_ENV, FABRICS
 from epstack.output import check_output, replace_output
-from epstack.pins import LAYERS, Layer, Pins
+from epstack.pins import LAYERS, Layer, Pins, load_pins
 from epstack.sources import context_files as sources_context
 from epstack.stack import DEEP_EP_PROVIDERS
 from epstack.standin import render_files as standin_files
 from epstack.standin import standin_for
 
+DEFAULT_OUT = "build/render"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = REPO_ROOT / "images"
 IMAGE_SCRIPTS = REPO_ROOT / "scripts" / "image"
@@ -308,3 +313,30 @@ def tree_digest(root: Path) -> str:
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def cmd_render(args: argparse.Namespace, console: Console) -> int:
+    path = pins_path(args.pins)
+    out = output_directory(args.out, path, sources=args.sources)
+    pins = load_pins(path)
+    plan = plan_render(pins, created=source_date(), revision=source_revision(), sources=args.sources)
+    write_plan(plan, out)
+    console.print(f"rendered {len(plan.files)} files for {len(pins.targets)} targets into {escape(str(out))}")
+    return 0
+
+
+def add_render_arguments(parser: argparse.ArgumentParser) -> None:
+    """--out and --sources, shared by render and build (build renders first)."""
+    parser.add_argument(
+        "--out", default=DEFAULT_OUT, help=f"output directory, new or made by epstack (default {DEFAULT_OUT})"
+    )
+    parser.add_argument("--sources", type=path_arg, help="folder of `git archive` tarballs and installers")
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add `render` to the top-level subcommands."""
+    render = subparsers.add_parser(
+        "render", parents=[PINS], help="render Dockerfiles, bake file and tags for every target"
+    )
+    add_render_arguments(render)
+    render.set_defaults(func=cmd_render)

@@ -20,6 +20,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from epstack.command import SubParsers, path_arg
 from epstack.errors import BadInput
 
 # In the build context: sources/<layer>/, one folder per layer that takes sources, each always present
@@ -160,12 +161,12 @@ def cmd_sources_verify(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: SubParsers) -> None:
     """Add `sources verify` to the top-level subcommands."""
     sources = subparsers.add_parser("sources", help="offline git sources of the deepep layer").add_subparsers(
         dest="sources_command", required=True, metavar="SUBCOMMAND"
     )
     verify_parser = sources.add_parser("verify", help="check that a `git archive` tarball is a given commit")
-    verify_parser.add_argument("archive", type=Path)
+    verify_parser.add_argument("archive", type=path_arg)
     verify_parser.add_argument("commit")
     verify_parser.set_defaults(func=cmd_sources_verify)

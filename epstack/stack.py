@@ -27,20 +27,36 @@ DEEPEP_REFS_WITHOUT_EFA_GDA = (
     "dd758caf451848bd150e1046af3d0a73e5fff38d",
 )
 
-# `nvcc --list-gpu-arch` (plus the arch-specific "a" targets) per CUDA major: the majors epstack
-# knows the wheel names and GPU architectures of. CUDA 13 dropped everything below Turing; CUDA 12
-# has no Blackwell "f" family targets.
-CUDA_ARCHS: dict[int, frozenset[str]] = {
-    12: frozenset(
-        {"5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9"}
-        | {"9.0", "9.0a", "10.0", "10.0a", "10.1", "10.1a", "12.0", "12.0a"}
-    ),
-    13: frozenset(
-        {"7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "9.0a", "10.0", "10.0a", "10.0f", "10.3", "10.3a"}
-        | {"10.3f", "11.0", "11.0a", "11.0f", "12.0", "12.0a", "12.0f", "12.1", "12.1a", "12.1f"}
-    ),
+# Each GPU architecture (TORCH_CUDA_ARCH_LIST spelling) -> the first CUDA release whose nvcc targets it,
+# and the last one that still does (None: still supported). From NVIDIA's CUDA features archive (12.8
+# added sm_100/101/120, 12.9 sm_103/121 and the family-specific "f" targets, 13.0 renamed sm_101 to
+# sm_110, added sm_88 and dropped everything below Turing) and clang's Min/MaxVersionForOffloadArch
+# (clang/lib/Basic/Cuda.cpp), checked 2026-12-01.
+_BEFORE_TURING = "12.9"
+GPU_ARCHS: dict[str, tuple[str, str | None]] = {
+    **{arch: ("7.0", _BEFORE_TURING) for arch in ("5.0", "5.2", "5.3")},
+    **{arch: ("8.0", _BEFORE_TURING) for arch in ("6.0", "6.1", "6.2")},
+    "7.0": ("9.0", _BEFORE_TURING),
+    "7.2": ("9.1", _BEFORE_TURING),
+    "7.5": ("10.0", None),
+    "8.0": ("11.0", None),
+    "8.6": ("11.1", None),
+    "8.7": ("11.4", None),
+    "8.8": ("13.0", None),
+    "8.9": ("11.8", None),
+    "9.0": ("11.8", None),
+    "9.0a": ("12.0", None),
+    **{arch: ("12.8", None) for arch in ("10.0", "10.0a", "12.0", "12.0a")},
+    **{arch: ("12.8", "12.9") for arch in ("10.1", "10.1a")},
+    "10.1f": ("12.9", "12.9"),
+    **{
+        arch: ("12.9", None)
+        for arch in ("10.0f", "10.3", "10.3a", "10.3f", "12.0f", "12.1", "12.1a", "12.1f")
+    },
+    **{arch: ("13.0", None) for arch in ("11.0", "11.0a", "11.0f")},
 }
-SUPPORTED_CUDA_MAJORS = tuple(CUDA_ARCHS)
+# The CUDA majors epstack knows the wheel names of (nvidia-nccl-cu12, nvidia-nccl-cu13, ...).
+SUPPORTED_CUDA_MAJORS = (12, 13)
 
 # The OS a CUDA image tag ends in (nvidia/cuda:13.0.3-devel-ubuntu24.04) -> its glibc, which is the
 # newest manylinux tag a wheel may carry to install there, and its Ubuntu codename.
@@ -118,3 +134,23 @@ def wheel_platform(os_name: str) -> str:
     """uv's --python-platform for an image OS: ubuntu24.04 -> x86_64-manylinux_2_39."""
     glibc = IMAGE_OS_GLIBC[os_name].replace(".", "_")
     return f"{IMAGE_MACHINE}-manylinux_{glibc}"
+
+
+def arch_problem(arch: str, cuda_version: str) -> str | None:
+    """Why nvcc of `cuda_version` cannot build for `arch` (e.g. "10.3a"), or None when it can."""
+    known = GPU_ARCHS.get(arch)
+    if known is None:
+        return f"{arch} is not a GPU architecture nvcc knows"
+    first, last = known
+    cuda = release(cuda_version)[:2]
+    if cuda < release(first):
+        return f"arch {arch} needs CUDA {first} or newer"
+    if last is not None and cuda > release(last):
+        return f"arch {arch} was dropped after CUDA {last}"
+    return None
+
+
+def archs_for(cuda_version: str) -> tuple[str, ...]:
+    """Every arch nvcc of `cuda_version` builds for, oldest first."""
+    buildable = (arch for arch in GPU_ARCHS if arch_problem(arch, cuda_version) is None)
+    return tuple(sorted(buildable, key=lambda arch: (release(arch.rstrip("af")), arch)))

@@ -14,14 +14,14 @@ from tests.conftest import PINS, REPO, pins_variant, venv_tool
 
 
 def test_pins_check_ok(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["pins", "check", str(PINS)]) == 0
+    assert main(["pins", "check", "--pins", str(PINS)]) == 0
     err = capsys.readouterr().err
     assert "ok (4 targets, default hopper-ib)" in err
 
 
 def test_pins_check_bad_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = pins_variant(tmp_path, TORCH_CUDA_TAG="cu128")
-    assert main(["pins", "check", str(bad)]) == 2
+    assert main(["pins", "check", "--pins", str(bad)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith(f"error: {bad}:") and "fix:" in lines[0]
@@ -37,7 +37,7 @@ def test_committed_schema_is_current() -> None:
 
 
 def test_pins_json_validates_against_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["pins", "check", "--json", str(PINS)]) == 0
+    assert main(["pins", "check", "--json", "--pins", str(PINS)]) == 0
     document = tmp_path / "pins.json"
     document.write_text(capsys.readouterr().out)
     assert json.loads(document.read_text())["DEEPEP_REF"] == "d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb"

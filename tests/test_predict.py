@@ -70,7 +70,7 @@ def test_matching_pins_move_nothing_but_deep_ep_still_drifts() -> None:
 def test_predict_against_the_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pins = pins_variant(tmp_path, TORCH_VERSION="2.11.0")
     start = time.monotonic()
-    assert main(["pins", "predict", str(pins)]) == 1
+    assert main(["pins", "predict", "--pins", str(pins)]) == 1
     seconds = time.monotonic() - start
     err = capsys.readouterr().err
     assert "torch 2.11.0 -> 2.14.1 (Because sglang>=0.5.23 depends on torch==2.14.1" in err

@@ -18,12 +18,11 @@ from epstack.aws.lint import LintFailed, lint, lint_or_raise
 from epstack.aws.runner import parse_overrides, run_local
 from epstack.aws.secrets import aws_secrets
 from epstack.cmd import output_if_ok
+from epstack.command import PINS, SubParsers, path_arg, pins_path
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput
-from epstack.pins import load_pins, pins_path
+from epstack.pins import load_pins
 from epstack.registry import LoopbackRegistry, is_loopback
-
-PINS_HELP = "pins file (default $EPSTACK_PINS or ./pins.env)"
 
 
 def _git(source: Path, *args: str) -> str:
@@ -59,9 +58,7 @@ def cmd_run_local(args: argparse.Namespace, console: Console) -> int:
     )
     if args.registry:
         if not is_loopback(args.registry.split("/", 1)[0]):
-            raise BadInput(
-                f"--registry {args.registry}: only loopback for run-local; fix: 127.0.0.1:PORT"
-            )
+            raise BadInput(f"--registry {args.registry}: only loopback for run-local; fix: 127.0.0.1:PORT")
         LoopbackRegistry(host=args.registry.split("/", 1)[0]).ping()
         overrides["EPSTACK_REGISTRY"] = args.registry
     pending = (set(spec.parameter_store) | set(spec.secrets_manager)) - set(overrides)
@@ -172,21 +169,24 @@ def cmd_ecr_promote(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: SubParsers) -> None:
     """Add `codebuild` and `ecr` to the top-level subcommands."""
     codebuild = subparsers.add_parser("codebuild", help="lint, run locally, start and watch CodeBuild builds")
     commands = codebuild.add_subparsers(dest="codebuild_command", required=True, metavar="SUBCOMMAND")
 
-    lint_parser = commands.add_parser("lint", help="check buildspecs: the 0.2 schema and the project's rules")
-    lint_parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    lint_parser = commands.add_parser(
+        "lint", parents=[PINS], help="check buildspecs: the 0.2 schema and the project's rules"
+    )
+    lint_parser.add_argument("files", nargs="+", type=path_arg, metavar="FILE")
     lint_parser.add_argument(
         "--source", type=Path, help="source root for batch buildspec paths (default: git root)"
     )
-    lint_parser.add_argument("--pins", type=Path, help=PINS_HELP)
     lint_parser.set_defaults(func=cmd_lint)
 
-    run = commands.add_parser("run-local", help="run a buildspec's phases here, as CodeBuild would")
-    run.add_argument("file", type=Path, metavar="FILE")
+    run = commands.add_parser(
+        "run-local", parents=[PINS], help="run a buildspec's phases here, as CodeBuild would"
+    )
+    run.add_argument("file", type=path_arg, metavar="FILE")
     run.add_argument(
         "--registry",
         metavar="127.0.0.1:PORT",
@@ -199,15 +199,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="NAME=VALUE",
         help="override a variable (like start-build)",
     )
-    run.add_argument("--source", type=Path, help="source directory (default: the buildspec's git root)")
+    run.add_argument("--source", type=path_arg, help="source directory (default: the buildspec's git root)")
     run.add_argument(
         "--out", type=Path, help="run.json, build.log, artifacts/ (default SOURCE/build/codebuild-local)"
     )
-    run.add_argument("--pins", type=Path, help=PINS_HELP)
     run.set_defaults(func=cmd_run_local)
 
     start_parser = commands.add_parser(
-        "start", help="start a build (or a batch of every target) and follow it"
+        "start", parents=[PINS], help="start a build (or a batch of every target) and follow it"
     )
     start_parser.add_argument("--project", required=True, help="CodeBuild project name")
     which = start_parser.add_mutually_exclusive_group()
@@ -223,12 +222,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start_parser.add_argument(
         "--poll", type=float, default=5.0, help="seconds between status reads (default 5)"
     )
-    start_parser.add_argument("--pins", type=Path, help=PINS_HELP)
     start_parser.set_defaults(func=cmd_start)
 
-    batch = commands.add_parser("batchspec", help="print buildspecs/batch.yml rendered from pins.env")
-    batch.add_argument("--check", type=Path, metavar="FILE", help="exit 1 unless FILE equals the rendering")
-    batch.add_argument("--pins", type=Path, help=PINS_HELP)
+    batch = commands.add_parser(
+        "batchspec", parents=[PINS], help="print buildspecs/batch.yml rendered from pins.env"
+    )
+    batch.add_argument(
+        "--check", type=path_arg, metavar="FILE", help="exit 1 unless FILE equals the rendering"
+    )
     batch.set_defaults(func=cmd_batchspec)
 
     ecr = subparsers.add_parser("ecr", help="Amazon ECR: login, digest of a tag, promote by manifest")

@@ -6,10 +6,8 @@ Exit 0 written, 2 bad input (one line naming the flag or file and the fix; nothi
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 
 from rich.console import Console
@@ -19,9 +17,11 @@ from epstack.cluster.image import ImageRef, image_for_tag, parse_image
 from epstack.cluster.jobs import JOB_KINDS, Job, make_job
 from epstack.cluster.profiles import A2A_BACKENDS, PROFILES
 from epstack.cluster.yamltext import dump_all
-from epstack.errors import BadInput, EnvironmentProblem
+from epstack.command import PINS, SubParsers, path_arg, pins_path, positive_int
+from epstack.errors import BadInput
 from epstack.fabric import FABRICS
-from epstack.pins import Pins, load_pins, pins_path
+from epstack.output import write_file
+from epstack.pins import Pins, load_pins
 
 DEFAULT_SQUASHFS_DIR = "/var/tmp/epstack"
 
@@ -53,20 +53,11 @@ def _image(pins: Pins, target: str, args: argparse.Namespace) -> ImageRef:
 
 
 def _write(text: str, out: Path | None) -> None:
-    """stdout, or the file written whole (temporary file renamed over it), never half."""
+    """stdout, or the file written whole, never half."""
     if out is None:
         sys.stdout.write(text)
-        return
-    directory = out.parent if str(out.parent) else Path(".")
-    if not directory.is_dir():
-        raise BadInput(f"--out {out}: {directory} is not a directory; fix: create it first")
-    try:
-        fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{out.name}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        Path(temp).replace(out)
-    except OSError as exc:
-        raise EnvironmentProblem(f"--out {out}: cannot write ({exc})") from None
+    else:
+        write_file(out, text, what="--out")
 
 
 def _print_commands(job: Job) -> str:
@@ -146,13 +137,12 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", choices=("k8s", "slurm"), required=True)
-    parser.add_argument("--pins", type=Path, help="pins file (default $EPSTACK_PINS or ./pins.env)")
     parser.add_argument("--arch", help="image arch, e.g. hopper (default: DEFAULT_TARGET's)")
     parser.add_argument("--fabric", choices=tuple(FABRICS), help="default: DEFAULT_TARGET's")
     parser.add_argument("--image", help="REPOSITORY[:TAG]@sha256:<64 hex>")
-    parser.add_argument("--manifest", type=Path, help="build manifest JSON: its image for these pins")
+    parser.add_argument("--manifest", type=path_arg, help="build manifest JSON: its image for these pins")
     parser.add_argument("--squashfs-dir", default=None, help="slurm: node-local directory of pulled images")
-    parser.add_argument("--out", type=Path, help="write here (whole or not at all) instead of stdout")
+    parser.add_argument("--out", type=path_arg, help="write here (whole or not at all) instead of stdout")
 
 
 def _node_selector(text: str) -> str:
@@ -161,17 +151,17 @@ def _node_selector(text: str) -> str:
     return text
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: SubParsers) -> None:
     cluster = subparsers.add_parser(
         "cluster", help="Kubernetes and Slurm jobs by image digest"
     ).add_subparsers(dest="cluster_command", required=True, metavar="SUBCOMMAND")
     render = cluster.add_parser(
-        "render", help="a smoke or serve job as Kubernetes objects or an sbatch script"
+        "render", parents=[PINS], help="a smoke or serve job as Kubernetes objects or an sbatch script"
     )
     _common(render)
     render.add_argument("--job", choices=JOB_KINDS, required=True)
-    render.add_argument("--nodes", type=int, required=True)
-    render.add_argument("--gpus-per-node", type=int, required=True)
+    render.add_argument("--nodes", type=positive_int, required=True)
+    render.add_argument("--gpus-per-node", type=positive_int, required=True)
     render.add_argument("--profile", choices=tuple(PROFILES), help="serve: model (default deepseek-v3)")
     render.add_argument("--a2a", choices=A2A_BACKENDS, default="deepep_v2", help="MoE all-to-all backend")
     render.add_argument("--model-path", help="serve: weights path or hub id (default: the profile's)")
@@ -180,7 +170,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--k8s-kind", choices=("job", "lws"), help="default: lws for serve, job for the smoke"
     )
     render.add_argument(
-        "--fabric-devices", type=int, help="fabric devices per pod (default: EFA 1/GPU, IB 1)"
+        "--fabric-devices", type=positive_int, help="fabric devices per pod (default: EFA 1/GPU, IB 1)"
     )
     render.add_argument("--rdma-resource", help="RDMA device plugin resource (default rdma/ib for IB)")
     render.add_argument("--shm-size", default="64Gi", help="/dev/shm size (default 64Gi)")
@@ -188,9 +178,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     render.add_argument("--print-command", action="store_true", help="serve: print node 0's and 1's commands")
     render.set_defaults(func=cmd_render)
 
-    pull = cluster.add_parser("pull", help="pre-pull plan: a DaemonSet, or enroot imports on Slurm nodes")
+    pull = cluster.add_parser(
+        "pull", parents=[PINS], help="pre-pull plan: a DaemonSet, or enroot imports on Slurm nodes"
+    )
     _common(pull)
-    pull.add_argument("--nodes", type=int, default=1, help="slurm: nodes to import on")
+    pull.add_argument("--nodes", type=positive_int, default=1, help="slurm: nodes to import on")
     pull.add_argument(
         "--node-selector", type=_node_selector, action="append", default=[], help="k8s: KEY=VALUE"
     )

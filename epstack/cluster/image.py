@@ -10,20 +10,12 @@ skipped. The entry whose tag is the one the pins give the image is the one used.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from epstack.errors import BadInput
-
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-# registry[:port]/path components, lowercase, as the distribution spec names repositories.
-_REPOSITORY = re.compile(
-    r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::\d+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
-)
-_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
+from epstack.oci import parse_reference
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,27 +37,19 @@ class ImageRef:
 
 def parse_image(text: str, *, what: str = "--image") -> ImageRef:
     """REPOSITORY[:TAG]@sha256:<64 hex>; anything without a digest is refused."""
-    name, at, digest = text.strip().partition("@")
-    if not at:
+    if "@" not in text:
         raise BadInput(
             f"{what} {text}: no digest; fix: name the image as REPOSITORY[:TAG]@sha256:<64 hex> "
             "(a tag can move, a digest cannot)"
         )
-    if not _DIGEST.match(digest):
+    try:
+        reference = parse_reference(text.strip())
+    except ValueError as exc:
         raise BadInput(
-            f"{what} {text}: {digest!r} is not sha256:<64 lowercase hex>; fix: copy the digest whole"
-        )
-    head, _, last = name.rpartition("/")
-    repository, tag = name, ""
-    if ":" in last:
-        last, tag = last.split(":", 1)
-        repository = f"{head}/{last}" if head else last
-    if not _REPOSITORY.match(repository) or (tag and not _TAG.match(tag)):
-        raise BadInput(
-            f"{what} {text}: not an image reference; fix: write e.g. "
+            f"{what} {text}: not an image reference ({exc}); fix: write e.g. "
             "123456789012.dkr.ecr.us-east-1.amazonaws.com/epstack:TAG@sha256:<64 hex>"
-        )
-    return ImageRef(repository=repository, tag=tag, digest=digest)
+        ) from None
+    return ImageRef(repository=reference.repository, tag=reference.tag, digest=reference.digest)
 
 
 def _entry_ref(entry: Any, where: str) -> ImageRef | None:

@@ -145,7 +145,7 @@ def test_image_cuda_12_accepts_a_570_driver(tmp_path: Path) -> None:
     ("args", "text"),
     [
         (["--root", "/nonexistent/root"], "--root /nonexistent/root"),
-        (["--pins", "/nonexistent.env"], "no such pins"),
+        (["--pins", "/nonexistent.env"], "no such file"),
     ],
 )
 def test_bad_input(capsys: pytest.CaptureFixture[str], args: list[str], text: str) -> None:

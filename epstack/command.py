@@ -1,0 +1,148 @@
+"""How every epstack command is declared and run.
+
+A command module has `register(subparsers)`, which adds its commands with `subparsers.add_parser`;
+a command that reads pins takes `parents=[PINS]`, the one `--pins`. Values are range-checked by the
+argument types here before any work starts. `execute` runs the chosen handler and turns what it
+raises into the exit-code table of epstack.errors: every entry point (`epstack`, `python -m epstack`,
+`python -m epstack.smoke`, `python3 -m epstack.doctor`) goes through it. Standard library only: the
+doctor and the smoke run on bare GPU hosts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Literal, TypeAlias
+
+from epstack.errors import INTERRUPTED, OK, BadInput, EpstackError
+
+# What add_subparsers() returns: each module's register() adds its commands to it.
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Handler = Callable[[], int]
+Report = Callable[[Literal["error", "interrupted"], str], None]
+
+MAX_PORT = 65535
+
+
+def path_arg(text: str) -> Path:
+    """A path from the command line: not empty, no NUL byte (no file can have one)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path; fix: name a file or directory")
+    if "\0" in text:
+        raise argparse.ArgumentTypeError("a path cannot contain a NUL byte")
+    return Path(text)
+
+
+def _number(text: str, kind: Callable[[str], float]) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A count of things: 1 or more."""
+    value = int(_number(text, int))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An index or a seed: 0 or more."""
+    value = int(_number(text, int))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port: 1 to 65535."""
+    value = int(_number(text, int))
+    if not 0 < value <= MAX_PORT:
+        raise argparse.ArgumentTypeError(f"{text} is not a TCP port (1-{MAX_PORT})")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A duration: finite and above zero (NaN, inf, 0 and negatives refused)."""
+    value = _number(text, float)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be more than 0 seconds")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A finite number of 0 or more (a ratio, a share)."""
+    value = _number(text, float)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
+    return value
+
+
+DEFAULT_PINS = Path("pins.env")
+
+
+def pins_path(value: Path | None) -> Path:
+    """The pins file a command reads: its --pins, else $EPSTACK_PINS, else ./pins.env."""
+    if value is not None:
+        return value
+    from_env = os.environ.get("EPSTACK_PINS")
+    if from_env is None:
+        return DEFAULT_PINS
+    if not from_env.strip():
+        raise BadInput("EPSTACK_PINS is set but empty; fix: unset it, or set it to a pins file")
+    return Path(from_env)
+
+
+def _pins_parent() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--pins", type=path_arg, metavar="FILE", help="pins file (default $EPSTACK_PINS or ./pins.env)"
+    )
+    return parent
+
+
+# The one --pins: every command that reads pins declares it as add_parser(..., parents=[PINS]).
+PINS = _pins_parent()
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:
+    """The parsed arguments, or the exit code argparse chose (2 for a bad flag, 0 for --help)."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else OK
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM unwinds like Ctrl-C, so outputs are cleaned up the same way."""
+    raise KeyboardInterrupt
+
+
+def execute(handler: Handler, report: Report) -> int:
+    """Run a command's handler; an EpstackError becomes its exit code with each of its lines reported,
+    Ctrl-C or SIGTERM becomes 130."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    try:
+        return handler()
+    except EpstackError as exc:
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            report("error", line)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        report("interrupted", "stopped; nothing was left half-written")
+        return INTERRUPTED
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
