@@ -189,3 +189,18 @@ def write_file(path: Path, text: str, *, what: str) -> None:
                 os.unlink(staging)
     except OSError as exc:
         raise _cannot_write(path, exc) from None
+
+
+def check_writable(path: Path, *, what: str) -> None:
+    """Before long work: BadInput unless `path` can take a file (not a directory, and its nearest
+    existing ancestor a writable directory), so a run never ends unable to write its report."""
+    try:
+        if path.is_dir():
+            raise BadInput(f"{path} is a directory; fix: name a file for {what}, e.g. {path / 'report.json'}")
+        existing = next(p for p in (path.parent.absolute(), *path.parent.absolute().parents) if p.exists())
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{path}: cannot write {what} there ({exc}); fix: choose a writable path") from None
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise BadInput(
+            f"{path}: {existing} is not a writable directory; fix: choose a writable path for {what}"
+        )

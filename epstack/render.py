@@ -17,7 +17,6 @@ import argparse
 import hashlib
 import json
 import os
-import subprocess
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from epstack import __version__
+from epstack.cmd import output_if_ok
 from epstack.command import PINS, SubParsers, path_arg, pins_path
 from epstack.errors import BadInput
 from epstack.fabric import COMMON_IMAGE_ENV, FABRICS
@@ -79,15 +79,18 @@ def source_date(env: dict[str, str] | None = None) -> datetime:
     """SOURCE_DATE_EPOCH, else the time of the last commit, else the epoch: never 'now'."""
     env = dict(os.environ) if env is None else env
     if "SOURCE_DATE_EPOCH" in env:
+        value = env["SOURCE_DATE_EPOCH"]
         try:
-            return datetime.fromtimestamp(int(env["SOURCE_DATE_EPOCH"]), tz=UTC)
-        except ValueError:
+            if not value.isascii() or not value.isdigit():
+                raise ValueError
+            return datetime.fromtimestamp(int(value), tz=UTC)
+        except (ValueError, OverflowError, OSError):
             raise BadInput(
-                f"SOURCE_DATE_EPOCH={env['SOURCE_DATE_EPOCH']!r} is not an integer; "
-                "fix: set it to seconds since 1970"
+                f"SOURCE_DATE_EPOCH={value!r} is not a time (seconds since 1970, decimal digits only, "
+                "before the year 10000); fix: set it to e.g. the last commit's `git log -1 --format=%ct`"
             ) from None
     commit_time = _git("log", "-1", "--format=%ct")
-    return datetime.fromtimestamp(int(commit_time) if commit_time else 0, tz=UTC)
+    return datetime.fromtimestamp(int(commit_time) if commit_time.isdigit() else 0, tz=UTC)
 
 
 def source_revision() -> str:
@@ -96,13 +99,7 @@ def source_revision() -> str:
 
 
 def _git(*args: str) -> str:
-    try:
-        result = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, check=False
-        )
-    except FileNotFoundError:
-        return ""
-    return result.stdout.strip() if result.returncode == 0 else ""
+    return (output_if_ok("git", "-C", str(REPO_ROOT), *args) or "").strip()
 
 
 def plan_render(pins: Pins, *, created: datetime, revision: str, sources: Path | None = None) -> RenderPlan:

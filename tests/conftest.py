@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -12,6 +13,8 @@ import pytest
 
 from epstack.engine import DockerEngine
 from epstack.errors import EnvironmentProblem
+from epstack.smoke import cli, preflight
+from epstack.smoke.stage import HANG_STAGE_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 PINS = REPO / "pins.env"
@@ -75,3 +78,60 @@ def venv_tool(name: str) -> str:
     if not path.exists():
         pytest.fail(f"{name} is not installed beside {sys.executable}; run make test")
     return str(path)
+
+
+# ---- the smoke on CPU: stub ranks (no torch, no GPU) that use the worker's own StageWriter ----
+
+STUB = """
+import json, os, subprocess, sys, time
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from epstack.smoke.stage import StageWriter
+run_dir = Path(sys.argv[sys.argv.index("--run-dir") + 1])
+rank = int(os.environ["RANK"])
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+(run_dir / f"grandchild{{rank}}.pid").write_text(str(child.pid))
+(run_dir / f"rank{{rank}}.pid").write_text(str(os.getpid()))
+stage = StageWriter.from_env(run_dir, rank)
+for name in ("start", "import", "init", "buffer", "route", "dispatch", "combine", "report"):
+    stage.enter(name)
+    time.sleep(0.05)
+if os.environ.get("STUB_FAIL_RANK") == str(rank):
+    sys.exit(3)
+if rank == 0:
+    ranks = [{{"rank": r, "status": "pass", "checks": []}} for r in range(int(os.environ["WORLD_SIZE"]))]
+    (run_dir / "all_ranks.json").write_text(json.dumps(ranks))
+child.kill()
+stage.enter("done")
+"""
+
+
+@pytest.fixture
+def stub(tmp_path: Path) -> Path:
+    path = tmp_path / "stub_rank.py"
+    path.write_text(STUB.format(repo=str(REPO)))
+    return path
+
+
+# What the preflight probe reports on a host with 8 GPUs and the stack installed.
+GPU_HOST = {"python": sys.executable, "torch": "2.14.1+cu130", "cuda": "13.0", "gpus": 8, "deep_ep": True}
+
+
+@pytest.fixture
+def stub_cli(stub: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`smoke elastic` with stub ranks, a preflight that reports a GPU host, and no launcher in the
+    environment."""
+    monkeypatch.setattr(cli, "WORKER", (sys.executable, str(stub)))
+    monkeypatch.setattr(
+        preflight, "PROBE", (sys.executable, "-c", f"print({json.dumps(json.dumps(GPU_HOST))})")
+    )
+    for var in (
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "SLURM_PROCID",
+        "JOB_COMPLETION_INDEX",
+        "TORCHELASTIC_RUN_ID",
+        HANG_STAGE_ENV,
+    ):
+        monkeypatch.delenv(var, raising=False)

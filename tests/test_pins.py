@@ -123,7 +123,7 @@ def test_malformed_lines(tmp_path: Path, line: str, words: str) -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(BadInput, match="absent.env: no such file; fix: pass the path of a pins file"):
+    with pytest.raises(BadInput, match=r"absent\.env: no such file; fix: pass the path of a pins file"):
         load_pins(tmp_path / "absent.env")
 
 

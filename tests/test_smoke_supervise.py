@@ -13,42 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from epstack.smoke import cli
 from epstack.smoke.__main__ import main as smoke_main
 from epstack.smoke.stage import HANG_RANK_ENV, HANG_STAGE_ENV, STAGES, StageWriter
 from epstack.smoke.supervise import RankCommand, group_alive, supervise
 
 REPO = Path(__file__).resolve().parent.parent
-
-STUB = """
-import json, os, subprocess, sys, time
-from pathlib import Path
-sys.path.insert(0, {repo!r})
-from epstack.smoke.stage import StageWriter
-run_dir = Path(sys.argv[sys.argv.index("--run-dir") + 1])
-rank = int(os.environ["RANK"])
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-(run_dir / f"grandchild{{rank}}.pid").write_text(str(child.pid))
-(run_dir / f"rank{{rank}}.pid").write_text(str(os.getpid()))
-stage = StageWriter.from_env(run_dir, rank)
-for name in ("start", "import", "init", "buffer", "route", "dispatch", "combine", "report"):
-    stage.enter(name)
-    time.sleep(0.05)
-if os.environ.get("STUB_FAIL_RANK") == str(rank):
-    sys.exit(3)
-if rank == 0:
-    ranks = [{{"rank": r, "status": "pass", "checks": []}} for r in range(int(os.environ["WORLD_SIZE"]))]
-    (run_dir / "all_ranks.json").write_text(json.dumps(ranks))
-child.kill()
-stage.enter("done")
-"""
-
-
-@pytest.fixture
-def stub(tmp_path: Path) -> Path:
-    path = tmp_path / "stub_rank.py"
-    path.write_text(STUB.format(repo=str(REPO)))
-    return path
 
 
 def _commands(stub: Path, run_dir: Path, n: int, **env: str) -> list[RankCommand]:
@@ -122,22 +91,6 @@ def test_stage_names_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown stage"):
         writer.enter("dispach")
     assert "dispatch" in STAGES
-
-
-@pytest.fixture
-def stub_cli(stub: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`smoke elastic` with stub ranks and no launcher in the environment."""
-    monkeypatch.setattr(cli, "WORKER", (sys.executable, str(stub)))
-    for var in (
-        "RANK",
-        "WORLD_SIZE",
-        "LOCAL_RANK",
-        "SLURM_PROCID",
-        "JOB_COMPLETION_INDEX",
-        "TORCHELASTIC_RUN_ID",
-        HANG_STAGE_ENV,
-    ):
-        monkeypatch.delenv(var, raising=False)
 
 
 def test_cli_hang_exits_1_within_timeout_naming_the_stage(

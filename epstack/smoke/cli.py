@@ -1,7 +1,9 @@
-"""`epstack smoke elastic`: wire with `register(subparsers)`; the handler returns the exit code.
+"""`epstack smoke elastic` (also `python -m epstack.smoke elastic`): wired with `register(subparsers)`.
 
-Exit 0 pass, 1 a check failed (wrong tokens, a hang, DeepEP's own suite failed, bandwidth under
---min-bandwidth-ratio), 2 bad input or a wrong environment (classified in words).
+Exit codes as every epstack command: 0 pass; 1 a check failed (wrong tokens, a hang, DeepEP's own suite
+failed, bandwidth under --min-bandwidth-ratio); 2 bad input (flags, launcher variables); 3 the
+environment is wrong (no torch, a CPU torch, no GPU, no deep_ep: found before any rank starts; a known
+failure of the stack, classified in words); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -18,10 +21,22 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
-from epstack.errors import BadInput, EpstackError
+from epstack.command import (
+    SubParsers,
+    fraction,
+    non_negative_int,
+    path_arg,
+    port,
+    positive_int,
+    seconds,
+)
+from epstack.errors import CHECK_FAILED, ENVIRONMENT, OK, BadInput, EpstackError
 from epstack.loaded import libstdcxx_interposition
+from epstack.output import check_writable, write_file
 from epstack.smoke import launch as launch_mod
+from epstack.smoke import preflight
 from epstack.smoke import report as report_mod
 from epstack.smoke import upstream as upstream_mod
 from epstack.smoke.classify import classify
@@ -32,7 +47,7 @@ from epstack.smoke.supervise import RankCommand, Supervised, supervise
 WORKER: tuple[str, ...] = (sys.executable, "-m", "epstack.smoke.worker")
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: SubParsers) -> None:
     """Add `smoke elastic` to epstack's top-level subparsers."""
     smoke = subparsers.add_parser("smoke", help="prove an image on GPUs").add_subparsers(
         dest="smoke_command", required=True, metavar="SUBCOMMAND"
@@ -45,23 +60,23 @@ def register(subparsers: Any) -> None:
     )
     shape = p.add_argument_group("model shape (default: DeepEP test_ep's 4096 x 7168, top-6/256)")
     shape.add_argument("--preset", choices=sorted(PRESETS))
-    shape.add_argument("--hidden", type=int)
-    shape.add_argument("--num-topk", type=int)
-    shape.add_argument("--num-experts", type=int)
+    shape.add_argument("--hidden", type=positive_int)
+    shape.add_argument("--num-topk", type=positive_int)
+    shape.add_argument("--num-experts", type=positive_int)
     shape.add_argument(
         "--num-tokens",
-        type=int,
+        type=positive_int,
         default=DEFAULT_NUM_TOKENS,
         help="tokens per rank (rank r sends num_tokens - r, as test_ep does)",
     )
     shape.add_argument(
         "--num-max-tokens-per-rank",
-        type=int,
+        type=positive_int,
         help="ElasticBuffer's num_max_tokens_per_rank (default --num-tokens)",
     )
     shape.add_argument(
         "--buffer-num-topk",
-        type=int,
+        type=non_negative_int,
         help="num_topk given to ElasticBuffer (default --num-topk; 0 as test_ep)",
     )
     run = p.add_argument_group("run")
@@ -71,15 +86,15 @@ def register(subparsers: Any) -> None:
         default="auto",
         help="auto: hybrid when an RDMA NIC (GIN) is present, else direct",
     )
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--masked-ratio", type=float, default=0.1, help="share of -1 top-k slots")
+    run.add_argument("--seed", type=non_negative_int, default=0)
+    run.add_argument("--masked-ratio", type=fraction, default=0.1, help="share of -1 top-k slots")
     run.add_argument(
         "--hot-rank-ratio",
-        type=float,
+        type=fraction,
         default=4.0,
         help="unbalanced case: rank 0's experts are this much likelier",
     )
-    run.add_argument("--iters", type=int, default=50, help="timed calls per operation")
+    run.add_argument("--iters", type=positive_int, default=50, help="timed calls per operation")
     run.add_argument("--skip-bench", action="store_true")
     run.add_argument(
         "--prefer-overlap-with-compute",
@@ -88,41 +103,41 @@ def register(subparsers: Any) -> None:
     )
     run.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=600.0,
         help="seconds before every rank is killed, the stage named (default 600)",
     )
     run.add_argument(
-        "--init-timeout", type=float, default=120.0, help="rendezvous/NCCL init timeout in seconds"
+        "--init-timeout", type=seconds, default=120.0, help="rendezvous/NCCL init timeout in seconds"
     )
     run.add_argument(
         "--json",
-        type=Path,
+        type=path_arg,
         default=Path("epstack-smoke-elastic.json"),
         help="report path, written by the process of global rank 0",
     )
-    run.add_argument("--run-dir", type=Path, help="stage files and rank logs (default: a temp dir)")
+    run.add_argument("--run-dir", type=path_arg, help="stage files and rank logs (default: a temp dir)")
     where = p.add_argument_group("launch (flags win over torchrun/Slurm/Kubernetes variables)")
-    where.add_argument("--nproc-per-node", type=int, help="ranks to start here (no launcher)")
-    where.add_argument("--nnodes", type=int)
-    where.add_argument("--node-rank", type=int)
+    where.add_argument("--nproc-per-node", type=positive_int, help="ranks to start here (no launcher)")
+    where.add_argument("--nnodes", type=positive_int)
+    where.add_argument("--node-rank", type=non_negative_int)
     where.add_argument("--master-addr")
-    where.add_argument("--master-port", type=int)
+    where.add_argument("--master-port", type=port)
     up = p.add_argument_group("DeepEP's own suite")
     up.add_argument(
         "--upstream-tests",
-        type=Path,
+        type=path_arg,
         metavar="DEEPEP_CHECKOUT",
         help="also run DEEPEP_CHECKOUT/tests/elastic/test_ep.py and compare",
     )
     up.add_argument("--upstream-only", action="store_true", help="run only DeepEP's test_ep")
-    up.add_argument("--upstream-timeout", type=float, default=600.0)
+    up.add_argument("--upstream-timeout", type=seconds, default=600.0)
     up.add_argument(
         "--upstream-args", default="", help="extra test_ep.py arguments, e.g. '--test-first-only'"
     )
     up.add_argument(
         "--min-bandwidth-ratio",
-        type=float,
+        type=fraction,
         default=0.0,
         help="fail when smoke GB/s / test_ep GB/s is below this (e.g. 0.97)",
     )
@@ -171,10 +186,10 @@ def _diagnose(sup: Supervised, ranks: list[dict[str, Any]]) -> tuple[int, list[d
             if f is not None:
                 findings.append(asdict(f) | {"rank": o.rank, "error": "from the rank's log"})
     if findings:
-        return 2, findings
+        return ENVIRONMENT, findings
     if sup.timed_out or not sup.ok:
-        return 1, findings
-    return (0 if all(r.get("status") == "pass" for r in ranks) else 1), findings
+        return CHECK_FAILED, findings
+    return (OK if all(r.get("status") == "pass" for r in ranks) else CHECK_FAILED), findings
 
 
 def _ranks_from(run_dir: Path, sup: Supervised) -> list[dict[str, Any]]:
@@ -192,16 +207,29 @@ def _ranks_from(run_dir: Path, sup: Supervised) -> list[dict[str, Any]]:
     return out
 
 
-def cmd_elastic(args: argparse.Namespace, console: Console) -> int:
-    launch = launch_mod.detect(
-        os.environ,
-        nproc_per_node=args.nproc_per_node,
-        nnodes=args.nnodes,
-        node_rank=args.node_rank,
-        master_addr=args.master_addr,
-        master_port=args.master_port,
-        free_port=_free_port,
-    )
+# What a run writes into its run directory (rank logs, stage files, results, the config): a reused
+# --run-dir loses these before any rank starts, so a report never shows a previous run's results.
+_RUN_FILES = re.compile(r"^(?:all_ranks\.json|config\.json|rank\d+\.(?:json|log|stage|tmp\d+))$")
+
+
+def fresh_run_dir(run_dir: Path | None) -> Path:
+    """The run directory, made if new, without the files of an earlier run (and nothing else removed)."""
+    if run_dir is None:
+        return Path(tempfile.mkdtemp(prefix="epstack-smoke-"))
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for directory in (run_dir, run_dir / "upstream"):
+            stale = [e for e in directory.iterdir() if _RUN_FILES.match(e.name)] if directory.is_dir() else []
+            for entry in stale:
+                entry.unlink()
+    except OSError as exc:
+        raise BadInput(
+            f"--run-dir {run_dir}: cannot use it ({exc.strerror}); fix: choose a writable directory"
+        ) from None
+    return run_dir
+
+
+def _config(args: argparse.Namespace, world_size: int) -> SmokeConfig:
     shape = resolve_shape(args.preset, args.hidden, args.num_topk, args.num_experts)
     cfg = SmokeConfig(
         hidden=shape.hidden,
@@ -220,17 +248,117 @@ def cmd_elastic(args: argparse.Namespace, console: Console) -> int:
         report_path=str(args.json),
         buffer_num_topk=args.buffer_num_topk,
     )
-    cfg.validate(launch.world_size)
+    cfg.validate(world_size)
+    return cfg
+
+
+def _run_ranks(
+    cfg: SmokeConfig, launch: launch_mod.Launch, run_dir: Path, timeout_s: float, console: Console
+) -> tuple[int, dict[str, Any]]:
+    """Start this node's ranks under the supervisor; the exit code and the report's rank sections."""
+    cfg_path = run_dir / "config.json"
+    cfg.dump(cfg_path)
+    base_env = dict(os.environ) | {"PYTHONUNBUFFERED": "1"}
+    commands = [
+        RankCommand(
+            rank=spec.rank,
+            argv=[*WORKER, "--config", str(cfg_path), "--run-dir", str(run_dir)],
+            env=base_env | launch.rank_env(spec),
+        )
+        for spec in launch.ranks()
+    ]
+    sup = supervise(commands, run_dir=run_dir, timeout_s=timeout_s)
+    ranks = _ranks_from(run_dir, sup)
+    code, findings = _diagnose(sup, ranks)
+    for f in findings:
+        console.print(
+            f"[red]{escape(f['key'])}[/] (rank {f.get('rank')}): {escape(f['summary'])}. "
+            f"Fix: {escape(f['fix'])}"
+        )
+    if not sup.ok:
+        console.print(f"[red]{escape(sup.reason)}[/]")
+    return code, {
+        "supervisor": {
+            "reason": sup.reason,
+            "timed_out": sup.timed_out,
+            "elapsed_s": sup.elapsed_s,
+            "ranks": [
+                {
+                    "rank": o.rank,
+                    "returncode": o.returncode,
+                    "stage": o.stage,
+                    "killed": o.killed,
+                    "signal": o.signal_name,
+                }
+                for o in sup.outcomes
+            ],
+        },
+        "ranks": ranks,
+        "summary": report_mod.aggregate(ranks),
+        "findings": findings,
+    }
+
+
+def _run_upstream(
+    args: argparse.Namespace,
+    launch: launch_mod.Launch,
+    run_dir: Path,
+    summary: dict[str, Any],
+    console: Console,
+) -> tuple[int, dict[str, Any]]:
+    """DeepEP's own test_ep.py: its verdict, and the bandwidth ratio against the smoke's."""
+    console.print(f"running DeepEP's test_ep.py from {escape(str(args.upstream_tests))}")
+    up = upstream_mod.run(
+        args.upstream_tests,
+        nproc=launch.nproc,
+        timeout_s=args.upstream_timeout,
+        run_dir=run_dir / "upstream",
+        extra=tuple(args.upstream_args.split()),
+    )
+    ratio = report_mod.ratios(summary, up)
+    console.print(
+        f"test_ep: {up.modes}/{up.expected_modes} modes, exit {up.returncode}, {up.elapsed_s:.0f} s"
+        + (f"; {escape(up.error)}" if up.error else "")
+    )
+    code = OK if up.passed else CHECK_FAILED
+    for op, r in ratio.items():
+        console.print(
+            f"{op}: smoke {r['smoke_gbps']:.0f} GB/s vs test_ep {r['test_ep_gbps']:.0f} GB/s "
+            f"= {r['ratio']:.3f}x"
+        )
+        if r["ratio"] < args.min_bandwidth_ratio:
+            code = CHECK_FAILED
+    return code, {"upstream": up.to_json(), "ratios": ratio}
+
+
+VERDICTS = {OK: "pass", CHECK_FAILED: "fail", ENVIRONMENT: "environment"}
+
+
+def cmd_elastic(args: argparse.Namespace, console: Console) -> int:
+    launch = launch_mod.detect(
+        os.environ,
+        nproc_per_node=args.nproc_per_node,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        free_port=_free_port,
+    )
+    cfg = _config(args, launch.world_size)
     if args.upstream_tests and launch.launcher != "none":
         raise BadInput("--upstream-tests starts its own ranks: run it without a launcher")
-    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="epstack-smoke-"))
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if launch.rank == 0:
+        check_writable(args.json, what="the smoke's --json report")
+    preflight.require(
+        preflight.probe(), local_ranks=launch.nproc, first_local_rank=launch.local_rank, need_deep_ep=True
+    )
+    run_dir = fresh_run_dir(args.run_dir)
     console.print(
         f"smoke elastic: {launch.launcher} launch, ranks {launch.rank}.."
         f"{launch.rank + launch.nproc - 1} of {launch.world_size} (node {launch.node_rank}/"
-        f"{launch.nnodes}, master {launch.master_addr}:{launch.master_port}); "
+        f"{launch.nnodes}, master {escape(launch.master_addr)}:{launch.master_port}); "
         f"hidden {cfg.hidden}, top-{cfg.num_topk} of {cfg.num_experts}, {cfg.num_tokens} tokens; "
-        f"logs in {run_dir}"
+        f"logs in {escape(str(run_dir))}"
     )
     report: dict[str, Any] = {
         "command": sys.argv,
@@ -238,81 +366,17 @@ def cmd_elastic(args: argparse.Namespace, console: Console) -> int:
         "config": asdict(cfg),
         "run_dir": str(run_dir),
     }
-    code = 0
+    code = OK
     if not args.upstream_only:
-        cfg_path = run_dir / "config.json"
-        cfg.dump(cfg_path)
-        base_env = dict(os.environ) | {"PYTHONUNBUFFERED": "1"}
-        commands = [
-            RankCommand(
-                rank=spec.rank,
-                argv=[*WORKER, "--config", str(cfg_path), "--run-dir", str(run_dir)],
-                env=base_env | launch.rank_env(spec),
-            )
-            for spec in launch.ranks()
-        ]
-        sup = supervise(commands, run_dir=run_dir, timeout_s=args.timeout)
-        ranks = _ranks_from(run_dir, sup)
-        code, findings = _diagnose(sup, ranks)
-        summary = report_mod.aggregate(ranks)
-        report |= {
-            "supervisor": {
-                "reason": sup.reason,
-                "timed_out": sup.timed_out,
-                "elapsed_s": sup.elapsed_s,
-                "ranks": [
-                    {
-                        "rank": o.rank,
-                        "returncode": o.returncode,
-                        "stage": o.stage,
-                        "killed": o.killed,
-                        "signal": o.signal_name,
-                    }
-                    for o in sup.outcomes
-                ],
-            },
-            "ranks": ranks,
-            "summary": summary,
-            "findings": findings,
-        }
-        for f in findings:
-            console.print(
-                f"[red]{f['key']}[/] (rank {f.get('rank')}): {f['summary']}. Fix: {f['fix']}", soft_wrap=True
-            )
-        if not sup.ok:
-            console.print(f"[red]{sup.reason}[/]", soft_wrap=True)
+        code, sections = _run_ranks(cfg, launch, run_dir, args.timeout, console)
+        report |= sections
     if args.upstream_tests:
-        console.print(f"running DeepEP's test_ep.py from {args.upstream_tests}")
-        up = upstream_mod.run(
-            args.upstream_tests,
-            nproc=launch.nproc,
-            timeout_s=args.upstream_timeout,
-            run_dir=run_dir / "upstream",
-            extra=tuple(args.upstream_args.split()),
-        )
-        report["upstream"] = up.to_json()
-        ratio = report_mod.ratios(report.get("summary", {}), up)
-        report["ratios"] = ratio
-        console.print(
-            f"test_ep: {up.modes}/{up.expected_modes} modes, "
-            f"exit {up.returncode}, {up.elapsed_s:.0f} s" + (f"; {up.error}" if up.error else ""),
-            soft_wrap=True,
-        )
-        if not up.passed:
-            code = max(code, 1)
-        for op, r in ratio.items():
-            console.print(
-                f"{op}: smoke {r['smoke_gbps']:.0f} GB/s vs test_ep "
-                f"{r['test_ep_gbps']:.0f} GB/s = {r['ratio']:.3f}x"
-            )
-            if r["ratio"] < args.min_bandwidth_ratio:
-                code = max(code, 1)
-    verdict = {0: "pass", 1: "fail", 2: "environment"}.get(code, "fail")
-    report["verdict"], report["exit_code"] = verdict, code
+        upstream_code, sections = _run_upstream(args, launch, run_dir, report.get("summary", {}), console)
+        code, report = max(code, upstream_code), report | sections
+    report["verdict"], report["exit_code"] = VERDICTS.get(code, "fail"), code
     if launch.rank == 0:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
+        write_file(args.json, json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", what="--json")
         if report.get("ranks"):
             console.print(report_mod.table(report))
-        console.print(f"report: {args.json}")
+        console.print(f"report: {escape(str(args.json))}")
     return code

@@ -3,17 +3,20 @@
 Each rank runs in a new session (so a new process group whose id is its pid); whatever it starts
 (NCCL proxy threads are threads, but nvcc and its children are processes) stays in that group. On
 the deadline, or when a rank fails and the others do not follow within a grace period, every group
-is killed with SIGKILL and reaped; the stage each rank last wrote names where it hung.
+is killed with SIGKILL and reaped; the stage each rank last wrote names where it hung. Each rank also
+asks the kernel (prctl PR_SET_PDEATHSIG) for SIGKILL when the supervisor dies, so even a SIGKILLed
+supervisor, which can clean up nothing, leaves no rank holding GPUs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -74,6 +77,23 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    """What a rank runs between fork and exec: SIGKILL when `parent` dies (Linux); None elsewhere."""
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    if prctl is None:
+        return None
+
+    def set_death_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the supervisor died before prctl took effect
+            os._exit(1)
+
+    return set_death_signal
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -97,6 +117,7 @@ def supervise(  # noqa: PLR0912
     reason = "all ranks exited"
     timed_out = False
     old_handlers = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGINT)}
+    die_with_me = _die_with(os.getpid())
     try:
         for cmd in commands:
             logs[cmd.rank] = run_dir / f"rank{cmd.rank}.log"
@@ -108,6 +129,7 @@ def supervise(  # noqa: PLR0912
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    preexec_fn=die_with_me,  # noqa: PLW1509 (prctl only; no locks taken)
                 )
         first_failure_at: float | None = None
         while True:
