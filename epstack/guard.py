@@ -24,10 +24,13 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from epstack.command import PINS, SubParsers, path_arg, pins_path
+from epstack.distinfo import Dist, files, find, name_of, requirements
 from epstack.errors import BadInput, EpstackError
+from epstack.inputs import read_text
 from epstack.loaded import (
     decode_cuda_version,
     interposition_example,
@@ -40,7 +43,7 @@ from epstack.loaded import (
 from epstack.output import write_file
 from epstack.pins import load_pins, read_layer_pins
 from epstack.pinsfile import parse_pins_file
-from epstack.stack import CudaWheels, cuda_wheels
+from epstack.stack import DEEP_EP_PROVIDERS, CudaWheels, cuda_wheels
 
 Verdict = Literal["ok", "mismatch", "missing", "skipped", "override (pinned)"]
 FAILED: frozenset[Verdict] = frozenset({"mismatch", "missing"})
@@ -167,13 +170,6 @@ class GuardReport:
 # ---- Python distributions --------------------------------------------------------------------
 
 
-def _installed_version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def _same_release(found: str, pinned: str) -> bool:
     try:
         return Version(found).public == Version(pinned).public
@@ -181,13 +177,26 @@ def _same_release(found: str, pinned: str) -> bool:
         return False
 
 
+def _broken(component: str, expected: str, dist: Dist) -> Check:
+    """The row for a distribution whose metadata cannot be read or trusted."""
+    return Check(
+        component=component,
+        expected=expected,
+        found=dist.version or "unreadable metadata",
+        verdict="mismatch",
+        detail=f"{dist.location}: {dist.problem}",
+    )
+
+
 def check_distribution(name: str, pinned: str) -> Check:
     """The installed distribution's version (local tag ignored) equals the pin."""
-    found = _installed_version(name)
-    if found is None:
+    dist = find(name)
+    if dist is None:
         return Check(component=name, expected=pinned, found="not installed", verdict="missing")
-    verdict: Verdict = "ok" if _same_release(found, pinned) else "mismatch"
-    return Check(component=name, expected=pinned, found=found, verdict=verdict)
+    if dist.problem:
+        return _broken(name, pinned, dist)
+    verdict: Verdict = "ok" if _same_release(dist.version, pinned) else "mismatch"
+    return Check(component=name, expected=pinned, found=dist.version, verdict=verdict)
 
 
 _NVSHMEM_VERSION = re.compile(r"#define NVSHMEM_VENDOR_(MAJOR|MINOR|PATCH)_VERSION (\d+)")
@@ -213,12 +222,14 @@ def _cuda_of_tag(tag: str) -> str:
 def check_torch_cuda(pins: Expected, torch: ModuleType | None, import_error: str) -> Check:
     """torch's local tag (+cu130) if any; PyPI's default wheel has none, so then torch.version.cuda."""
     expected = f"{pins.torch_cuda_tag} (CUDA {_cuda_of_tag(pins.torch_cuda_tag)})"
-    version = _installed_version("torch")
-    if version is None:
+    dist = find("torch")
+    if dist is None:
         return Check(
             component="torch CUDA", expected=expected, found="torch not installed", verdict="missing"
         )
-    local = Version(version).local
+    if dist.problem:
+        return _broken("torch CUDA", expected, dist)
+    local = Version(dist.version).local
     if local:
         verdict: Verdict = "ok" if local == pins.torch_cuda_tag else "mismatch"
         return Check(component="torch CUDA", expected=expected, found=local, verdict=verdict)
@@ -244,12 +255,20 @@ def check_torch_cuda(pins: Expected, torch: ModuleType | None, import_error: str
 
 def check_requirements(owner: str, pinned: Mapping[str, str]) -> list[Check]:
     """An installed package's requirements on pinned packages; "override (pinned)" where the pin differs."""
-    requires = metadata.requires(owner) if _installed_version(owner) else None
-    rows = []
-    for line in requires or []:
-        requirement = Requirement(line)
+    parsed, malformed = requirements(owner)
+    rows = [
+        Check(
+            component=f"{owner} requires ?",
+            expected="a valid Requires-Dist",
+            found="malformed",
+            verdict="mismatch",
+            detail=f"{owner}'s metadata: {line}",
+        )
+        for line in malformed
+    ]
+    for requirement in parsed:
         name = canonicalize_name(requirement.name)
-        if name not in pinned or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
+        if name not in pinned or not _applies(requirement):
             continue
         agrees = requirement.specifier.contains(pinned[name], prereleases=True)
         rows.append(
@@ -262,6 +281,16 @@ def check_requirements(owner: str, pinned: Mapping[str, str]) -> list[Check]:
             )
         )
     return rows
+
+
+def _applies(requirement: Requirement) -> bool:
+    """The requirement's marker holds here (no extra asked for); an unevaluable marker counts as holding."""
+    if requirement.marker is None:
+        return True
+    try:
+        return requirement.marker.evaluate({"extra": ""})
+    except Exception:  # packaging raises several kinds for markers it cannot evaluate
+        return True
 
 
 # ---- libraries loaded into this process ------------------------------------------------------
@@ -348,14 +377,34 @@ def deep_ep_owners(distributions: Iterable[metadata.Distribution]) -> dict[str, 
     """Distributions whose RECORD lists files under deep_ep/, with those files' paths."""
     owners: dict[str, list[Path]] = {}
     for dist in distributions:
-        files = [f for f in dist.files or [] if f.parts and f.parts[0] == "deep_ep"]
-        if files:
-            owners.setdefault(dist.metadata["Name"], []).extend(Path(str(dist.locate_file(f))) for f in files)
+        owned = [f for f in files(dist)[0] if f.parts and f.parts[0] == "deep_ep"]
+        if owned:
+            owners.setdefault(name_of(dist), []).extend(Path(str(dist.locate_file(f))) for f in owned)
     return owners
 
 
-def check_deep_ep_owner(owners: Mapping[str, list[Path]]) -> Check:
+def unreadable_deep_ep_records(distributions: Iterable[metadata.Distribution]) -> dict[str, str]:
+    """Distributions that would bring deep_ep (by name) whose RECORD cannot be read: what is wrong."""
+    names = {canonicalize_name(name) for name in DEEP_EP_PROVIDERS}
+    return {
+        name_of(dist): problem
+        for dist in distributions
+        if canonicalize_name(name_of(dist)) in names and (problem := files(dist)[1])
+    }
+
+
+def check_deep_ep_owner(
+    owners: Mapping[str, list[Path]], unreadable: Mapping[str, str] | None = None
+) -> Check:
     names = ", ".join(sorted(owners))
+    if unreadable:
+        return Check(
+            component="deep_ep owner",
+            expected="1 distribution",
+            found=names or "unknown",
+            verdict="mismatch",
+            detail="; ".join(f"{name}: {problem}" for name, problem in sorted(unreadable.items())),
+        )
     if not owners:
         return Check(component="deep_ep owner", expected="1 distribution", found="none", verdict="missing")
     if len(owners) > 1:
@@ -372,11 +421,7 @@ def check_deep_ep_owner(owners: Mapping[str, list[Path]]) -> Check:
 def check_deep_ep_source(pins: Expected, manifest: Path) -> Check:
     """The build-time manifest records the repo and commit deep_ep was built from."""
     expected = f"{pins.deepep_repo}@{pins.deepep_ref[:12]}"
-    try:
-        source = json.loads(manifest.read_text())
-        found = f"{source['repo']}@{source['commit'][:12]}"
-        same = source["repo"] == pins.deepep_repo and source["commit"] == pins.deepep_ref
-    except FileNotFoundError:
+    if not manifest.exists():
         return Check(
             component="deep_ep source",
             expected=expected,
@@ -384,7 +429,11 @@ def check_deep_ep_source(pins: Expected, manifest: Path) -> Check:
             verdict="missing",
             detail=str(manifest),
         )
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    try:
+        source = json.loads(read_text(manifest, what="a DeepEP source manifest"))
+        found = f"{source['repo']}@{source['commit'][:12]}"
+        same = source["repo"] == pins.deepep_repo and source["commit"] == pins.deepep_ref
+    except (BadInput, ValueError, KeyError, TypeError) as exc:
         return Check(
             component="deep_ep source",
             expected=expected,
@@ -537,7 +586,7 @@ def _package_file(distribution: str, name: str) -> Path | None:
         dist = metadata.distribution(distribution)
     except metadata.PackageNotFoundError:
         return None
-    return next((Path(str(dist.locate_file(f))) for f in dist.files or [] if f.name == name), None)
+    return next((Path(str(dist.locate_file(f))) for f in files(dist)[0] if f.name == name), None)
 
 
 def python_checks(pins: Expected) -> list[Check]:
@@ -550,7 +599,7 @@ def python_checks(pins: Expected) -> list[Check]:
 
 
 def base_checks(pins: Expected) -> list[Check]:
-    torch, error = _try_import("torch") if _installed_version("torch") else (None, "torch not installed")
+    torch, error = _try_import("torch") if find("torch") else (None, "torch not installed")
     return [
         check_distribution("torch", pins.torch_version),
         check_torch_cuda(pins, torch, error),
@@ -561,12 +610,13 @@ def base_checks(pins: Expected) -> list[Check]:
 
 
 def deepep_checks(pins: Expected) -> list[Check]:
-    owners = deep_ep_owners(metadata.distributions())
+    distributions = list(metadata.distributions())
+    owners = deep_ep_owners(distributions)
     extensions = [p for paths in owners.values() for p in paths if re.match(r"^_C\..*so$", p.name)]
     manifest = Path(os.environ.get("EPSTACK_DEEPEP_MANIFEST") or DEFAULT_MANIFEST)
     return [
         check_deep_ep_source(pins, manifest),
-        check_deep_ep_owner(owners),
+        check_deep_ep_owner(owners, unreadable_deep_ep_records(distributions)),
         check_elastic_buffer(owners),
         check_nccl_link(extensions[0] if extensions else None, _read_maps()),
         check_libstdcxx(extensions[0] if extensions else None),
@@ -618,11 +668,11 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
         style = _STYLE[check.verdict]
         table.add_row(
             check.layer,
-            check.component,
-            check.expected,
-            check.found,
+            escape(check.component),
+            escape(check.expected),
+            escape(check.found),
             f"[{style}]{check.verdict}[/]",
-            check.detail,
+            escape(check.detail),
         )
     console.print(table)
     if args.json:
