@@ -65,7 +65,7 @@ EFA = Fabric(
     # with 2 MiB huge pages.
     hugepages_2mi="5120Mi",
     gin_min_nccl=EFA_GDA_MIN_NCCL,
-    gin_floor_source="aws-ofi-nccl 1.21 doc/gin-getting-started.md: NCCL 2.31.2-1 or later",
+    gin_floor_source=f"aws-ofi-nccl 1.21 doc/gin-getting-started.md: NCCL {EFA_GDA_MIN_NCCL}-1 or later",
 )
 
 IB = Fabric(
@@ -79,7 +79,9 @@ IB = Fabric(
     k8s_resource="rdma/ib",
     hugepages_2mi="",
     gin_min_nccl=DEEPEP_V2_MIN_NCCL,
-    gin_floor_source="DeepEP V2 needs NCCL's GIN device API (NCCL 2.30.4); IB GDAKI/proxy ship with it",
+    gin_floor_source=(
+        f"DeepEP V2 needs NCCL's GIN device API (NCCL {DEEPEP_V2_MIN_NCCL}); IB GDAKI/proxy ship with it"
+    ),
 )
 
 FABRICS: dict[str, Fabric] = {EFA.name: EFA, IB.name: IB}

@@ -43,7 +43,7 @@ from epstack.loaded import (
 from epstack.output import write_file
 from epstack.pins import load_pins, read_layer_pins
 from epstack.pinsfile import parse_pins_file
-from epstack.stack import DEEP_EP_PROVIDERS, CudaWheels, cuda_wheels
+from epstack.stack import DEEP_EP_PROVIDERS, CudaWheels, base_packages, cuda_wheels
 
 Verdict = Literal["ok", "mismatch", "missing", "skipped", "override (pinned)"]
 FAILED: frozenset[Verdict] = frozenset({"mismatch", "missing"})
@@ -111,11 +111,12 @@ class LayerPins:
 
     @property
     def base_packages(self) -> dict[str, str]:
-        return {
-            "torch": self.torch_version,
-            self.wheels.nccl: self.nccl_version,
-            self.wheels.nvshmem: self.nvshmem_version,
-        }
+        return base_packages(
+            cuda_version=self.cuda_version,
+            torch_version=self.torch_version,
+            nccl_version=self.nccl_version,
+            nvshmem_version=self.nvshmem_version,
+        )
 
 
 def load_expected(path: Path, layers: list[str]) -> Expected:

@@ -34,6 +34,7 @@ from epstack.stack import (
     CudaWheels,
     ImageTarget,
     arch_problem,
+    base_packages,
     cuda_wheels,
     image_os,
     wheel_platform,
@@ -116,11 +117,12 @@ class Pins(BaseModel):
     @property
     def base_packages(self) -> dict[str, str]:
         """The Python distributions the base layer pins; no upper layer may move them."""
-        return {
-            "torch": self.torch_version,
-            self.wheels.nccl: self.nccl_version,
-            self.wheels.nvshmem: self.nvshmem_version,
-        }
+        return base_packages(
+            cuda_version=self.cuda_version,
+            torch_version=self.torch_version,
+            nccl_version=self.nccl_version,
+            nvshmem_version=self.nvshmem_version,
+        )
 
     def gin_type(self, fabric_name: str) -> str:
         """The pinned NCCL GIN type for a fabric (EFA_GIN_TYPE, IB_GIN_TYPE)."""
@@ -191,6 +193,13 @@ def load_pins(path: Path) -> Pins:
     file:line and fix; the rules between pins run once every value is valid."""
     pins_file = parse_pins_file(path)
     problems = list(pins_file.problems)
+    known = known_keys()
+    for problem in pins_file.problems:  # a bad line's key may be misspelt too
+        if problem.key and problem.key not in known and not problem.key.startswith("ARCH_"):
+            hint = did_you_mean(problem.key, known) or "remove it (see the pins reference in README.md)"
+            problems.append(
+                Problem(line=problem.line, key=problem.key, text=f"unknown key {problem.key}; fix: {hint}")
+            )
     raw, arch_problems = _raw_values(pins_file)
     problems += arch_problems
     try:

@@ -124,6 +124,14 @@ def cuda_wheels(cuda_version: str) -> CudaWheels:
     return CudaWheels(major=major, nccl=f"nvidia-nccl-cu{major}", nvshmem=f"nvidia-nvshmem-cu{major}")
 
 
+def base_packages(
+    *, cuda_version: str, torch_version: str, nccl_version: str, nvshmem_version: str
+) -> dict[str, str]:
+    """The Python distributions the base layer owns, at their pins: no upper layer may move them."""
+    wheels = cuda_wheels(cuda_version)
+    return {"torch": torch_version, wheels.nccl: nccl_version, wheels.nvshmem: nvshmem_version}
+
+
 def image_os(image_ref: str) -> str:
     """The OS suffix of a CUDA image tag: nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:... -> ubuntu24.04."""
     tag = image_ref.split("@", 1)[0].rsplit(":", 1)[-1]
@@ -137,7 +145,7 @@ def wheel_platform(os_name: str) -> str:
 
 
 def arch_problem(arch: str, cuda_version: str) -> str | None:
-    """Why nvcc of `cuda_version` cannot build for `arch` (e.g. "10.3a"), or None when it can."""
+    """Why nvcc of `cuda_version` cannot build for `arch` (e.g. 10.3a), or None when it can."""
     known = GPU_ARCHS.get(arch)
     if known is None:
         return f"{arch} is not a GPU architecture nvcc knows"

@@ -35,14 +35,9 @@ export PYTHONPATH="$PWD:/opt/epstack-deps${PYTHONPATH:+:$PYTHONPATH}"
 start=$SECONDS
 note() { echo "[$((SECONDS - start))s] $*" | tee -a "$out/run.log"; }
 
+# The pinned NCCL loaded by torch (epstack's own check) and deep_ep importable.
 installed() {
-    "$py" - <<'PY' 2>/dev/null
-import ctypes, importlib.util, sys
-import torch  # maps libnccl
-path = next(l.split()[-1] for l in open("/proc/self/maps") if "libnccl" in l)
-code = ctypes.c_int(); ctypes.CDLL(path).ncclGetVersion(ctypes.byref(code))
-sys.exit(0 if code.value >= 23004 and importlib.util.find_spec("deep_ep") else 1)
-PY
+    "$py" -m epstack nccl check --pins pins.env --loaded >/dev/null 2>&1 && "$py" -c "import deep_ep" 2>/dev/null
 }
 
 for phase in "$@"; do
@@ -54,7 +49,7 @@ for phase in "$@"; do
                 "$srcs"/wheels/*.whl 2>&1 | tail -n 3
         fi
         note "install: NCCL"
-        bash scripts/gpu/install-nccl.sh --src "$(ls "$srcs"/nccl-*.tar.gz)" --arch 90 \
+        bash scripts/gpu/install-nccl.sh --pins pins.env --src "$(ls "$srcs"/nccl-*.tar.gz)" --arch 90 \
             --prefix /opt/nccl 2>&1 | tee -a "$out/install.log" | tail -n 3
         note "install: DeepEP (epstack deepep build)"
         cmd=("$py" -m epstack deepep build --pins pins.env --arch 9.0 --sources "$srcs"

@@ -4,13 +4,16 @@
 # library byte-identical to the one under its NCCL root, which it finds through that wheel).
 # For a bare GPU host, and for image steps that cannot pip-install a new enough NCCL wheel.
 #
-# Usage: install-nccl.sh [--src ARCHIVE.tar.gz|DIR] [--version 2.30.7] [--arch 90]
-#                        [--prefix /opt/nccl] [--jobs N]
-# Without --src it clones https://github.com/NVIDIA/nccl at tag v<version>-1.
+# Usage: install-nccl.sh --arch SM [--pins FILE] [--src ARCHIVE.tar.gz|DIR] [--prefix /opt/nccl] [--jobs N]
+#   --arch   the GPUs' SM without the dot, e.g. 90 for Hopper
+#   --pins   the pins file whose NCCL_VERSION is built (default $EPSTACK_PINS or ./pins.env)
+# Without --src it clones https://github.com/NVIDIA/nccl at tag v<NCCL_VERSION>-1. The versions are read
+# and checked by epstack (`epstack pins get`, `epstack nccl check`), run from this checkout.
 set -euo pipefail
 
-version=2.30.7
-arch=90
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+pins=${EPSTACK_PINS:-pins.env}
+arch=""
 prefix=/opt/nccl
 src=""
 jobs=$(nproc)
@@ -18,13 +21,19 @@ py=${PYTHON:-python3}
 while (($#)); do
     case $1 in
         --src) src=$2; shift 2 ;;
-        --version) version=$2; shift 2 ;;
+        --pins) pins=$2; shift 2 ;;
         --arch) arch=$2; shift 2 ;;
         --prefix) prefix=$2; shift 2 ;;
         --jobs) jobs=$2; shift 2 ;;
         *) echo "install-nccl.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
+if [[ ! $arch =~ ^[0-9]+[af]?$ ]]; then
+    echo "install-nccl.sh: --arch SM is required, e.g. --arch 90 for Hopper" >&2
+    exit 2
+fi
+epstack() { PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$py" -m epstack "$@"; }
+version=$(epstack pins get NCCL_VERSION --pins "$pins")
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -37,12 +46,7 @@ else
 fi
 tree=$(dirname "$(find "$work" -maxdepth 3 -path '*/makefiles/version.mk' | head -n1)")/..
 tree=$(cd "$tree" && pwd)
-got=$(awk -F' *:= *' '/^NCCL_(MAJOR|MINOR|PATCH)/ {v = v (v ? "." : "") $2} END {print v}' \
-    "$tree/makefiles/version.mk")
-if [[ $got != "$version" ]]; then
-    echo "install-nccl.sh: source is NCCL $got, expected $version" >&2
-    exit 1
-fi
+epstack nccl check --pins "$pins" --source "$tree"
 
 # One toolchain: the system gcc, whatever wrappers the environment points CC/CXX at.
 export CC=/usr/bin/gcc CXX=/usr/bin/g++
@@ -82,12 +86,4 @@ else
     lib=$prefix/lib/libnccl.so.2
 fi
 
-"$py" - "$lib" "$version" <<'PY'
-import ctypes, sys
-code = ctypes.c_int(0)
-ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(code))
-want = [int(p) for p in sys.argv[2].split(".")]
-want_code = want[0] * 10000 + want[1] * 100 + want[2]
-print(f"+ {sys.argv[1]}: ncclGetVersion = {code.value}")
-sys.exit(0 if code.value == want_code else 1)
-PY
+epstack nccl check --pins "$pins" --library "$lib"
