@@ -119,6 +119,10 @@ PINS = _pins_parent()
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:
     """The parsed arguments, or the exit code argparse chose (2 for a bad flag, 0 for --help)."""
     try:
+        # argparse (3.11, 3.12) turns `--opt=--` into an empty list instead of a value or an error.
+        swallowed = next((arg for arg in argv if arg.startswith("--") and arg.endswith("=--")), None)
+        if swallowed:
+            parser.error(f"{swallowed}: '--' is not a value")
         return parser.parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else OK

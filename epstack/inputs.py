@@ -37,10 +37,11 @@ def read_bytes(path: Path, *, what: str, limit: int = MAX_BYTES) -> bytes:
     except (OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else str(exc)
         raise BadInput(f"{path}: cannot open {what} ({reason}); fix: pass a readable file") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise BadInput(f"{path}: {_kind(mode)}, not {what}; fix: pass a regular file")
     with os.fdopen(fd, "rb") as file:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise BadInput(f"{path}: {_kind(mode)}, not {what}; fix: pass a regular file")
         try:
             data = file.read(limit + 1)
         except OSError as exc:

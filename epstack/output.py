@@ -45,6 +45,15 @@ def _overlaps(path: Path, other: Path) -> bool:
 
 def check_output(value: str, *, checkout: Path, inputs: Sequence[Path]) -> Path:
     """The absolute output path when epstack may write there; BadInput (one line, with a fix) if not."""
+    try:
+        return _check_output(value, checkout=checkout, inputs=inputs)
+    except OSError as exc:  # a name too long, a loop of links, a directory we may not search
+        raise BadInput(
+            f"{value}: cannot use it as an output ({exc.strerror}); fix: choose another path"
+        ) from None
+
+
+def _check_output(value: str, *, checkout: Path, inputs: Sequence[Path]) -> Path:
     if not value.strip():
         raise BadInput("--out is empty; fix: name a new directory, e.g. --out build/render")
     out = Path(value)

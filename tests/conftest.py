@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from epstack.engine import DockerEngine
 from epstack.errors import EnvironmentProblem
@@ -17,6 +18,17 @@ from epstack.smoke import cli, preflight
 from epstack.smoke.stage import HANG_STAGE_ENV
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Hypothesis: "ci" (default) keeps the property tests inside CI's budget; "thorough" for a long run
+# (HYPOTHESIS_PROFILE=thorough). No example database: tests write nothing into the checkout.
+_PROFILE = {
+    "deadline": None,
+    "database": None,
+    "suppress_health_check": [HealthCheck.function_scoped_fixture],
+}
+settings.register_profile("ci", max_examples=25, **_PROFILE)
+settings.register_profile("thorough", max_examples=1000, **_PROFILE)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 PINS = REPO / "pins.env"
 
 
