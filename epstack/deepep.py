@@ -30,7 +30,7 @@ from epstack.cmd import call
 from epstack.command import PINS, SubParsers, path_arg, pins_path
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
 from epstack.loaded import interposition_example, libstdcxx_interposition, nccl_version
-from epstack.pinsfile import read_pins_file
+from epstack.pins import pin_values
 from epstack.sources import GitSource, git_sources, verify
 from epstack.stack import cuda_wheels
 
@@ -148,7 +148,7 @@ def _check_extension(wheel: Path, work: Path) -> None:
 
 def build(*, pins_file: Path, sources: Path | None, wheel_dir: Path, arch: str | None) -> DeepepManifest:
     """Build the deep_ep wheel into `wheel_dir` and write its manifest there."""
-    pinned = {key: entry.value for key, entry in read_pins_file(pins_file).entries.items()}
+    pinned = pin_values(pins_file)
     missing = [k for k in ("DEEPEP_REPO", "DEEPEP_REF", "DEEPEP_FMT_REF", "GDRCOPY_REF", "CUDA_VERSION")
                if k not in pinned]  # fmt: skip
     arch_list = arch or pinned.get("TORCH_CUDA_ARCH_LIST")

@@ -18,8 +18,7 @@ from epstack.errors import BadInput, EnvironmentProblem
 from epstack.guard import check_nccl_loaded
 from epstack.inputs import read_text
 from epstack.loaded import nccl_version
-from epstack.pins import load_pins, read_layer_pins
-from epstack.pinsfile import parse_pins_file
+from epstack.pins import pin_values
 from epstack.pinvalues import exact_version
 
 _VERSION_MK = re.compile(r"^NCCL_(MAJOR|MINOR|PATCH)\s*:=\s*(\d+)\s*$", re.MULTILINE)
@@ -53,16 +52,6 @@ def loaded_version(expected: str) -> tuple[str, str]:
     return row.found, row.detail
 
 
-def pinned_nccl(path: Path) -> str:
-    """NCCL_VERSION of pins.env or of a layer pins file, validated."""
-    if "DEFAULT_TARGET" in parse_pins_file(path).entries:
-        return load_pins(path).nccl_version
-    values = read_layer_pins(path)
-    if "NCCL_VERSION" not in values:
-        raise BadInput(f"{path}: no NCCL_VERSION; fix: pass pins.env or a layer pins file")
-    return values["NCCL_VERSION"]
-
-
 def cmd_nccl_check(args: argparse.Namespace, console: Console) -> int:
     if args.version is not None:
         try:
@@ -70,7 +59,12 @@ def cmd_nccl_check(args: argparse.Namespace, console: Console) -> int:
         except ValueError as exc:
             raise BadInput(f"--version {exc}") from None
     else:
-        expected = pinned_nccl(pins_path(args.pins))
+        pinned = pin_values(pins_path(args.pins))
+        if "NCCL_VERSION" not in pinned:
+            raise BadInput(
+                f"{pins_path(args.pins)}: no NCCL_VERSION; fix: pass pins.env or a layer pins file"
+            )
+        expected = pinned["NCCL_VERSION"]
     found: list[tuple[str, str]] = []
     if args.source:
         found.append((source_version(args.source), f"source {args.source}"))

@@ -309,6 +309,13 @@ def read_layer_pins(path: Path) -> dict[str, str]:
     return values
 
 
+def pin_values(path: Path) -> dict[str, str]:
+    """The validated values, by key, of pins.env (every rule) or of a layer pins file (the value rules)."""
+    if "DEFAULT_TARGET" in parse_pins_file(path).entries:
+        return load_pins(path).as_env()
+    return read_layer_pins(path)
+
+
 SCHEMA_PATH = Path(__file__).with_name("pins.schema.json")
 
 
