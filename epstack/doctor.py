@@ -141,7 +141,7 @@ def cmd_doctor(args: argparse.Namespace, console: object = None) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cuda", help="the image's CUDA version instead of the pins file's (e.g. 13.0)")
     parser.add_argument(
-        "--root", type=Path, default=host.ROOT, help="read /proc and /sys under here (default /)"
+        "--root", type=path_arg, default=host.ROOT, help="read /proc and /sys under here (default /)"
     )
     parser.add_argument("--json", type=path_arg, metavar="FILE", help="also write the report as JSON")
     parser.set_defaults(func=cmd_doctor)

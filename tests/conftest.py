@@ -6,11 +6,13 @@ import json
 import os
 import socket
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from epstack.engine import DockerEngine
 from epstack.errors import EnvironmentProblem
@@ -20,7 +22,8 @@ from epstack.smoke.stage import HANG_STAGE_ENV
 REPO = Path(__file__).resolve().parent.parent
 
 # Hypothesis: "ci" (default) keeps the property tests inside CI's budget; "thorough" for a long run
-# (HYPOTHESIS_PROFILE=thorough). No example database: tests write nothing into the checkout.
+# (HYPOTHESIS_PROFILE=thorough). No example database, and Hypothesis's caches in the temporary
+# directory: tests write nothing into the checkout.
 _PROFILE = {
     "deadline": None,
     "database": None,
@@ -29,6 +32,7 @@ _PROFILE = {
 settings.register_profile("ci", max_examples=25, **_PROFILE)
 settings.register_profile("thorough", max_examples=1000, **_PROFILE)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "epstack-hypothesis")
 PINS = REPO / "pins.env"
 
 

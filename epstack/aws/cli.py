@@ -18,7 +18,7 @@ from epstack.aws.lint import LintFailed, lint, lint_or_raise
 from epstack.aws.runner import parse_overrides, run_local
 from epstack.aws.secrets import aws_secrets
 from epstack.cmd import output_if_ok
-from epstack.command import PINS, SubParsers, path_arg, pins_path
+from epstack.command import PINS, SubParsers, path_arg, pins_path, seconds
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput
 from epstack.pins import load_pins
@@ -179,7 +179,7 @@ def register(subparsers: SubParsers) -> None:
     )
     lint_parser.add_argument("files", nargs="+", type=path_arg, metavar="FILE")
     lint_parser.add_argument(
-        "--source", type=Path, help="source root for batch buildspec paths (default: git root)"
+        "--source", type=path_arg, help="source root for batch buildspec paths (default: git root)"
     )
     lint_parser.set_defaults(func=cmd_lint)
 
@@ -201,7 +201,7 @@ def register(subparsers: SubParsers) -> None:
     )
     run.add_argument("--source", type=path_arg, help="source directory (default: the buildspec's git root)")
     run.add_argument(
-        "--out", type=Path, help="run.json, build.log, artifacts/ (default SOURCE/build/codebuild-local)"
+        "--out", type=path_arg, help="run.json, build.log, artifacts/ (default SOURCE/build/codebuild-local)"
     )
     run.set_defaults(func=cmd_run_local)
 
@@ -220,7 +220,7 @@ def register(subparsers: SubParsers) -> None:
     start_parser.add_argument("--source-version", help="commit to build (default HEAD)")
     start_parser.add_argument("--region", help="AWS region (default AWS_REGION)")
     start_parser.add_argument(
-        "--poll", type=float, default=5.0, help="seconds between status reads (default 5)"
+        "--poll", type=seconds, default=5.0, help="seconds between status reads (default 5)"
     )
     start_parser.set_defaults(func=cmd_start)
 
