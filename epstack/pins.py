@@ -21,17 +21,21 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from epstack import fabric
 from epstack.errors import BadInput
 from epstack.pinsfile import PinsFile, read_pins_file
+from epstack.sources import Patch, parse_patches
 from epstack.stack import (
     CUDA_ARCHS,
+    DEEPEP_PATCH_KEYS,
     DEEPEP_REFS_WITHOUT_EFA_GDA,
     DEEPEP_V2_MIN_NCCL,
     EFA_GDA_MIN_NCCL,
     EFA_GIN_MIN_OFI_NCCL,
     FABRIC_PIN_KEYS,
     GIN_EFA_GDA,
+    GIN_GDAKI,
     GIN_PROXY,
     IMAGE_OS_GLIBC,
     LAYER_PIN_KEYS,
+    PATCHES_NEEDING_GDAKI,
     CudaWheels,
     ImageTarget,
     cuda_major,
@@ -108,6 +112,11 @@ def _fabric_list(value: str) -> tuple[str, ...]:
     return fabrics
 
 
+def _patches(value: str) -> str:
+    parse_patches(value)
+    return value
+
+
 def _gin_type(name: str) -> Callable[[str], str]:
     choices = fabric.FABRICS[name].gin_types
 
@@ -164,6 +173,8 @@ class Pins(BaseModel):
     ] = Field(alias="DEEPEP_REPO")
     deepep_ref: Annotated[str, AfterValidator(_full_sha)] = Field(alias="DEEPEP_REF")
     deepep_fmt_ref: Annotated[str, AfterValidator(_full_sha)] = Field(alias="DEEPEP_FMT_REF")
+    deepep_patches_efa: Annotated[str, AfterValidator(_patches)] = Field(alias="DEEPEP_PATCHES_EFA")
+    deepep_patches_ib: Annotated[str, AfterValidator(_patches)] = Field(alias="DEEPEP_PATCHES_IB")
     sglang_version: ExactVersion = Field(alias="SGLANG_VERSION")
     efa_installer_version: ExactVersion = Field(alias="EFA_INSTALLER_VERSION")
     efa_installer_sha256: Annotated[
@@ -212,6 +223,14 @@ class Pins(BaseModel):
             self.wheels.nvshmem: self.nvshmem_version,
         }
 
+    def deepep_patches(self) -> tuple[str, ...] | None:
+        """None: a whole pins.env pins patches per fabric, and names no fabric (the guard's Expected)."""
+        return None
+
+    def patches(self, fabric_name: str) -> tuple[Patch, ...]:
+        """The DeepEP patches the deepep layer of a fabric's targets applies, in order."""
+        return parse_patches(self.model_dump(by_alias=True)[DEEPEP_PATCH_KEYS[fabric_name]])
+
     def gin_type(self, fabric_name: str) -> str:
         """The pinned NCCL GIN type for a fabric (EFA_GIN_TYPE, IB_GIN_TYPE)."""
         return {"efa": self.efa_gin_type, "ib": self.ib_gin_type}[fabric_name]
@@ -243,6 +262,7 @@ class Pins(BaseModel):
         pinned["FABRIC"] = fabric
         if layer != "base":
             pinned["TORCH_CUDA_ARCH_LIST"] = " ".join(self.archs[arch])
+            pinned[DEEPEP_PATCH_KEYS[fabric]] = str(values[DEEPEP_PATCH_KEYS[fabric]])
         return pinned
 
     def layer_hash(self, layer: Layer, target: str) -> str:
@@ -421,8 +441,22 @@ def _rule_gin_types(pins: Pins, pins_file: PinsFile) -> None:
         )
 
 
+def _rule_patches_fit_the_gin_type(pins: Pins, pins_file: PinsFile) -> None:
+    for name in pins.fabrics:
+        for patch in pins.patches(name):
+            why = PATCHES_NEEDING_GDAKI.get(patch.sha256)
+            if why and pins.gin_type(name) != GIN_GDAKI:
+                raise pins_file.error(
+                    DEEPEP_PATCH_KEYS[name],
+                    f"{why} ({patch.file}) reads GIN signals in GDAKI's layout, but {name} uses GIN type "
+                    f"{pins.gin_type(name)}",
+                    f"drop it from {DEEPEP_PATCH_KEYS[name]}, or pin GIN type {GIN_GDAKI} for {name}",
+                )
+
+
 RULES: tuple[Callable[[Pins, PinsFile], None], ...] = (
     _rule_gin_types,
+    _rule_patches_fit_the_gin_type,
     _rule_nccl_for_deepep_v2,
     _rule_gin_over_efa,
     _rule_one_cuda_major,

@@ -64,6 +64,14 @@ LAYER_PIN_KEYS: dict[str, tuple[str, ...]] = {
     "deepep": ("GDRCOPY_VERSION", "GDRCOPY_REF", "DEEPEP_REPO", "DEEPEP_REF", "DEEPEP_FMT_REF"),
     "sglang": ("SGLANG_VERSION",),
 }
+# DeepEP patches are pinned per fabric (DEEPEP_PATCHES_EFA, _IB) and belong to the deepep layer of
+# that fabric's targets.
+DEEPEP_PATCH_KEYS = {"efa": "DEEPEP_PATCHES_EFA", "ib": "DEEPEP_PATCHES_IB"}
+# Patches (by sha256) that read NCCL GIN signals in GDAKI's memory layout: right only where the
+# fabric's pinned GIN type is GDAKI (docs/deepep-patches.md; DeepEP PR #706 on the proxy layout).
+PATCHES_NEEDING_GDAKI = {
+    "fbde7fef0cd154a090f3a150a55bb0300c4c364800f485cf27361031bb25c961": "vLLM's GIN barrier patch",
+}
 # Fabric pins belong to the base layer of that fabric's targets only.
 FABRIC_PIN_KEYS: dict[str, tuple[str, ...]] = {
     "efa": ("EFA_INSTALLER_VERSION", "EFA_INSTALLER_SHA256", "AWS_OFI_NCCL_VERSION", "EFA_GIN_TYPE"),

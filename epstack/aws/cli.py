@@ -59,9 +59,7 @@ def cmd_run_local(args: argparse.Namespace, console: Console) -> int:
     )
     if args.registry:
         if not is_loopback(args.registry.split("/", 1)[0]):
-            raise BadInput(
-                f"--registry {args.registry}: only loopback for run-local; fix: 127.0.0.1:PORT"
-            )
+            raise BadInput(f"--registry {args.registry}: only loopback for run-local; fix: 127.0.0.1:PORT")
         LoopbackRegistry(host=args.registry.split("/", 1)[0]).ping()
         overrides["EPSTACK_REGISTRY"] = args.registry
     pending = (set(spec.parameter_store) | set(spec.secrets_manager)) - set(overrides)

@@ -131,9 +131,7 @@ class Backoff:
                 message = exc.response.get("Error", {}).get("Message", "")
                 if code in THROTTLING and attempt + 1 < self.attempts:
                     delay = self.rng.uniform(0, min(self.cap, self.base * 2**attempt))
-                    self.log(
-                        f"{operation}: {code}, retry {attempt + 1}/{self.attempts - 1} in {delay:.1f} s"
-                    )
+                    self.log(f"{operation}: {code}, retry {attempt + 1}/{self.attempts - 1} in {delay:.1f} s")
                     self.sleep(delay)
                     continue
                 if code in THROTTLING:
