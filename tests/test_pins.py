@@ -67,11 +67,6 @@ BAD_VALUES = [
         ",".join(f"https://{host}/a.patch#sha256=" + "0" * 64 for host in ("x", "y")),
         ["two patches named 'a.patch'"],
     ),
-    (
-        "IB_GIN_TYPE",
-        "2",
-        ["reads GIN signals in GDAKI's layout", "but ib uses GIN type 2", "DEEPEP_PATCHES_IB"],
-    ),
 ]
 
 
