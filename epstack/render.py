@@ -196,7 +196,9 @@ def _target_images(pins: Pins, target: str, *, created: datetime, revision: str)
     devel_ref = base_ref.replace(":base-", ":devel-", 1)
     deepep_ref = pins.image_ref("deepep", target)
 
-    def labels(layer: Layer, top: bool, base_image: str = pins.cuda_runtime_image) -> dict[str, str]:
+    def labels(
+        layer: Layer, stage: str, top: bool, base_image: str = pins.cuda_runtime_image
+    ) -> dict[str, str]:
         """Pins and base digest on every layer; created and revision on the top one only, so a
         new commit changes no lower image (and rebuilds nothing below the top)."""
         pinned = pins.layer_pins(layer, target)
@@ -208,6 +210,7 @@ def _target_images(pins: Pins, target: str, *, created: datetime, revision: str)
             "org.opencontainers.image.base.digest": base_image.split("@")[1],
             "io.epstack.target": target,
             "io.epstack.layer": layer,
+            "io.epstack.stage": stage,
         }
         if top:
             result["org.opencontainers.image.created"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -224,7 +227,7 @@ def _target_images(pins: Pins, target: str, *, created: datetime, revision: str)
             stage="devel",
             dockerfile=f"{directory}/base.Dockerfile",
             tag=devel_ref,
-            labels=labels("base", False, pins.cuda_devel_image),
+            labels=labels("base", "devel", False, pins.cuda_devel_image),
         ),
         ImageSpec(
             name=f"{target}-base",
@@ -233,7 +236,7 @@ def _target_images(pins: Pins, target: str, *, created: datetime, revision: str)
             stage="base",
             dockerfile=f"{directory}/base.Dockerfile",
             tag=base_ref,
-            labels=labels("base", False),
+            labels=labels("base", "base", False),
         ),
         ImageSpec(
             name=f"{target}-deepep",
@@ -242,7 +245,7 @@ def _target_images(pins: Pins, target: str, *, created: datetime, revision: str)
             stage="deepep",
             dockerfile=f"{directory}/deepep.Dockerfile",
             tag=deepep_ref,
-            labels=labels("deepep", False),
+            labels=labels("deepep", "deepep", False),
             args={"DEVEL_IMAGE": devel_ref, "BASE_IMAGE": base_ref},
             depends_on=(f"{target}-devel", f"{target}-base"),
         ),
@@ -253,7 +256,7 @@ def _target_images(pins: Pins, target: str, *, created: datetime, revision: str)
             stage="sglang",
             dockerfile=f"{directory}/sglang.Dockerfile",
             tag=pins.image_ref("sglang", target),
-            labels=labels("sglang", True),
+            labels=labels("sglang", "sglang", True),
             args={"DEEPEP_IMAGE": deepep_ref},
             depends_on=(f"{target}-deepep",),
         ),

@@ -22,6 +22,7 @@ LABEL \
     org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.target="blackwell-ib" \
     io.epstack.layer="sglang" \
+    io.epstack.stage="sglang" \
     org.opencontainers.image.created="2026-11-29T00:00:00Z" \
     org.opencontainers.image.revision="0000000000000000000000000000000000000000" \
     io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \

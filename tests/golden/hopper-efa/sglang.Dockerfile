@@ -22,6 +22,7 @@ LABEL \
     org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.target="hopper-efa" \
     io.epstack.layer="sglang" \
+    io.epstack.stage="sglang" \
     org.opencontainers.image.created="2026-11-29T00:00:00Z" \
     org.opencontainers.image.revision="0000000000000000000000000000000000000000" \
     io.epstack.pin.aws_ofi_nccl_version="1.21.1" \
