@@ -39,7 +39,7 @@ from epstack.loaded import (
 from epstack.pins import load_pins, pins_path
 from epstack.pinsfile import read_pins_file
 from epstack.sources import fabric_patches
-from epstack.stack import CudaWheels, cuda_wheels
+from epstack.stack import CudaWheels, base_packages, cuda_wheels
 
 Verdict = Literal["ok", "mismatch", "missing", "skipped", "override (pinned)"]
 FAILED: frozenset[Verdict] = frozenset({"mismatch", "missing"})
@@ -118,11 +118,7 @@ class LayerPins:
 
     @property
     def base_packages(self) -> dict[str, str]:
-        return {
-            "torch": self.torch_version,
-            self.wheels.nccl: self.nccl_version,
-            self.wheels.nvshmem: self.nvshmem_version,
-        }
+        return base_packages(self.cuda_version, self.torch_version, self.nccl_version, self.nvshmem_version)
 
 
 def load_expected(path: Path, layers: list[str]) -> Expected:

@@ -38,6 +38,7 @@ from epstack.stack import (
     PATCHES_NEEDING_GDAKI,
     CudaWheels,
     ImageTarget,
+    base_packages,
     cuda_major,
     cuda_wheels,
     image_os,
@@ -217,11 +218,7 @@ class Pins(BaseModel):
     @property
     def base_packages(self) -> dict[str, str]:
         """The Python distributions the base layer pins; no upper layer may move them."""
-        return {
-            "torch": self.torch_version,
-            self.wheels.nccl: self.nccl_version,
-            self.wheels.nvshmem: self.nvshmem_version,
-        }
+        return base_packages(self.cuda_version, self.torch_version, self.nccl_version, self.nvshmem_version)
 
     def deepep_patches(self) -> tuple[str, ...] | None:
         """None: a whole pins.env pins patches per fabric, and names no fabric (the guard's Expected)."""

@@ -116,6 +116,12 @@ def cuda_wheels(cuda_version: str) -> CudaWheels:
     return CudaWheels(major=major, nccl=f"nvidia-nccl-cu{major}", nvshmem=f"nvidia-nvshmem-cu{major}")
 
 
+def base_packages(cuda_version: str, torch: str, nccl: str, nvshmem: str) -> dict[str, str]:
+    """The Python distributions the base layer pins (name -> version); no upper layer may move them."""
+    wheels = cuda_wheels(cuda_version)
+    return {"torch": torch, wheels.nccl: nccl, wheels.nvshmem: nvshmem}
+
+
 def image_os(image_ref: str) -> str:
     """The OS suffix of a CUDA image tag: nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:... -> ubuntu24.04."""
     tag = image_ref.split("@", 1)[0].rsplit(":", 1)[-1]
