@@ -29,7 +29,7 @@ from epstack.fabric import COMMON_IMAGE_ENV, FABRICS
 from epstack.output import check_output, replace_output
 from epstack.pins import LAYERS, Layer, Pins
 from epstack.sources import context_files as sources_context
-from epstack.stack import DEEP_EP_PROVIDERS
+from epstack.stack import DEEP_EP_PROVIDERS, DEEPEP_PATCH_KEYS
 from epstack.standin import render_files as standin_files
 from epstack.standin import standin_for
 
@@ -115,10 +115,11 @@ def plan_render(pins: Pins, *, created: datetime, revision: str, sources: Path |
         files[f"scripts/{script.parent.name}/{script.name}"] = script.read_bytes()
     for path in _package_sources():
         files[f"src/{path.relative_to(REPO_ROOT).as_posix()}"] = path.read_bytes()
+    # One sources/ for every target: the EFA installer of an EFA target, and every fabric's patches.
     efa_target = next((t for t in pins.targets if t.endswith("-efa")), pins.targets[0])
-    files.update(
-        sources_context(sources, pins.layer_pins("base", efa_target), pins.layer_pins("deepep", efa_target))
-    )
+    values = pins.model_dump(by_alias=True)
+    deepep = pins.layer_pins("deepep", efa_target) | {key: values[key] for key in DEEPEP_PATCH_KEYS.values()}
+    files.update(sources_context(sources, pins.layer_pins("base", efa_target), deepep))
     standin = standin_for(pins)
     for name, text in standin_files(pins).items():
         files[f"standin/{name}"] = text.encode()
