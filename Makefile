@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TARGET ?=
+# A folder of `git archive` tarballs (DeepEP, fmt, GDRCopy) and installers, for builds without GitHub.
+SOURCES ?=
 # pip extras of the venv: CodeBuild's install phase needs only aws (make .venv/bin/epstack EXTRAS=aws).
 EXTRAS ?= test,aws
 RENDER := build/render
@@ -27,7 +29,7 @@ lint: render
 
 image: lint
 	-scripts/dev/docker-engine.sh start
-	$(BIN)/epstack build $(TARGET) --out $(RENDER)
+	$(BIN)/epstack build $(TARGET) --out $(RENDER) $(if $(SOURCES),--sources $(SOURCES))
 
 test: $(BIN)/epstack
 	scripts/dev/docker-engine.sh start
@@ -58,7 +60,7 @@ sglang-parser: $(BIN)/epstack
 	$(BIN)/python -m tests.cluster.sglang_env --fresh
 
 bench: $(BIN)/epstack
-	$(BIN)/python benchmarks/render_and_rebuild.py
+	$(BIN)/python benchmarks/render_time.py
 
 clean:
 	rm -rf build $(VENV)

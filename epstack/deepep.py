@@ -1,7 +1,8 @@
 """`epstack deepep build`: the one DeepEP V2 builder, for images and for bare GPU hosts alike.
 
 1. Source: the pinned commit with its fmt submodule, from `git archive` tarballs in a sources folder
-   (commits checked before unpacking) or cloned (HEAD and the fmt gitlink checked).
+   (commits checked before unpacking) or cloned (HEAD and the fmt gitlink checked); then the fabric's
+   pinned patches (DEEPEP_PATCHES_<FABRIC>), each checked by sha256 and `git apply --check` first.
 2. Toolchain: the system gcc/g++, CUDAHOSTCXX unset. A _C.so built by a second g++ exports libstdc++
    symbols and the first dispatch SEGFAULTs in DeepEP's JIT; the built _C.so is checked for that.
 3. NCCL: DeepEP links `-l:libnccl.so.2` from wherever the linker looks first (in NVIDIA's devel image,
@@ -19,6 +20,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import urllib.request
 import zipfile
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -26,12 +28,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from epstack.cmd import call
+from epstack.cmd import call, run
 from epstack.command import PINS, SubParsers, path_arg, pins_path
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
 from epstack.loaded import interposition_example, libstdcxx_interposition, nccl_version
 from epstack.pins import pin_values
-from epstack.sources import GitSource, git_sources, verify
+from epstack.sources import GitSource, Patch, check_sha256, fabric_patches, git_sources, patch_bytes, verify
 from epstack.stack import cuda_wheels
 
 MANIFEST = "deepep-source.json"
@@ -54,6 +56,7 @@ class DeepepManifest:
     fmt_commit: str
     torch_cuda_arch_list: str
     source: str  # "archive <file>" or "git <repo>"
+    patches: tuple[str, ...]  # URL#sha256=... of each patch applied, in order
     nccl: LinkedLibrary
     nvshmem_root: str
     cc: str
@@ -116,6 +119,34 @@ def _clone(deepep: GitSource, fmt: GitSource, tree: Path) -> Path:
     return tree
 
 
+def _fetch_patch(patch: Patch) -> bytes:
+    try:
+        with urllib.request.urlopen(patch.url, timeout=60) as response:
+            data: bytes = response.read()
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot fetch {patch.url} ({exc}); fix: put {patch.file} in the sources folder"
+        ) from None
+    return data
+
+
+def apply_patches(tree: Path, patches: tuple[Patch, ...], sources: Path | None, work: Path) -> None:
+    """Apply each patch in order, each checked by its sha256 and by `git apply --check` first."""
+    for number, patch in enumerate(patches, start=1):
+        data = patch_bytes(sources, patch) or _fetch_patch(patch)
+        check_sha256(data, patch.sha256, patch.url, "its pin")
+        path = work / f"{number:02d}-{patch.file}"
+        path.write_bytes(data)
+        check = run("git", "apply", "--check", path, cwd=tree)
+        if check.returncode != 0:
+            reason = check.stderr.strip().splitlines()[0] if check.stderr.strip() else "no reason given"
+            raise BadInput(
+                f"{patch.file} does not apply to this DeepEP ({reason}); "
+                "fix: pin a patch made for DEEPEP_REF, or drop it"
+            )
+        call("git", "apply", path, cwd=tree)
+
+
 def build_environment(nccl_root: Path, nvshmem_root: Path, arch_list: str) -> dict[str, str]:
     """The environment DeepEP's setup.py runs in: one toolchain, the pinned NCCL first on the link path."""
     env = {k: v for k, v in os.environ.items() if k != "CUDAHOSTCXX"}
@@ -146,7 +177,9 @@ def _check_extension(wheel: Path, work: Path) -> None:
         )
 
 
-def build(*, pins_file: Path, sources: Path | None, wheel_dir: Path, arch: str | None) -> DeepepManifest:
+def build(
+    *, pins_file: Path, sources: Path | None, wheel_dir: Path, arch: str | None, fabric: str | None
+) -> DeepepManifest:
     """Build the deep_ep wheel into `wheel_dir` and write its manifest there."""
     pinned = pin_values(pins_file)
     missing = [k for k in ("DEEPEP_REPO", "DEEPEP_REF", "DEEPEP_FMT_REF", "GDRCOPY_REF", "CUDA_VERSION")
@@ -157,6 +190,8 @@ def build(*, pins_file: Path, sources: Path | None, wheel_dir: Path, arch: str |
         raise BadInput(
             f"{pins_file}: no {absent}; fix: pass pins.env with --arch, or the deepep layer pins file"
         )
+    fabric = fabric or pinned.get("FABRIC")
+    patches = fabric_patches(pinned, fabric) if fabric else ()
     wheels = cuda_wheels(pinned["CUDA_VERSION"])
     nccl_root = _wheel_root(wheels.nccl, "libnccl.so")
     nvshmem_root = _wheel_root(wheels.nvshmem, "libnvshmem_host.so")
@@ -164,6 +199,7 @@ def build(*, pins_file: Path, sources: Path | None, wheel_dir: Path, arch: str |
     wheel_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="epstack-deepep-") as tmp:
         tree, origin = fetch_source(sources, pinned, Path(tmp))
+        apply_patches(tree, patches, sources, Path(tmp))
         env = build_environment(nccl_root, nvshmem_root, arch_list)
         call(sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir",
              "--wheel-dir", wheel_dir, tree, env=env)  # fmt: skip
@@ -175,6 +211,7 @@ def build(*, pins_file: Path, sources: Path | None, wheel_dir: Path, arch: str |
         fmt_commit=pinned["DEEPEP_FMT_REF"],
         torch_cuda_arch_list=arch_list,
         source=origin,
+        patches=tuple(str(patch) for patch in patches),
         nccl=LinkedLibrary(
             root=str(nccl_root), library=str(nccl_library), version=nccl_version(nccl_library)
         ),
@@ -189,10 +226,15 @@ def build(*, pins_file: Path, sources: Path | None, wheel_dir: Path, arch: str |
 
 def cmd_deepep_build(args: argparse.Namespace, console: Console) -> int:
     manifest = build(
-        pins_file=pins_path(args.pins), sources=args.sources, wheel_dir=args.wheel_dir, arch=args.arch
+        pins_file=pins_path(args.pins),
+        sources=args.sources,
+        wheel_dir=args.wheel_dir,
+        arch=args.arch,
+        fabric=args.fabric,
     )
     console.print(
-        f"deep_ep {manifest.commit[:12]} ({manifest.source}) for {manifest.torch_cuda_arch_list}: "
+        f"deep_ep {manifest.commit[:12]} ({manifest.source}, {len(manifest.patches)} patches) "
+        f"for {manifest.torch_cuda_arch_list}: "
         f"{args.wheel_dir / manifest.wheel}, linked NCCL {manifest.nccl.version} ({manifest.nccl.library})"
     )
     return 0
@@ -209,4 +251,9 @@ def register(subparsers: SubParsers) -> None:
     parser.add_argument("--sources", type=path_arg, help="folder of `git archive` tarballs (else: git clone)")
     parser.add_argument("--wheel-dir", type=path_arg, required=True, help="where the wheel and manifest go")
     parser.add_argument("--arch", help="TORCH_CUDA_ARCH_LIST (default: the layer pins file's)")
+    parser.add_argument(
+        "--fabric",
+        choices=("efa", "ib"),
+        help="apply this fabric's DEEPEP_PATCHES_* (default: the file's FABRIC)",
+    )
     parser.set_defaults(func=cmd_deepep_build)

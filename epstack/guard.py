@@ -43,6 +43,7 @@ from epstack.loaded import (
 from epstack.output import write_file
 from epstack.pins import load_pins, read_layer_pins
 from epstack.pinsfile import parse_pins_file
+from epstack.sources import fabric_patches
 from epstack.stack import DEEP_EP_PROVIDERS, CudaWheels, base_packages, cuda_wheels
 
 Verdict = Literal["ok", "mismatch", "missing", "skipped", "override (pinned)"]
@@ -76,6 +77,7 @@ class Expected(Protocol):
     def wheels(self) -> CudaWheels: ...
     @property
     def base_packages(self) -> dict[str, str]: ...
+    def deepep_patches(self) -> tuple[str, ...] | None: ...
 
 
 # The pins.env keys each guard layer reads (its own and those of the layers below it).
@@ -100,6 +102,9 @@ class LayerPins:
     deepep_repo: str = ""
     deepep_ref: str = ""
     sglang_version: str = ""
+    fabric: str = ""
+    deepep_patches_efa: str = "none"
+    deepep_patches_ib: str = "none"
 
     @property
     def cuda_major_minor(self) -> str:
@@ -109,14 +114,16 @@ class LayerPins:
     def wheels(self) -> CudaWheels:
         return cuda_wheels(self.cuda_version)
 
+    def deepep_patches(self) -> tuple[str, ...] | None:
+        """The patches this image's deepep layer pins (its file names its fabric)."""
+        if not self.fabric:
+            return None
+        pinned = {"DEEPEP_PATCHES_EFA": self.deepep_patches_efa, "DEEPEP_PATCHES_IB": self.deepep_patches_ib}
+        return tuple(str(patch) for patch in fabric_patches(pinned, self.fabric))
+
     @property
     def base_packages(self) -> dict[str, str]:
-        return base_packages(
-            cuda_version=self.cuda_version,
-            torch_version=self.torch_version,
-            nccl_version=self.nccl_version,
-            nvshmem_version=self.nvshmem_version,
-        )
+        return base_packages(self.cuda_version, self.torch_version, self.nccl_version, self.nvshmem_version)
 
 
 def load_expected(path: Path, layers: list[str]) -> Expected:
@@ -452,6 +459,32 @@ def check_deep_ep_source(pins: Expected, manifest: Path) -> Check:
     )
 
 
+def _patch_files(patches: Iterable[str]) -> str:
+    return ", ".join(patch.split("#")[0].rsplit("/", 1)[-1] for patch in patches) or "none"
+
+
+def check_deep_ep_patches(pins: Expected, manifest: Path) -> Check:
+    """The patches applied at build time (the manifest) are the ones the image's pins name."""
+    component, expected = "deep_ep patches", pins.deepep_patches()
+    try:
+        found = tuple(json.loads(read_text(manifest, what="a DeepEP source manifest")).get("patches", ()))
+    except (BadInput, ValueError, AttributeError) as exc:
+        detail = f"{manifest}: {type(exc).__name__}"
+        return Check(component=component, expected="-", found="no manifest", verdict="skipped", detail=detail)
+    if expected is None:
+        detail = "pins.env names no fabric: the image's deepep.pins.env does"
+        return Check(
+            component=component, expected="-", found=_patch_files(found), verdict="skipped", detail=detail
+        )
+    return Check(
+        component=component,
+        expected=_patch_files(expected),
+        found=_patch_files(found),
+        verdict="ok" if found == expected else "mismatch",
+        detail=str(manifest),
+    )
+
+
 def check_elastic_buffer(owners: Mapping[str, list[Path]]) -> Check:
     """`import deep_ep` works and has ElasticBuffer (DeepEP V2); imported only when installed."""
     if not owners:
@@ -617,6 +650,7 @@ def deepep_checks(pins: Expected) -> list[Check]:
     manifest = Path(os.environ.get("EPSTACK_DEEPEP_MANIFEST") or DEFAULT_MANIFEST)
     return [
         check_deep_ep_source(pins, manifest),
+        check_deep_ep_patches(pins, manifest),
         check_deep_ep_owner(owners, unreadable_deep_ep_records(distributions)),
         check_elastic_buffer(owners),
         check_nccl_link(extensions[0] if extensions else None, _read_maps()),

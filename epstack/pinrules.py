@@ -14,14 +14,17 @@ from packaging.version import Version
 from epstack.oci import parse_reference, tag_problem
 from epstack.pinsfile import PinsFile, Problem
 from epstack.stack import (
+    DEEPEP_PATCH_KEYS,
     DEEPEP_REFS_WITHOUT_EFA_GDA,
     DEEPEP_V2_MIN_NCCL,
     EFA_GDA_MIN_NCCL,
     EFA_GIN_MIN_OFI_NCCL,
     GIN_EFA_GDA,
+    GIN_GDAKI,
     GIN_PROXY,
     IMAGE_OS_GLIBC,
     LAYER_PIN_KEYS,
+    PATCHES_NEEDING_GDAKI,
     SUPPORTED_CUDA_MAJORS,
     arch_problem,
     archs_for,
@@ -146,6 +149,19 @@ def _gin_types(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
         )
 
 
+def _patches_fit_the_gin_type(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
+    for name in pins.fabrics:
+        for patch in pins.patches(name):
+            why = PATCHES_NEEDING_GDAKI.get(patch.sha256)
+            if why and pins.gin_type(name) != GIN_GDAKI:
+                yield pins_file.problem(
+                    DEEPEP_PATCH_KEYS[name],
+                    f"{why} ({patch.file}) reads GIN signals in GDAKI's layout, but {name} uses GIN type "
+                    f"{pins.gin_type(name)}",
+                    f"drop it from {DEEPEP_PATCH_KEYS[name]}, or pin GIN type {GIN_GDAKI} for {name}",
+                )
+
+
 def _image_tags(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
     """Every tag render would give an image is a valid tag of at most 128 characters."""
     for target in pins.targets:
@@ -164,6 +180,7 @@ def _image_tags(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
 
 RULES: tuple[Rule, ...] = (
     _gin_types,
+    _patches_fit_the_gin_type,
     _nccl_for_deepep_v2,
     _gin_over_efa,
     _one_cuda_major,

@@ -27,7 +27,9 @@ from epstack import fabric
 from epstack import pinvalues as v
 from epstack.pinrules import RULES, arch_key
 from epstack.pinsfile import PinsFile, Problem, parse_pins_file
+from epstack.sources import Patch, parse_patches
 from epstack.stack import (
+    DEEPEP_PATCH_KEYS,
     EFA_GDA_MIN_NCCL,
     FABRIC_PIN_KEYS,
     LAYER_PIN_KEYS,
@@ -77,6 +79,8 @@ class Pins(BaseModel):
     ] = Field(alias="DEEPEP_REPO")
     deepep_ref: FullSha = Field(alias="DEEPEP_REF")
     deepep_fmt_ref: FullSha = Field(alias="DEEPEP_FMT_REF")
+    deepep_patches_efa: Annotated[str, AfterValidator(v.patches)] = Field(alias="DEEPEP_PATCHES_EFA")
+    deepep_patches_ib: Annotated[str, AfterValidator(v.patches)] = Field(alias="DEEPEP_PATCHES_IB")
     sglang_version: ExactVersion = Field(alias="SGLANG_VERSION")
     efa_installer_version: ExactVersion = Field(alias="EFA_INSTALLER_VERSION")
     efa_installer_sha256: Annotated[
@@ -117,12 +121,15 @@ class Pins(BaseModel):
     @property
     def base_packages(self) -> dict[str, str]:
         """The Python distributions the base layer pins; no upper layer may move them."""
-        return base_packages(
-            cuda_version=self.cuda_version,
-            torch_version=self.torch_version,
-            nccl_version=self.nccl_version,
-            nvshmem_version=self.nvshmem_version,
-        )
+        return base_packages(self.cuda_version, self.torch_version, self.nccl_version, self.nvshmem_version)
+
+    def deepep_patches(self) -> tuple[str, ...] | None:
+        """None: a whole pins.env pins patches per fabric, and names no fabric (the guard's Expected)."""
+        return None
+
+    def patches(self, fabric_name: str) -> tuple[Patch, ...]:
+        """The DeepEP patches the deepep layer of a fabric's targets applies, in order."""
+        return parse_patches(self.model_dump(by_alias=True)[DEEPEP_PATCH_KEYS[fabric_name]])
 
     def gin_type(self, fabric_name: str) -> str:
         """The pinned NCCL GIN type for a fabric (EFA_GIN_TYPE, IB_GIN_TYPE)."""
@@ -155,6 +162,7 @@ class Pins(BaseModel):
         pinned["FABRIC"] = fabric
         if layer != "base":
             pinned["TORCH_CUDA_ARCH_LIST"] = " ".join(self.archs[arch])
+            pinned[DEEPEP_PATCH_KEYS[fabric]] = str(values[DEEPEP_PATCH_KEYS[fabric]])
         return pinned
 
     def layer_hash(self, layer: Layer, target: str) -> str:

@@ -12,6 +12,7 @@ from packaging.version import InvalidVersion, Version
 
 from epstack import fabric
 from epstack.oci import parse_reference, repository_problem
+from epstack.sources import parse_patches
 from epstack.stack import GPU_ARCHS
 
 _RANGE = re.compile(r"[<>=!~^*,]|\s")
@@ -137,6 +138,12 @@ def fabric_list(value: str) -> tuple[str, ...]:
 def fabric_name(value: str) -> str:
     if value not in fabric.FABRICS:
         raise ValueError(f"{value!r} is not a fabric; fix: use one of {', '.join(fabric.FABRICS)}")
+    return value
+
+
+def patches(value: str) -> str:
+    """A DeepEP patch series (epstack.sources.parse_patches: URL#sha256, comma-separated, or none)."""
+    parse_patches(value)
     return value
 
 

@@ -33,7 +33,7 @@ from epstack.fabric import COMMON_IMAGE_ENV, FABRICS
 from epstack.output import check_output, replace_output
 from epstack.pins import LAYERS, Layer, Pins, load_pins
 from epstack.sources import context_files as sources_context
-from epstack.stack import DEEP_EP_PROVIDERS
+from epstack.stack import DEEP_EP_PROVIDERS, DEEPEP_PATCH_KEYS
 from epstack.standin import render_files as standin_files
 from epstack.standin import standin_for
 
@@ -117,10 +117,11 @@ def plan_render(pins: Pins, *, created: datetime, revision: str, sources: Path |
         files[f"scripts/{script.parent.name}/{script.name}"] = script.read_bytes()
     for path in _package_sources():
         files[f"src/{path.relative_to(REPO_ROOT).as_posix()}"] = path.read_bytes()
+    # One sources/ for every target: the EFA installer of an EFA target, and every fabric's patches.
     efa_target = next((t for t in pins.targets if t.endswith("-efa")), pins.targets[0])
-    files.update(
-        sources_context(sources, pins.layer_pins("base", efa_target), pins.layer_pins("deepep", efa_target))
-    )
+    values = pins.model_dump(by_alias=True)
+    deepep = pins.layer_pins("deepep", efa_target) | {key: values[key] for key in DEEPEP_PATCH_KEYS.values()}
+    files.update(sources_context(sources, pins.layer_pins("base", efa_target), deepep))
     standin = standin_for(pins)
     for name, text in standin_files(pins).items():
         files[f"standin/{name}"] = text.encode()
@@ -198,7 +199,9 @@ def _target_images(pins: Pins, target: str, *, created: datetime, revision: str)
     devel_ref = base_ref.replace(":base-", ":devel-", 1)
     deepep_ref = pins.image_ref("deepep", target)
 
-    def labels(layer: Layer, top: bool, base_image: str = pins.cuda_runtime_image) -> dict[str, str]:
+    def labels(
+        layer: Layer, stage: str, top: bool, base_image: str = pins.cuda_runtime_image
+    ) -> dict[str, str]:
         """Pins and base digest on every layer; created and revision on the top one only, so a
         new commit changes no lower image (and rebuilds nothing below the top)."""
         pinned = pins.layer_pins(layer, target)
@@ -210,6 +213,7 @@ def _target_images(pins: Pins, target: str, *, created: datetime, revision: str)
             "org.opencontainers.image.base.digest": base_image.split("@")[1],
             "io.epstack.target": target,
             "io.epstack.layer": layer,
+            "io.epstack.stage": stage,
         }
         if top:
             result["org.opencontainers.image.created"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -226,7 +230,7 @@ def _target_images(pins: Pins, target: str, *, created: datetime, revision: str)
             stage="devel",
             dockerfile=f"{directory}/base.Dockerfile",
             tag=devel_ref,
-            labels=labels("base", False, pins.cuda_devel_image),
+            labels=labels("base", "devel", False, pins.cuda_devel_image),
         ),
         ImageSpec(
             name=f"{target}-base",
@@ -235,7 +239,7 @@ def _target_images(pins: Pins, target: str, *, created: datetime, revision: str)
             stage="base",
             dockerfile=f"{directory}/base.Dockerfile",
             tag=base_ref,
-            labels=labels("base", False),
+            labels=labels("base", "base", False),
         ),
         ImageSpec(
             name=f"{target}-deepep",
@@ -244,7 +248,7 @@ def _target_images(pins: Pins, target: str, *, created: datetime, revision: str)
             stage="deepep",
             dockerfile=f"{directory}/deepep.Dockerfile",
             tag=deepep_ref,
-            labels=labels("deepep", False),
+            labels=labels("deepep", "deepep", False),
             args={"DEVEL_IMAGE": devel_ref, "BASE_IMAGE": base_ref},
             depends_on=(f"{target}-devel", f"{target}-base"),
         ),
@@ -255,7 +259,7 @@ def _target_images(pins: Pins, target: str, *, created: datetime, revision: str)
             stage="sglang",
             dockerfile=f"{directory}/sglang.Dockerfile",
             tag=pins.image_ref("sglang", target),
-            labels=labels("sglang", True),
+            labels=labels("sglang", "sglang", True),
             args={"DEEPEP_IMAGE": deepep_ref},
             depends_on=(f"{target}-deepep",),
         ),

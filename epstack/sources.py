@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,6 +44,49 @@ class GitSource:
     @property
     def archive(self) -> str:
         return f"{self.name}-{self.commit}.tar.gz"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Patch:
+    """A patch to DeepEP, pinned by URL and sha256; the sources folder may hold it by file name."""
+
+    url: str
+    sha256: str
+
+    @property
+    def file(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+    def __str__(self) -> str:
+        return f"{self.url}#sha256={self.sha256}"
+
+
+_PATCH = re.compile(r"^(?P<url>https://\S+?)#sha256=(?P<sha256>[0-9a-f]{64})$")
+
+
+def parse_patches(value: str) -> tuple[Patch, ...]:
+    """DEEPEP_PATCHES_<FABRIC>: `none`, or comma-separated `https://...#sha256=<64 hex>` applied in order.
+    ValueError (with the fix) on anything else, an empty member or a file name used twice."""
+    if value == "none":
+        return ()
+    patches = []
+    for member in value.split(","):
+        match = _PATCH.match(member.strip())
+        if not match:
+            raise ValueError(
+                f"{member.strip()!r} is not a pinned patch; fix: write https://...#sha256=<64 hex>, "
+                "comma-separated, or none"
+            )
+        patches.append(Patch(url=match["url"], sha256=match["sha256"]))
+    names = [patch.file for patch in patches]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two patches named {names[0]!r}; fix: list each patch once")
+    return tuple(patches)
+
+
+def fabric_patches(pinned: Mapping[str, str], fabric: str) -> tuple[Patch, ...]:
+    """The patches a deepep layer of `fabric` applies (its DEEPEP_PATCHES_<FABRIC> pin)."""
+    return parse_patches(pinned.get(f"DEEPEP_PATCHES_{fabric.upper()}", "none"))
 
 
 def git_sources(pinned: Mapping[str, str]) -> tuple[GitSource, ...]:
@@ -108,12 +152,25 @@ def _installer(folder: Path, installer: Installer) -> bytes | None:
     if not path.is_file():
         return None
     data = path.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != installer.sha256:
-        raise BadInput(
-            f"{path}: sha256 {digest}, {installer.key} is {installer.sha256}; fix: the pinned file"
-        )
+    check_sha256(data, installer.sha256, str(path), installer.key)
     return data
+
+
+def patch_bytes(folder: Path | None, patch: Patch) -> bytes | None:
+    """The patch from `folder` by file name, checked against its sha256; None when the folder lacks it."""
+    path = folder / patch.file if folder else None
+    if path is None or not path.is_file():
+        return None
+    data = path.read_bytes()
+    check_sha256(data, patch.sha256, str(path), "its pin")
+    return data
+
+
+def check_sha256(data: bytes, sha256: str, what: str, key: str) -> None:
+    """BadInput unless `data` hashes to the pinned `sha256` (`key` names the pin)."""
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise BadInput(f"{what}: sha256 {digest}, {key} is {sha256}; fix: use the pinned file")
 
 
 def _archive(folder: Path, source: GitSource) -> bytes | None:
@@ -144,6 +201,8 @@ def context_files(
     if folder is not None:
         found["base"] = {i.file: _installer(folder, i) for i in installers(base)}
         found["deepep"] = {s.archive: _archive(folder, s) for s in git_sources(deepep)}
+        for fabric in ("efa", "ib"):
+            found["deepep"] |= {p.file: patch_bytes(folder, p) for p in fabric_patches(deepep, fabric)}
     files: dict[str, bytes] = {}
     for layer, entries in found.items():
         listed = []

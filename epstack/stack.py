@@ -80,6 +80,14 @@ LAYER_PIN_KEYS: dict[str, tuple[str, ...]] = {
     "deepep": ("GDRCOPY_VERSION", "GDRCOPY_REF", "DEEPEP_REPO", "DEEPEP_REF", "DEEPEP_FMT_REF"),
     "sglang": ("SGLANG_VERSION",),
 }
+# DeepEP patches are pinned per fabric (DEEPEP_PATCHES_EFA, _IB) and belong to the deepep layer of
+# that fabric's targets.
+DEEPEP_PATCH_KEYS = {"efa": "DEEPEP_PATCHES_EFA", "ib": "DEEPEP_PATCHES_IB"}
+# Patches (by sha256) that read NCCL GIN signals in GDAKI's memory layout: right only where the
+# fabric's pinned GIN type is GDAKI (docs/deepep-patches.md; DeepEP PR #706 on the proxy layout).
+PATCHES_NEEDING_GDAKI = {
+    "fbde7fef0cd154a090f3a150a55bb0300c4c364800f485cf27361031bb25c961": "vLLM's GIN barrier patch",
+}
 # Fabric pins belong to the base layer of that fabric's targets only.
 FABRIC_PIN_KEYS: dict[str, tuple[str, ...]] = {
     "efa": ("EFA_INSTALLER_VERSION", "EFA_INSTALLER_SHA256", "AWS_OFI_NCCL_VERSION", "EFA_GIN_TYPE"),
@@ -124,12 +132,10 @@ def cuda_wheels(cuda_version: str) -> CudaWheels:
     return CudaWheels(major=major, nccl=f"nvidia-nccl-cu{major}", nvshmem=f"nvidia-nvshmem-cu{major}")
 
 
-def base_packages(
-    *, cuda_version: str, torch_version: str, nccl_version: str, nvshmem_version: str
-) -> dict[str, str]:
-    """The Python distributions the base layer owns, at their pins: no upper layer may move them."""
+def base_packages(cuda_version: str, torch: str, nccl: str, nvshmem: str) -> dict[str, str]:
+    """The Python distributions the base layer pins (name -> version); no upper layer may move them."""
     wheels = cuda_wheels(cuda_version)
-    return {"torch": torch_version, wheels.nccl: nccl_version, wheels.nvshmem: nvshmem_version}
+    return {"torch": torch, wheels.nccl: nccl, wheels.nvshmem: nvshmem}
 
 
 def image_os(image_ref: str) -> str:

@@ -151,3 +151,13 @@ def stub_cli(stub: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         HANG_STAGE_ENV,
     ):
         monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One real registry on 127.0.0.1 for the session: a second push of the same layers (publish,
+    then build.yml through run-local) mounts them instead of compressing 8 GB again."""
+    from tests.registry import local_registry  # noqa: PLC0415 (the docker tests' helper)
+
+    with local_registry(tmp_path_factory.mktemp("registry")) as address:
+        yield address

@@ -4,14 +4,16 @@ host (benchmarks/elastic/run_h200.sh)."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from epstack.deepep import _check_extension, build_environment, fetch_source
-from epstack.errors import BadInput, CommandFailed
+from epstack.deepep import _check_extension, apply_patches, build_environment, fetch_source
+from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
+from epstack.sources import Patch
 from tests.test_sources import archive, commit, git, repository
 
 FIXTURES = Path(__file__).with_name("fixtures")
@@ -89,3 +91,39 @@ def test_an_extension_exporting_libstdcxx_fails_the_build(tmp_path: Path) -> Non
     _check_extension(wheel_with(tmp_path / "clean.so", tmp_path / "clean.whl"), tmp_path / "a")
     with pytest.raises(CommandFailed, match=r"exports \d+ libstdc\+\+ symbols \(e\.g\. \S*codecvt"):
         _check_extension(wheel_with(tmp_path / "interposing.so", tmp_path / "bad.whl"), tmp_path / "b")
+
+
+def patch_of(repo: Path, content: str, sources: Path, name: str) -> Patch:
+    """A real `git diff` of setup.py to `content`, saved in the sources folder, pinned by its sha256."""
+    original = (repo / "setup.py").read_text()
+    (repo / "setup.py").write_text(content)
+    diff = git("-C", repo, "diff") + "\n"
+    (repo / "setup.py").write_text(original)
+    (sources / name).write_text(diff)
+    return Patch(url=f"https://example.invalid/{name}", sha256=hashlib.sha256(diff.encode()).hexdigest())
+
+
+def test_pinned_patches_are_checked_then_applied_in_order(repos: dict[str, str], tmp_path: Path) -> None:
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    deepep = Path(repos["DEEPEP_REPO"])
+    first = patch_of(deepep, "deepep with fmt, patched", sources, "one.patch")
+    tree, _ = fetch_source(None, repos, tmp_path / "work")
+    apply_patches(tree, (first,), sources, tmp_path)
+    assert (tree / "setup.py").read_text() == "deepep with fmt, patched"
+    # applied twice: the second no longer applies, and says so before touching the tree
+    with pytest.raises(BadInput, match=r"one\.patch does not apply to this DeepEP"):
+        apply_patches(tree, (first,), sources, tmp_path)
+    assert (tree / "setup.py").read_text() == "deepep with fmt, patched"
+
+
+def test_a_patch_with_other_bytes_or_out_of_reach_is_refused(repos: dict[str, str], tmp_path: Path) -> None:
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    patch = patch_of(Path(repos["DEEPEP_REPO"]), "changed", sources, "one.patch")
+    tree, _ = fetch_source(None, repos, tmp_path / "work")
+    (sources / "one.patch").write_text((sources / "one.patch").read_text() + "\n")
+    with pytest.raises(BadInput, match=f"sha256 .*, its pin is {patch.sha256}"):
+        apply_patches(tree, (patch,), sources, tmp_path)
+    with pytest.raises(EnvironmentProblem, match=r"fix: put one\.patch in the sources folder"):
+        apply_patches(tree, (patch,), tmp_path / "empty", tmp_path)

@@ -230,7 +230,8 @@ def test_the_efa_step_runs_the_installer_as_the_real_one_needs(
         "--build-arg",
         f"CUDA_RUNTIME_IMAGE={standin.runtime}",
     ]
-    result = docker(engine, "build", "--progress", "plain", "-f", image["dockerfile"], "--target", "base",
+    dockerfile = str(out / image["dockerfile"])
+    result = docker(engine, "build", "--progress", "plain", "-f", dockerfile, "--target", "base",
                     *args, "-t", tag, str(out), check=False)  # fmt: skip
     made.append(tag)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -59,6 +59,14 @@ BAD_VALUES = [
     ("IB_GIN_TYPE", "5", ["not a GIN type for InfiniBand/RoCE", "2, 3"]),
     ("EFA_GIN_TYPE", "5", ["EFA-GDA) needs NCCL 2.31.2", "types 0, 2, 3 and 4", "EFA_GIN_TYPE=2"]),
     ("DEEPEP_FMT_REF", "11.0.2", ["branch or tag", "40-hex"]),
+    ("DEEPEP_PATCHES_EFA", "https://x/a.patch", ["not a pinned patch", "#sha256=<64 hex>"]),
+    ("DEEPEP_PATCHES_EFA", "http://x/a.patch#sha256=" + "0" * 64, ["not a pinned patch"]),
+    ("DEEPEP_PATCHES_EFA", "https://x/a.patch#sha256=" + "0" * 64 + ",", ["'' is not a pinned patch"]),
+    (
+        "DEEPEP_PATCHES_EFA",
+        ",".join(f"https://{host}/a.patch#sha256=" + "0" * 64 for host in ("x", "y")),
+        ["two patches named 'a.patch'"],
+    ),
 ]
 
 
@@ -169,3 +177,12 @@ def test_the_efa_proxy_below_the_guides_floor_is_a_caveat(tmp_path: Path) -> Non
     assert "below the NCCL 2.31.2" in load_pins(PINS).caveats[0]
     assert load_pins(pins_variant(tmp_path, NCCL_VERSION="2.31.2")).caveats == ()
     assert load_pins(pins_variant(tmp_path, FABRICS="ib", DEFAULT_TARGET="hopper-ib")).caveats == ()
+
+
+def test_a_gdaki_only_patch_on_a_proxy_fabric_names_the_patch_line(tmp_path: Path) -> None:
+    path = pins_variant(tmp_path, IB_GIN_TYPE="2")
+    with pytest.raises(
+        BadInput, match=f"^{path}:{line_of(path, 'DEEPEP_PATCHES_IB')}: vLLM's GIN barrier patch"
+    ):
+        load_pins(path)
+    assert load_pins(pins_variant(tmp_path, IB_GIN_TYPE="2", DEEPEP_PATCHES_IB="none")).ib_gin_type == "2"

@@ -184,7 +184,7 @@ def test_rendered_scripts_are_the_repository_scripts(rendered: Path) -> None:
 def test_fabric_environment_follows_the_pinned_gin_type(tmp_path: Path) -> None:
     """NCCL_GIN_TYPE comes from EFA_GIN_TYPE/IB_GIN_TYPE; library paths never replace LD_LIBRARY_PATH."""
     out = tmp_path / "out"
-    pins = pins_variant(tmp_path, IB_GIN_TYPE="2")
+    pins = pins_variant(tmp_path, IB_GIN_TYPE="2", DEEPEP_PATCHES_IB="none")
     write_plan(plan_render(load_pins(pins), created=CREATED, revision=REVISION), out)
     efa = (out / "targets/hopper-efa/base.Dockerfile").read_text()
     ib = (out / "targets/hopper-ib/base.Dockerfile").read_text()

@@ -12,6 +12,7 @@ import pytest
 from epstack.cli import main
 from epstack.errors import BadInput
 from epstack.sources import archive_commit, context_files, verify
+from tests.conftest import pins_variant
 
 
 def git(*args: str | Path) -> str:
@@ -121,3 +122,18 @@ def test_sources_verify_command(
     assert main(["sources", "verify", deepep, pinned["DEEPEP_REF"]]) == 0
     assert main(["sources", "verify", deepep, "3" * 40]) == 2
     assert "fix: git archive" in capsys.readouterr().err
+
+
+def test_render_puts_every_fabrics_pinned_patches_in_the_context(tmp_path: Path) -> None:
+    """The IB patch reaches sources/deepep/ though the render's context is shared by every target."""
+    patch = b"--- a/x\n+++ b/x\n"
+    digest = hashlib.sha256(patch).hexdigest()
+    folder = tmp_path / "sources"
+    folder.mkdir()
+    (folder / "fix.patch").write_bytes(patch)
+    pins = pins_variant(tmp_path, DEEPEP_PATCHES_IB=f"https://example.invalid/fix.patch#sha256={digest}")
+    out = tmp_path / "out"
+    assert main(["render", "--pins", str(pins), "--out", str(out), "--sources", str(folder)]) == 0
+    assert (out / "sources/deepep/fix.patch").read_bytes() == patch
+    (folder / "fix.patch").write_bytes(patch + b"\n")
+    assert main(["render", "--pins", str(pins), "--out", str(out), "--sources", str(folder)]) == 2

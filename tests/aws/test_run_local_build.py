@@ -21,16 +21,9 @@ import pytest
 from epstack.cli import main
 from epstack.engine import DockerEngine
 from tests.conftest import PINS, REPO
-from tests.registry import local_registry
 
 pytestmark = [pytest.mark.docker, pytest.mark.network, pytest.mark.slow]
 OUT = REPO / "build" / "codebuild"  # build.yml's EPSTACK_OUT, under the source directory
-
-
-@pytest.fixture
-def registry(tmp_path: Path) -> Iterator[str]:
-    with local_registry(tmp_path / "registry") as address:
-        yield address
 
 
 @pytest.fixture

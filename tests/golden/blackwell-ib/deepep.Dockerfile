@@ -33,15 +33,17 @@ RUN /opt/epstack/scripts/guard-layer.sh deepep
 LABEL \
     org.opencontainers.image.title="epstack deepep (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-blackwell-ib-fcfbf4481854" \
+    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-blackwell-ib-a0b8d9604ac0" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.target="blackwell-ib" \
     io.epstack.layer="deepep" \
+    io.epstack.stage="deepep" \
     io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
     io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.pin.cuda_version="13.0.3" \
     io.epstack.pin.deepep_fmt_ref="a4c7e17133ee9cb6a2f45545f6e974dd3c393efa" \
+    io.epstack.pin.deepep_patches_ib="https://raw.githubusercontent.com/vllm-project/vllm/665dfaaf4e0df9000ca101b808546a046ac710b0/tools/ep_kernels/patches/deepep-gin-barrier-data-visibility.patch#sha256=fbde7fef0cd154a090f3a150a55bb0300c4c364800f485cf27361031bb25c961" \
     io.epstack.pin.deepep_ref="d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb" \
     io.epstack.pin.deepep_repo="https://github.com/deepseek-ai/DeepEP.git" \
     io.epstack.pin.fabric="ib" \

@@ -2,7 +2,7 @@
 # Rendered from images/sglang/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
 # uv installs sglang with the base packages overridden to their pins (torch, nvidia-nccl-cu13, nvidia-nvshmem-cu13)
 # and never installs another deep_ep (sgl-deep-ep, deep-ep).
-ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-blackwell-ib-fcfbf4481854
+ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-blackwell-ib-a0b8d9604ac0
 
 FROM ${DEEPEP_IMAGE} AS sglang
 COPY targets/blackwell-ib/sglang-requirements.txt targets/blackwell-ib/excludes.txt /opt/epstack/pins/
@@ -17,17 +17,19 @@ RUN /opt/epstack/scripts/guard-layer.sh sglang
 LABEL \
     org.opencontainers.image.title="epstack sglang (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="sglang-0.5.23-deepep-d4f41e4-cu13.0-blackwell-ib-463866abf42c" \
+    org.opencontainers.image.version="sglang-0.5.23-deepep-d4f41e4-cu13.0-blackwell-ib-8309f6baeaba" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.target="blackwell-ib" \
     io.epstack.layer="sglang" \
+    io.epstack.stage="sglang" \
     org.opencontainers.image.created="2026-11-29T00:00:00Z" \
     org.opencontainers.image.revision="0000000000000000000000000000000000000000" \
     io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
     io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.pin.cuda_version="13.0.3" \
     io.epstack.pin.deepep_fmt_ref="a4c7e17133ee9cb6a2f45545f6e974dd3c393efa" \
+    io.epstack.pin.deepep_patches_ib="https://raw.githubusercontent.com/vllm-project/vllm/665dfaaf4e0df9000ca101b808546a046ac710b0/tools/ep_kernels/patches/deepep-gin-barrier-data-visibility.patch#sha256=fbde7fef0cd154a090f3a150a55bb0300c4c364800f485cf27361031bb25c961" \
     io.epstack.pin.deepep_ref="d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb" \
     io.epstack.pin.deepep_repo="https://github.com/deepseek-ai/DeepEP.git" \
     io.epstack.pin.fabric="ib" \

@@ -49,6 +49,7 @@ LABEL \
     org.opencontainers.image.base.digest="sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
     io.epstack.target="hopper-efa" \
     io.epstack.layer="base" \
+    io.epstack.stage="devel" \
     io.epstack.pin.aws_ofi_nccl_version="1.21.1" \
     io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
     io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
@@ -81,7 +82,13 @@ COPY scripts/image/install-os-packages.sh /opt/epstack/scripts/
 # g++ is the host compiler nvcc drives when DeepEP JIT-compiles its kernels at first use.
 RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
       "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" ca-certificates g++ libnuma1
-COPY --from=devel /opt/epstack/ /opt/epstack/
+# The venv (GBs, changes with the wheels) apart from epstack's tool (changes with epstack): a new
+# epstack rebuilds and re-pulls only the small layers.
+COPY --from=devel /opt/epstack/venv/ /opt/epstack/venv/
+COPY --from=devel /opt/epstack/tool/ /opt/epstack/tool/
+COPY --from=devel /opt/epstack/bin/ /opt/epstack/bin/
+COPY --from=devel /opt/epstack/scripts/ /opt/epstack/scripts/
+COPY --from=devel /opt/epstack/pins/ /opt/epstack/pins/
 # DeepEP's JIT compiles -cubin only, with no link step: nvcc (bin/, nvvm/) and the headers are all it
 # needs of the toolkit, not the devel image's libraries. The driver stub lets `import deep_ep` work
 # where no driver is mounted (image builds, CPU-only runs); the entrypoint uses it only then.
@@ -114,6 +121,7 @@ LABEL \
     org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.target="hopper-efa" \
     io.epstack.layer="base" \
+    io.epstack.stage="base" \
     io.epstack.pin.aws_ofi_nccl_version="1.21.1" \
     io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
     io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \

@@ -2,7 +2,7 @@
 # Rendered from images/sglang/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
 # uv installs sglang with the base packages overridden to their pins (torch, nvidia-nccl-cu13, nvidia-nvshmem-cu13)
 # and never installs another deep_ep (sgl-deep-ep, deep-ep).
-ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-hopper-efa-f9054f81694f
+ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-hopper-efa-e72186fb1531
 
 FROM ${DEEPEP_IMAGE} AS sglang
 COPY targets/hopper-efa/sglang-requirements.txt targets/hopper-efa/excludes.txt /opt/epstack/pins/
@@ -17,11 +17,12 @@ RUN /opt/epstack/scripts/guard-layer.sh sglang
 LABEL \
     org.opencontainers.image.title="epstack sglang (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="sglang-0.5.23-deepep-d4f41e4-cu13.0-hopper-efa-47978f5ce1f0" \
+    org.opencontainers.image.version="sglang-0.5.23-deepep-d4f41e4-cu13.0-hopper-efa-03b907b14ebd" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.target="hopper-efa" \
     io.epstack.layer="sglang" \
+    io.epstack.stage="sglang" \
     org.opencontainers.image.created="2026-11-29T00:00:00Z" \
     org.opencontainers.image.revision="0000000000000000000000000000000000000000" \
     io.epstack.pin.aws_ofi_nccl_version="1.21.1" \
@@ -29,6 +30,7 @@ LABEL \
     io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
     io.epstack.pin.cuda_version="13.0.3" \
     io.epstack.pin.deepep_fmt_ref="a4c7e17133ee9cb6a2f45545f6e974dd3c393efa" \
+    io.epstack.pin.deepep_patches_efa="none" \
     io.epstack.pin.deepep_ref="d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb" \
     io.epstack.pin.deepep_repo="https://github.com/deepseek-ai/DeepEP.git" \
     io.epstack.pin.efa_gin_type="2" \

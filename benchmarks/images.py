@@ -1,0 +1,136 @@
+"""Benchmark: the images of one target, built for real, and what an SGLang-only pin bump costs.
+
+    python benchmarks/images.py [--target hopper-ib] [--sources DIR] [--bump 0.5.22] [--cold]
+
+In one run, on this machine's engine (on the CUDA stand-in where nvidia/cuda cannot be pulled):
+1. build the target (`--cold`: after `docker builder prune -af`, so every step runs and every
+   download happens; the stand-in's OS image is kept): seconds per layer, as `epstack build` times them;
+2. each image's size and its largest layers (`docker history`);
+3. SGLANG_VERSION moved to --bump, build again: the rebuild's seconds against the full build's (lower
+   layers from the cache), and the bytes a node must pull for the new sglang image, given the old
+   one: the size of the layers (RootFS diff IDs) the old image lacks, against the new image's size.
+Sizes are uncompressed (what `docker history` reports); a registry's gzip layers are smaller, about
+alike across layers. Writes benchmarks/results/images.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+
+from epstack.build import BuildReport, build_target
+from epstack.engine import DockerEngine
+from epstack.pins import load_pins
+from epstack.render import plan_render, source_date, source_revision, write_plan
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results" / "images.json"
+
+
+def docker(engine: DockerEngine, *args: str) -> str:
+    return subprocess.run([engine.cli, *args], capture_output=True, text=True, check=True).stdout
+
+
+def layers(engine: DockerEngine, ref: str) -> list[dict[str, object]]:
+    """The image's layers, bottom-up: diff ID, size in bytes, and the step that made it."""
+    diff_ids = json.loads(docker(engine, "image", "inspect", "--format", "{{json .RootFS.Layers}}", ref))
+    history = [
+        line.split("\t", 1)
+        for line in docker(
+            engine, "history", "--human=false", "--no-trunc", "--format", "{{.Size}}\t{{.CreatedBy}}", ref
+        )
+        .strip()
+        .splitlines()
+    ][::-1]
+    # Steps that made no filesystem change (ENV, LABEL, ...) have no layer; the rest pair up in order.
+    made = [
+        (int(size), step) for size, step in history if int(size) > 0 or not step.startswith(("ENV", "LABEL"))
+    ]
+    made = made[-len(diff_ids) :]
+    return [
+        {"diff_id": diff_id, "bytes": size, "step": " ".join(step.split())[:160]}
+        for diff_id, (size, step) in zip(diff_ids, made, strict=True)
+    ]
+
+
+def build(
+    pins_path: Path, target: str, sources: Path | None, out: Path, engine: DockerEngine
+) -> tuple[BuildReport, float]:
+    pins = load_pins(pins_path)
+    plan = plan_render(pins, created=source_date(), revision=source_revision(), sources=sources)
+    write_plan(plan, out)
+    start = time.monotonic()
+    report = build_target(
+        pins=pins, plan=plan, context=out, target=target, engine=engine, console=Console(stderr=True)
+    )
+    return report, time.monotonic() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="hopper-ib")
+    parser.add_argument("--sources", type=Path)
+    parser.add_argument("--bump", default="0.5.22", help="the SGLANG_VERSION to move to")
+    parser.add_argument("--cold", action="store_true", help="prune BuildKit's cache first")
+    args = parser.parse_args()
+    engine = DockerEngine.find()
+    if args.cold:
+        docker(engine, "builder", "prune", "-af")
+    with tempfile.TemporaryDirectory(prefix="epstack-bench-") as tmp:
+        first, first_s = build(REPO / "pins.env", args.target, args.sources, Path(tmp) / "a", engine)
+        bumped_pins = Path(tmp) / "pins.env"
+        text = (REPO / "pins.env").read_text()
+        version = load_pins(REPO / "pins.env").sglang_version
+        bumped_pins.write_text(text.replace(f"SGLANG_VERSION={version}", f"SGLANG_VERSION={args.bump}"))
+        bumped, bumped_s = build(bumped_pins, args.target, args.sources, Path(tmp) / "b", engine)
+    images = {}
+    for image in first.built:
+        image_layers = layers(engine, image.ref)
+        images[image.stage] = {
+            "ref": image.ref,
+            "build_s": round(image.seconds, 1),
+            "bytes": image.size,
+            "largest_layers": sorted(image_layers, key=lambda layer: -int(str(layer["bytes"])))[:5],
+        }
+    results: dict[str, object] = {
+        "command": "python benchmarks/images.py " + " ".join(sys.argv[1:]),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "machine": "2 cores, 24 GiB, this project's CI-like machine; Docker 20.10 BuildKit",
+        "target": args.target,
+        "standin": first.standin is not None,
+        "full_build_s": round(first_s, 1),
+        "images": images,
+        "not_built": first.not_built,
+    }
+    old_top, new_top = first.built[-1], bumped.built[-1]
+    if old_top.stage == "sglang" and new_top.stage == "sglang":
+        have = {layer["diff_id"] for layer in layers(engine, old_top.ref)}
+        new_layers = layers(engine, new_top.ref)
+        pulled = sum(int(str(layer["bytes"])) for layer in new_layers if layer["diff_id"] not in have)
+        rebuilt = [image.stage for image in bumped.built if image.seconds > 5]
+        results["sglang_bump"] = {
+            "from": version,
+            "to": args.bump,
+            "rebuild_s": round(bumped_s, 1),
+            "rebuild_over_full_build": round(bumped_s / first_s, 3),
+            "stages_taking_over_5_s": rebuilt,
+            "pull_bytes": pulled,
+            "image_bytes": new_top.size,
+            "pull_over_image": round(pulled / new_top.size, 3),
+            "new_layers": [layer for layer in new_layers if layer["diff_id"] not in have],
+        }
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in results.items() if k != "images"}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
