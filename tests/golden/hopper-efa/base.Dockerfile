@@ -28,17 +28,17 @@ RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
 # ---- devel: the venv (NCCL 2.30.7, NVSHMEM 3.4.5, torch 2.14.1 cu130) and epstack's guard ----------
 FROM os AS devel
 COPY scripts/image/install-python-packages.sh /opt/epstack/scripts/
-COPY targets/hopper-efa/overrides.txt targets/hopper-efa/base-requirements.txt /opt/epstack/pins/
+COPY targets/hopper-efa/locks/uv-bootstrap.txt targets/hopper-efa/locks/base.txt /opt/epstack/locks/
 RUN --mount=type=cache,target=/root/.cache/uv \
-    /opt/epstack/scripts/install-python-packages.sh \
-      /opt/epstack/pins/base-requirements.txt /opt/epstack/pins/overrides.txt
+    /opt/epstack/scripts/install-python-packages.sh /opt/epstack/locks/base.txt --require-hashes --no-deps --no-build
 COPY scripts/image/install-epstack.sh scripts/image/guard-layer.sh scripts/image/cuda-stub.sh \
      scripts/image/entrypoint.sh /opt/epstack/scripts/
 COPY src/ /opt/epstack/src/
 RUN --mount=type=cache,target=/root/.cache/uv /opt/epstack/scripts/install-epstack.sh /opt/epstack/src
 ENTRYPOINT ["/opt/epstack/scripts/entrypoint.sh"]
 ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
-    EPSTACK_GUARD_LAYER=base
+    EPSTACK_GUARD_LAYER=base \
+    EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/hopper-efa/base.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh base
 LABEL \
@@ -103,7 +103,8 @@ ENV CUDA_HOME=/usr/local/cuda \
 RUN [ -e /usr/local/cuda-13.0/include ] || ln -s targets/x86_64-linux/include /usr/local/cuda-13.0/include
 ENTRYPOINT ["/opt/epstack/scripts/entrypoint.sh"]
 ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
-    EPSTACK_GUARD_LAYER=base
+    EPSTACK_GUARD_LAYER=base \
+    EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/hopper-efa/base.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh base
 LABEL \
