@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack import __version__, deepep, doctor, guard, lock, predict, publish, sources
+from epstack import __version__, deepep, doctor, guard, lock, predict, publish, sbom, sources
 from epstack.aws import cli as aws_cli
-from epstack.build import build_target, write_build_report
+from epstack.build import build_target, export_sboms, write_build_report
 from epstack.cluster import cli as cluster_cli
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput, EpstackError
@@ -88,6 +88,7 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
         cache_registry=args.cache_registry or "",
     )
     if args.report:
+        export_sboms(engine, report, args.report.parent / "sbom")
         write_build_report(args.report, report)
     table = Table("image", "layer", "result", title=f"epstack build {target}")
     table.columns[0].overflow = "fold"
@@ -137,12 +138,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-registry", metavar="HOST[/NS]", help="BuildKit registry cache there (buildx; ECR-compatible)"
     )
     build.add_argument(
-        "--report", type=Path, metavar="FILE", help="write what was built as JSON (for epstack publish push)"
+        "--report",
+        type=Path,
+        metavar="FILE",
+        help="write what was built as JSON (for epstack publish push), each image's SBOM in sbom/ beside it",
     )
     build.set_defaults(func=cmd_build)
 
     guard.register(commands)
     lock.register(commands)
+    sbom.register(commands)
     deepep.register(commands)
     sources.register(commands)
     doctor.register(commands)

@@ -68,7 +68,7 @@ class LockFile:
 
 def render_lock(name: str, inputs: Mapping[str, str], resolution: Resolution) -> str:
     """Header (inputs, their digest) and uv's output."""
-    lines = [f"# epstack lock {name}: written by `epstack lock` from pins.env; do not edit."]
+    lines = [f"# The {name} lock, written by `epstack lock` from pins.env; do not edit."]
     lines += [f"# {key}: {value}" for key, value in inputs.items()]
     lines.append(f"# {DIGEST_KEY}: {inputs_digest(inputs)}")
     return "\n".join(lines) + "\n" + resolution.text

@@ -31,7 +31,9 @@ ENV EPSTACK_PINS=/opt/epstack/pins/deepep.pins.env \
     EPSTACK_GUARD_LAYER=deepep \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/blackwell-ib/deepep.pins.env /opt/epstack/pins/
-RUN /opt/epstack/scripts/guard-layer.sh deepep
+RUN /opt/epstack/scripts/guard-layer.sh deepep && \
+    epstack sbom --target blackwell-ib --version deepep-d4f41e4-cu13.0-blackwell-ib-fcfbf4481854 \
+      --base-image nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb
 LABEL \
     org.opencontainers.image.title="epstack deepep (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \

@@ -40,7 +40,9 @@ ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_GUARD_LAYER=base \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/hopper-efa/base.pins.env /opt/epstack/pins/
-RUN /opt/epstack/scripts/guard-layer.sh base
+RUN /opt/epstack/scripts/guard-layer.sh base && \
+    epstack sbom --target hopper-efa --version base-cu13.0-nccl2.30.7-efa-03a175bbfd0f \
+      --base-image nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266
 LABEL \
     org.opencontainers.image.title="epstack base (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \
@@ -106,7 +108,9 @@ ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_GUARD_LAYER=base \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/hopper-efa/base.pins.env /opt/epstack/pins/
-RUN /opt/epstack/scripts/guard-layer.sh base
+RUN /opt/epstack/scripts/guard-layer.sh base && \
+    epstack sbom --target hopper-efa --version base-cu13.0-nccl2.30.7-efa-03a175bbfd0f \
+      --base-image nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb
 LABEL \
     org.opencontainers.image.title="epstack base (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \

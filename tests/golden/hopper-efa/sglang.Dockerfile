@@ -13,7 +13,9 @@ ENV EPSTACK_PINS=/opt/epstack/pins/sglang.pins.env \
     EPSTACK_GUARD_LAYER=sglang \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/hopper-efa/sglang.pins.env /opt/epstack/pins/
-RUN /opt/epstack/scripts/guard-layer.sh sglang
+RUN /opt/epstack/scripts/guard-layer.sh sglang && \
+    epstack sbom --target hopper-efa --version sglang-0.5.23-deepep-d4f41e4-cu13.0-hopper-efa-47978f5ce1f0 \
+      --base-image nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb
 LABEL \
     org.opencontainers.image.title="epstack sglang (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \
