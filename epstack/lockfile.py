@@ -68,7 +68,7 @@ class LockFile:
 
 def render_lock(name: str, inputs: Mapping[str, str], resolution: Resolution) -> str:
     """Header (inputs, their digest) and uv's output."""
-    lines = [f"# The {name} lock, written by `epstack lock` from pins.env; do not edit."]
+    lines = [f"# epstack lock {name}: written by `epstack lock` from pins.env; do not edit."]
     lines += [f"# {key}: {value}" for key, value in inputs.items()]
     lines.append(f"# {DIGEST_KEY}: {inputs_digest(inputs)}")
     return "\n".join(lines) + "\n" + resolution.text
@@ -77,7 +77,7 @@ def render_lock(name: str, inputs: Mapping[str, str], resolution: Resolution) ->
 def parse_lock(name: str, text: str) -> LockFile:
     inputs: dict[str, str] = {}
     digest = ""
-    for line in text.splitlines():
+    for line in text.splitlines()[1:]:  # the first line is the title
         if not line.startswith("#"):
             break
         match = _INPUT.match(line)
