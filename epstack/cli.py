@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack import __version__, deepep, doctor, guard, predict, publish, sources
+from epstack import __version__, deepep, doctor, guard, lock, predict, publish, sbom, sources
 from epstack.aws import cli as aws_cli
-from epstack.build import build_target, write_build_report
+from epstack.build import build_target, export_sboms, write_build_report
 from epstack.cluster import cli as cluster_cli
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput, EpstackError
@@ -50,9 +50,13 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
     out = output_directory(args.out, path, sources=args.sources)
     pins = load_pins(path)
-    plan = plan_render(pins, created=source_date(), revision=source_revision(), sources=args.sources)
+    plan = plan_render(
+        pins, created=source_date(), revision=source_revision(), sources=args.sources, locks=args.locks
+    )
     write_plan(plan, out)
     console.print(f"rendered {len(plan.files)} files for {len(pins.targets)} targets into {escape(str(out))}")
+    for stale in plan.stale_locks:
+        console.print(f"[yellow]{escape(stale)}[/]: `epstack build` refuses it; fix: epstack lock")
     return 0
 
 
@@ -63,7 +67,14 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
     target = args.target or pins.default_target
     if target not in pins.targets:
         raise BadInput(f"{target}: not a target of {path}; fix: use one of {', '.join(pins.targets)}")
-    plan = plan_render(pins, created=source_date(), revision=source_revision(), sources=args.sources)
+    plan = plan_render(
+        pins, created=source_date(), revision=source_revision(), sources=args.sources, locks=args.locks
+    )
+    if plan.stale_locks:
+        raise BadInput(
+            f"{'; '.join(plan.stale_locks)}: an image would install other versions than {path} pins; "
+            "fix: epstack lock (then commit locks/)"
+        )
     write_plan(plan, out)
     console.print(f"rendered into {escape(str(out))}; building {target}")
     engine = DockerEngine.find()
@@ -77,6 +88,7 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
         cache_registry=args.cache_registry or "",
     )
     if args.report:
+        export_sboms(engine, report, args.report.parent / "sbom")
         write_build_report(args.report, report)
     table = Table("image", "layer", "result", title=f"epstack build {target}")
     table.columns[0].overflow = "fold"
@@ -111,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default=DEFAULT_OUT, help=f"output directory, new or made by epstack (default {DEFAULT_OUT})"
     )
     render.add_argument("--sources", type=Path, help="folder of `git archive` tarballs and installers")
+    render.add_argument("--locks", type=Path, help="lock folder (default $EPSTACK_LOCKS or ./locks)")
     render.set_defaults(func=cmd_render)
 
     build = commands.add_parser("build", help="render, then build a target layer by layer")
@@ -120,15 +133,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default=DEFAULT_OUT, help=f"render directory, new or made by epstack (default {DEFAULT_OUT})"
     )
     build.add_argument("--sources", type=Path, help="folder of `git archive` tarballs and installers")
+    build.add_argument("--locks", type=Path, help="lock folder (default $EPSTACK_LOCKS or ./locks)")
     build.add_argument(
         "--cache-registry", metavar="HOST[/NS]", help="BuildKit registry cache there (buildx; ECR-compatible)"
     )
     build.add_argument(
-        "--report", type=Path, metavar="FILE", help="write what was built as JSON (for epstack publish push)"
+        "--report",
+        type=Path,
+        metavar="FILE",
+        help="write what was built as JSON (for epstack publish push), each image's SBOM in sbom/ beside it",
     )
     build.set_defaults(func=cmd_build)
 
     guard.register(commands)
+    lock.register(commands)
+    sbom.register(commands)
     deepep.register(commands)
     sources.register(commands)
     doctor.register(commands)
