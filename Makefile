@@ -12,7 +12,7 @@ RENDER := build/render
 NPROC ?= 2
 DEEPEP ?=
 
-.PHONY: image render lint test unit schema constraints bench smoke smoke-upstream sglang-parser clean
+.PHONY: image render lock lint test unit schema constraints bench smoke smoke-upstream sglang-parser clean
 
 $(BIN)/epstack: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,12 @@ $(BIN)/epstack: pyproject.toml constraints.txt
 
 render: $(BIN)/epstack
 	$(BIN)/epstack pins check
+	$(BIN)/epstack lock --check
 	$(BIN)/epstack render --out $(RENDER)
+
+# Resolve the stale or missing locks in locks/ (needs PyPI); commit what it writes.
+lock: $(BIN)/epstack
+	$(BIN)/epstack lock
 
 lint: render
 	$(BIN)/hadolint $(RENDER)/targets/*/*.Dockerfile

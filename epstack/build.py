@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -22,9 +22,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from epstack.cmd import succeeds
-from epstack.command import PINS, SubParsers, path_arg, pins_path
+from epstack.command import LOCKS, PINS, SubParsers, path_arg, pins_path
 from epstack.engine import DockerEngine
-from epstack.errors import BadInput, EnvironmentProblem
+from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
 from epstack.output import write_file
 from epstack.pins import Pins, load_pins
 from epstack.render import (
@@ -37,10 +37,13 @@ from epstack.render import (
     source_revision,
     write_plan,
 )
+from epstack.sbom import SBOM_DIR
 from epstack.sources import CONTEXT_DIR, git_sources
 from epstack.standin import STANDIN_LABEL, Standin, ensure_os_image, standin_for
 
 STANDIN_SUFFIX = "-standin"
+# BuildKit's SLSA provenance, every build step and its inputs (buildx; see provenance_args).
+PROVENANCE_ARGS = ("--provenance=mode=max",)
 # Layers built from git commits (epstack.stack.LAYER_PIN_KEYS): they need sources or GitHub.
 GIT_LAYERS = ("deepep", "sglang")
 
@@ -52,6 +55,7 @@ class BuiltImage:
     stage: str
     seconds: float
     size: int  # bytes, as the engine reports the image
+    sbom: str = ""  # the image's SBOM copied beside the build report (export_sboms)
 
 
 @dataclass(kw_only=True)
@@ -128,6 +132,7 @@ def build_target(
     """Build `target` from the rendered context directory; see the module docstring.
     `cache_registry` (HOST[/NS]): BuildKit's registry cache in <it>/<IMAGE_REPOSITORY>-cache:<image>."""
     cache = registry_cache(pins, engine, cache_registry, console)
+    attest = provenance_args(engine, console)
     bases = (pins.cuda_devel_image, pins.cuda_runtime_image)
     missing = [ref for ref in bases if not (engine.image_exists(ref) or engine.pull(ref))]
     standin = None
@@ -150,7 +155,9 @@ def build_target(
         if skip and image.layer in GIT_LAYERS:
             report.not_built[spec.tag] = skip
             continue
-        report.built.append(_build(engine, context=context, image=spec, console=console, cache=cache))
+        report.built.append(
+            _build(engine, context=context, image=spec, console=console, cache=cache, attest=attest)
+        )
     return report
 
 
@@ -168,6 +175,33 @@ def registry_cache(
     return lambda image: engine.registry_cache_args(f"{repository}:{image.name}")
 
 
+def provenance_args(engine: DockerEngine, console: Console) -> list[str]:
+    """PROVENANCE_ARGS where the builder can attach and keep them; else none, said once."""
+    if engine.provenance_supported():
+        return list(PROVENANCE_ARGS)
+    reason = "no buildx" if not engine.buildx else "buildx --load into an image store without attestations"
+    console.print(f"[yellow]no provenance attestation[/]: {escape(engine.cli)} has {reason}")
+    return []
+
+
+def export_sboms(engine: DockerEngine, report: BuildReport, directory: Path) -> None:
+    """Copy each built image's SBOM (/opt/epstack/sbom/<layer>.cdx.json, written by its build after the
+    guard) to DIRECTORY/<tag>.cdx.json, validated again here, and note it in the report."""
+    from epstack import cdx  # noqa: PLC0415  (cyclonedx-python-lib: only when SBOMs are exported)
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for index, image in enumerate(report.built):
+        code, text = engine.run_check(image.ref, "cat", [f"{SBOM_DIR}/{image.layer}.cdx.json"])
+        errors = cdx.validate(text) if code == 0 else [f"no {SBOM_DIR}/{image.layer}.cdx.json (exit {code})"]
+        if errors:
+            raise CommandFailed(
+                f"{image.ref}: its SBOM is not valid CycloneDX {cdx.SPEC_VERSION}: {errors[0]}"
+            )
+        path = directory / f"{image.ref.rsplit(':', 1)[1]}.cdx.json"
+        path.write_text(text)
+        report.built[index] = replace(image, sbom=str(path))
+
+
 def _build(
     engine: DockerEngine,
     *,
@@ -175,6 +209,7 @@ def _build(
     image: ImageSpec,
     console: Console,
     cache: Callable[[ImageSpec], list[str]],
+    attest: Sequence[str] = (),
 ) -> BuiltImage:
     console.rule(f"[bold]{image.layer}[/] / {image.stage} -> {escape(image.tag)}")
     start = time.monotonic()
@@ -186,6 +221,7 @@ def _build(
         args=image.args,
         labels=image.labels,
         cache=cache(image),
+        attest=attest,
     )
     seconds = time.monotonic() - start
     console.print(f"[green]built[/] {escape(image.tag)} in {seconds:.1f} s")
@@ -205,19 +241,28 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
     target = args.target or pins.default_target
     if target not in pins.targets:
         raise BadInput(f"{target}: not a target of {path}; fix: use one of {', '.join(pins.targets)}")
-    plan = plan_render(pins, created=source_date(), revision=source_revision(), sources=args.sources)
+    plan = plan_render(
+        pins, created=source_date(), revision=source_revision(), sources=args.sources, locks=args.locks
+    )
+    if plan.stale_locks:
+        raise BadInput(
+            f"{'; '.join(plan.stale_locks)}: an image would install other versions than {path} pins; "
+            "fix: epstack lock (then commit locks/)"
+        )
     write_plan(plan, out)
     console.print(f"rendered into {escape(str(out))}; building {escape(target)}")
+    engine = DockerEngine.find()
     report = build_target(
         pins=pins,
         plan=plan,
         context=out,
         target=target,
-        engine=DockerEngine.find(),
+        engine=engine,
         console=console,
         cache_registry=args.cache_registry or "",
     )
     if args.report:
+        export_sboms(engine, report, args.report.parent / "sbom")
         write_build_report(args.report, report)
     table = Table("image", "layer", "result", title=f"epstack build {escape(target)}")
     table.columns[0].overflow = "fold"
@@ -232,7 +277,9 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
 
 def register(subparsers: SubParsers) -> None:
     """Add `build` to the top-level subcommands."""
-    build = subparsers.add_parser("build", parents=[PINS], help="render, then build a target layer by layer")
+    build = subparsers.add_parser(
+        "build", parents=[PINS, LOCKS], help="render, then build a target layer by layer"
+    )
     build.add_argument("target", nargs="?", help="target such as hopper-efa (default DEFAULT_TARGET)")
     add_render_arguments(build)
     build.add_argument(
@@ -242,6 +289,6 @@ def register(subparsers: SubParsers) -> None:
         "--report",
         type=path_arg,
         metavar="FILE",
-        help="write what was built as JSON (for epstack publish push)",
+        help="write what was built as JSON (for epstack publish push), each image's SBOM in sbom/ beside it",
     )
     build.set_defaults(func=cmd_build)

@@ -24,6 +24,8 @@ COMMANDS: dict[str, str] = {
     "render": "epstack.render",
     "build": "epstack.build",
     "guard": "epstack.guard",
+    "lock": "epstack.lock",
+    "sbom": "epstack.sbom",
     "deepep": "epstack.deepep",
     "nccl": "epstack.nccl",
     "sources": "epstack.sources",

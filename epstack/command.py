@@ -116,6 +116,16 @@ def _pins_parent() -> argparse.ArgumentParser:
 PINS = _pins_parent()
 
 
+def _locks_parent() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--locks", type=path_arg, help="lock folder (default $EPSTACK_LOCKS or ./locks)")
+    return parent
+
+
+# The one --locks of the commands that read or write the lock folder (the guard's differs: no default).
+LOCKS = _locks_parent()
+
+
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:
     """The parsed arguments, or the exit code argparse chose (2 for a bad flag, 0 for --help)."""
     try:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from epstack.cmd import call, pipe, status_and_output, succeeds
+from epstack.cmd import call, output_if_ok, pipe, status_and_output, succeeds
 from epstack.errors import EnvironmentProblem
 
 START_HINT = (
@@ -66,16 +66,26 @@ class DockerEngine:
         labels: Mapping[str, str],
         progress: str = "plain",
         cache: Sequence[str] = (),
+        attest: Sequence[str] = (),
     ) -> None:
-        """`cache`: extra --cache-from/--cache-to arguments (registry_cache_args), buildx only."""
+        """`cache`: extra --cache-from/--cache-to arguments (registry_cache_args), buildx only;
+        `attest`: attestation arguments (PROVENANCE_ARGS), where provenance_supported()."""
         build = ["buildx", "build", "--load"] if self.buildx else ["build"]
         argv = [self.cli, *build, "--progress", progress, "-f", dockerfile, "--target", stage, "-t", tag]
-        argv += cache
+        argv += [*cache, *attest]
         for key, value in sorted(args.items()):
             argv += ["--build-arg", f"{key}={value}"]
         for key, value in sorted(labels.items()):
             argv += ["--label", f"{key}={value}"]
         call(*argv, ".", cwd=context, env=self._env())
+
+    def provenance_supported(self) -> bool:
+        """BuildKit attaches a provenance attestation through buildx, and `--load` keeps it only in the
+        containerd image store; the classic CLI's BuildKit (docker 20.10 here) has no such flag."""
+        if not self.buildx:
+            return False
+        status = output_if_ok(self.cli, "info", "--format", "{{json .DriverStatus}}") or ""
+        return "io.containerd.snapshotter" in status
 
     def run(self, image: str, command: Sequence[str]) -> str:
         return call(self.cli, "run", "--rm", image, *command, capture=True)

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from epstack import closure
 from epstack.command import PINS, SubParsers, path_arg, pins_path
 from epstack.distinfo import Dist, files, find, name_of, requirements
 from epstack.errors import BadInput, EpstackError
@@ -46,8 +47,8 @@ from epstack.pinsfile import parse_pins_file
 from epstack.sources import fabric_patches
 from epstack.stack import DEEP_EP_PROVIDERS, CudaWheels, base_packages, cuda_wheels
 
-Verdict = Literal["ok", "mismatch", "missing", "skipped", "override (pinned)"]
-FAILED: frozenset[Verdict] = frozenset({"mismatch", "missing"})
+Verdict = Literal["ok", "mismatch", "missing", "extra", "skipped", "override (pinned)"]
+FAILED: frozenset[Verdict] = frozenset({"mismatch", "missing", "extra"})
 GUARD_LAYERS = ("python", "base", "deepep", "sglang", "all")
 
 DEFAULT_MANIFEST = Path("/opt/epstack/wheels/deepep-source.json")
@@ -164,6 +165,9 @@ class GuardReport:
     pins: Path
     layer: str
     checks: tuple[Check, ...]
+    # Every distribution of the venv and of the layer's locks, ok ones included (the table shows a
+    # summary row and the failing ones only).
+    distributions: tuple[closure.Distribution, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -171,7 +175,10 @@ class GuardReport:
 
     def to_json(self) -> str:
         checks = [asdict(check) for check in self.checks]
+        distributions = [{**asdict(d), "verdict": d.verdict} for d in self.distributions]
         document = {"pins": str(self.pins), "layer": self.layer, "checks": checks, "ok": self.ok}
+        if self.distributions:
+            document["distributions"] = distributions
         return json.dumps(document, indent=2) + "\n"
 
 
@@ -666,6 +673,57 @@ def sglang_checks(pins: Expected) -> list[Check]:
     ]
 
 
+# ---- every distribution against the locks ----------------------------------------------------
+
+_CLOSURE_LAYER = {"base": "base", "deepep": "deepep", "sglang": "sglang", "all": "sglang"}
+_DISTRIBUTION_VERDICT: dict[closure.Verdict, Verdict] = {
+    "ok": "ok",
+    "missing": "missing",
+    "extra": "extra",
+    "other version": "mismatch",
+}
+_GROUPS: tuple[closure.Verdict, ...] = ("missing", "extra", "other version")
+
+
+def check_closure(distributions: list[closure.Distribution], files: list[str]) -> list[Check]:
+    """A summary row, then one row per distribution that is missing, extra or at another version,
+    grouped in that order (an image of 200 distributions does not print 200 ok rows)."""
+    failing = {group: [d for d in distributions if d.verdict == group] for group in _GROUPS}
+    locked = sum(1 for d in distributions if d.locked)
+    present = sum(1 for d in distributions if d.installed)
+    counts = ", ".join(f"{len(rows)} {group}" for group, rows in failing.items() if rows)
+    sources = ", ".join(Path(file).name for file in files)
+    rows = [
+        Check(
+            component="Python distributions",
+            expected=f"{locked} locked",
+            found=f"{present} installed",
+            verdict="mismatch" if counts else "ok",
+            detail=f"{counts} (rows below; all in --json); {sources}" if counts else f"exactly {sources}",
+        )
+    ]
+    for group in _GROUPS:
+        rows += [
+            Check(
+                component=d.name,
+                expected=d.locked or "in no lock",
+                found=d.installed or "not installed",
+                verdict=_DISTRIBUTION_VERDICT[group],
+                detail=d.source,
+            )
+            for d in failing[group]
+        ]
+    return rows
+
+
+def closure_report(layer: str, locks: Path) -> tuple[list[Check], list[closure.Distribution]]:
+    """The venv's distributions against the locks of `layer` (and the deep_ep manifest above base)."""
+    manifest = Path(os.environ.get("EPSTACK_DEEPEP_MANIFEST") or DEFAULT_MANIFEST)
+    want, files = closure.expected(_CLOSURE_LAYER[layer], locks, manifest)
+    distributions = closure.compare(want, closure.installed(closure.venv_paths()))
+    return check_closure(distributions, files), distributions
+
+
 LAYER_CHECKS: dict[str, Callable[[Expected], list[Check]]] = {
     "python": python_checks,
     "base": base_checks,
@@ -674,26 +732,33 @@ LAYER_CHECKS: dict[str, Callable[[Expected], list[Check]]] = {
 }
 
 
-def run_guard(pins_path: Path, layer: str) -> GuardReport:
-    """The checks of `layer` and every layer below it ("all": every layer)."""
+def run_guard(pins_path: Path, layer: str, locks: Path | None = None) -> GuardReport:
+    """The checks of `layer` and every layer below it ("all": every layer); with `locks`, every
+    distribution of the venv against the layer's locks too."""
     names = list(LAYER_CHECKS)
     selected = names if layer == "all" else names[: names.index(layer) + 1]
     pins = load_expected(pins_path, selected)
     checks = [replace(check, layer=name) for name in selected for check in LAYER_CHECKS[name](pins)]
-    return GuardReport(pins=pins_path, layer=layer, checks=tuple(checks))
+    distributions: list[closure.Distribution] = []
+    if locks is not None and layer in _CLOSURE_LAYER:
+        rows, distributions = closure_report(layer, locks)
+        checks += [replace(row, layer=_CLOSURE_LAYER[layer]) for row in rows]
+    return GuardReport(pins=pins_path, layer=layer, checks=tuple(checks), distributions=tuple(distributions))
 
 
 _STYLE = {
     "ok": "green",
     "mismatch": "red",
     "missing": "red",
+    "extra": "red",
     "skipped": "yellow",
     "override (pinned)": "cyan",
 }
 
 
 def cmd_guard(args: argparse.Namespace, console: Console) -> int:
-    report = run_guard(pins_path(args.pins), args.layer)
+    locks = args.locks or (Path(os.environ["EPSTACK_LOCKS"]) if os.environ.get("EPSTACK_LOCKS") else None)
+    report = run_guard(pins_path(args.pins), args.layer, locks)
     table = Table(
         "layer", "component", "expected", "found", "verdict", "detail", title=f"epstack guard {args.layer}"
     )
@@ -731,6 +796,12 @@ def register(subparsers: SubParsers) -> None:
         choices=GUARD_LAYERS,
         default="all",
         help="check this layer and those below it (default all)",
+    )
+    guard.add_argument(
+        "--locks",
+        type=path_arg,
+        help="also check every distribution of this Python against the layer's locks in this folder "
+        "(default $EPSTACK_LOCKS, set in the images; none: no such check)",
     )
     guard.add_argument("--json", type=path_arg, metavar="FILE", help="also write the report as JSON")
     guard.set_defaults(func=cmd_guard)

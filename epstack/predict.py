@@ -4,7 +4,9 @@ uv, the images' installer, resolves `sglang==SGLANG_VERSION` unconstrained for t
 platform (epstack.resolve). Each base-layer package it would install at another version than pinned is
 resolved again with its pin as a constraint: when that fails the pin cannot hold, and uv's explanation
 names the requirement that forces the move. Distributions that would bring their own deep_ep over the
-one built from DEEPEP_REF are named too.
+one built from DEEPEP_REF are named too. Then, against the committed locks: each lock the change makes
+stale is resolved again as `epstack lock` would (nothing written), and every distribution that would
+move is listed, before anything is built.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.version import Version
 from rich.console import Console
 from rich.markup import escape
 
-from epstack.command import PINS, SubParsers, pins_path
+from epstack.command import LOCKS, PINS, SubParsers, pins_path
+from epstack.lock import LockRun, moves_table, relock, stale_locks
+from epstack.lockfile import locks_dir
 from epstack.pins import Pins, load_pins
 from epstack.resolve import Resolution, Unresolvable, compile_requirements
 from epstack.stack import DEEP_EP_PROVIDERS, ImageTarget
@@ -102,6 +107,33 @@ def predict(pins: Pins, resolver: Resolver = compile_requirements) -> Prediction
     )
 
 
+def predict_locks(pins: Pins, directory: Path, resolver: Resolver = compile_requirements) -> LockRun | str:
+    """What `epstack lock` would move in `directory` for these pins (nothing is written), or uv's reason
+    why the locks cannot be resolved."""
+    try:
+        return relock(pins, directory, resolver=resolver)
+    except Unresolvable as exc:
+        return str(exc)
+
+
+def _print_locks(console: Console, pins: Pins, directory: Path) -> None:
+    stale = stale_locks(pins, directory)
+    if not stale:
+        _print(console, f"{directory}: every lock is fresh for these pins; no build would move", "green")
+        return
+    for entry in stale:
+        _print(console, str(entry), "yellow")
+    run = predict_locks(pins, directory)
+    if isinstance(run, str):
+        _print(console, f"the locks cannot be resolved for these pins: {run}", "red")
+    elif run.moves:
+        console.print(
+            moves_table(run.moves, f"against {escape(str(directory))}: what `epstack lock` would move")
+        )
+    else:
+        _print(console, "resolved again, the stale locks keep every version", "green")
+
+
 def _print(console: Console, text: str, style: str) -> None:
     console.print(f"[{style}]{escape(text)}[/]")
 
@@ -126,12 +158,13 @@ def cmd_pins_predict(args: argparse.Namespace, console: Console) -> int:
         )
     if not prediction.drifts:
         _print(console, f"{path}: installing {prediction.requested} moves no pinned package", "green")
+    _print_locks(console, pins, locks_dir(args.locks))
     return 1 if prediction.drifts else 0
 
 
 def register(pins_subparsers: SubParsers) -> None:
     """Add `predict` under `epstack pins`."""
     parser = pins_subparsers.add_parser(
-        "predict", parents=[PINS], help="ask uv what installing SGLang would move (needs the index)"
+        "predict", parents=[PINS, LOCKS], help="ask uv what installing SGLang would move (needs the index)"
     )
     parser.set_defaults(func=cmd_pins_predict)

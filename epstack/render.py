@@ -4,7 +4,8 @@ Output (DIR):
   docker-bake.json             every image of every target, for `cd DIR && docker buildx bake`
   epstack-render.json          the same plan as epstack reads it (tags, stages, args, labels)
   scripts/, src/, sources/     what the Dockerfiles COPY (sources/: checked `git archive` tarballs)
-  targets/<target>/*.Dockerfile and the requirement files rendered from pins
+  targets/<target>/*.Dockerfile, the layer pins files, and locks/ (the lock files each install step
+                               installs, copied from the locks folder; epstack.lock)
   standin/                     the CUDA stand-in, for machines that cannot pull nvidia/cuda
 
 Same pins and same sources give byte-identical files. DIR must be new or made by epstack; it is
@@ -27,11 +28,14 @@ from rich.markup import escape
 
 from epstack import __version__
 from epstack.cmd import output_if_ok
-from epstack.command import PINS, SubParsers, path_arg, pins_path
+from epstack.command import LOCKS, PINS, SubParsers, path_arg, pins_path
 from epstack.errors import BadInput
 from epstack.fabric import COMMON_IMAGE_ENV, FABRICS
+from epstack.lock import lock_specs, stale_locks
+from epstack.lockfile import UV_BOOTSTRAP, entry_text, lock_path, locks_dir, read_lock
 from epstack.output import check_output, replace_output
 from epstack.pins import LAYERS, Layer, Pins, load_pins
+from epstack.resolve import INSTALL_FLAGS
 from epstack.sources import context_files as sources_context
 from epstack.stack import DEEP_EP_PROVIDERS, DEEPEP_PATCH_KEYS
 from epstack.standin import render_files as standin_files
@@ -43,9 +47,6 @@ TEMPLATES = REPO_ROOT / "images"
 IMAGE_SCRIPTS = REPO_ROOT / "scripts" / "image"
 # The script folders the Dockerfiles COPY from (image layers and the CUDA stand-in).
 CONTEXT_SCRIPTS = ("image", "standin")
-
-# What DeepEP's setup.py builds with (torch 2.14 needs setuptools < 82). Checked 2026-11-29.
-DEEPEP_BUILD_REQUIREMENTS = ("setuptools==81.0.0", "wheel==0.48.0", "ninja==1.13.2")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +71,7 @@ class RenderPlan:
     files: dict[str, bytes]
     images: tuple[ImageSpec, ...]
     default_target: str
+    stale_locks: tuple[str, ...] = ()  # "<lock>: stale (why)" for each lock these pins no longer match
 
     def images_for(self, target: str) -> list[ImageSpec]:
         return [image for image in self.images if image.target == target]
@@ -102,8 +104,12 @@ def _git(*args: str) -> str:
     return (output_if_ok("git", "-C", str(REPO_ROOT), *args) or "").strip()
 
 
-def plan_render(pins: Pins, *, created: datetime, revision: str, sources: Path | None = None) -> RenderPlan:
-    """Render every template for every target, in memory; `sources`: a folder of `git archive` tarballs."""
+def plan_render(
+    pins: Pins, *, created: datetime, revision: str, sources: Path | None = None, locks: Path | None = None
+) -> RenderPlan:
+    """Render every template for every target, in memory; `sources`: a folder of `git archive` tarballs;
+    `locks`: the lock folder (default $EPSTACK_LOCKS or ./locks). A missing lock is BadInput; a stale
+    one is rendered and named in the plan (`epstack build` refuses it)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         undefined=jinja2.StrictUndefined,
@@ -132,10 +138,10 @@ def plan_render(pins: Pins, *, created: datetime, revision: str, sources: Path |
     )
 
     images: list[ImageSpec] = []
-    requirements = _requirement_files(pins)
+    lock_files = _lock_files(pins, locks_dir(locks))
     for target in pins.targets:
-        for name, text in requirements.items():
-            files[f"targets/{target}/{name}"] = text.encode()
+        for name, text in lock_files.items():
+            files[f"targets/{target}/locks/{name}"] = text.encode()
         target_images = _target_images(pins, target, created=created, revision=revision)
         fabric = target.rsplit("-", 1)[1]
         context = {
@@ -148,6 +154,7 @@ def plan_render(pins: Pins, *, created: datetime, revision: str, sources: Path |
             "images": {image.stage: image for image in target_images},
             "base_packages": tuple(pins.base_packages),
             "excluded_packages": DEEP_EP_PROVIDERS,
+            "install_flags": " ".join(INSTALL_FLAGS),
             "cuda_home": pins.cuda_home,
             "epstack_version": __version__,
         }
@@ -160,7 +167,10 @@ def plan_render(pins: Pins, *, created: datetime, revision: str, sources: Path |
         {"default_target": pins.default_target, "images": [vars(image) for image in images]}
     )
     files["docker-bake.json"] = _json_bytes(_bake(images, pins.default_target))
-    return RenderPlan(files=files, images=tuple(images), default_target=pins.default_target)
+    stale = tuple(str(entry) for entry in stale_locks(pins, locks_dir(locks)))
+    return RenderPlan(
+        files=files, images=tuple(images), default_target=pins.default_target, stale_locks=stale
+    )
 
 
 def _package_sources() -> list[Path]:
@@ -172,17 +182,20 @@ def _package_sources() -> list[Path]:
     return sources
 
 
-def _requirement_files(pins: Pins) -> dict[str, str]:
-    """Exact pins per install step; overrides win over any package's own requirement."""
-    header = "# Rendered from pins.env by epstack; do not edit.\n"
-    base = "".join(f"{name}=={version}\n" for name, version in pins.base_packages.items())
-    return {
-        "base-requirements.txt": header + base,
-        "overrides.txt": header + base,
-        "sglang-requirements.txt": header + f"sglang=={pins.sglang_version}\n",
-        "excludes.txt": header + "".join(f"{name}\n" for name in DEEP_EP_PROVIDERS),
-        "deepep-build-requirements.txt": header + "".join(f"{r}\n" for r in DEEPEP_BUILD_REQUIREMENTS),
-    }
+def _lock_files(pins: Pins, directory: Path) -> dict[str, str]:
+    """The locks every target installs (no Python input depends on the target), and the base lock's uv
+    entry alone, which pip installs first to bootstrap uv in a new venv."""
+    files = {}
+    for spec in lock_specs(pins):
+        lock = read_lock(directory, spec.name)
+        if lock is None:
+            raise BadInput(
+                f"{lock_path(directory, spec.name)}: no such lock; fix: epstack lock --locks {directory}"
+            )
+        files[f"{spec.name}.txt"] = lock.text
+        if spec.name == "base":
+            files[UV_BOOTSTRAP] = entry_text(lock, "uv")
+    return files
 
 
 def _layer_pins_file(pins: Pins, layer: Layer, target: str) -> str:
@@ -298,7 +311,7 @@ def _json_bytes(data: object) -> bytes:
 
 def output_directory(out: str, pins_path: Path, *, sources: Path | None = None) -> Path:
     """Where a render may go (epstack.output rules): never the checkout, an input, or others' files."""
-    inputs = [TEMPLATES, IMAGE_SCRIPTS.parent, REPO_ROOT / "epstack", pins_path]
+    inputs = [TEMPLATES, IMAGE_SCRIPTS.parent, REPO_ROOT / "epstack", REPO_ROOT / "locks", pins_path]
     return check_output(out, checkout=REPO_ROOT, inputs=[*inputs, *([sources] if sources else [])])
 
 
@@ -320,9 +333,13 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
     out = output_directory(args.out, path, sources=args.sources)
     pins = load_pins(path)
-    plan = plan_render(pins, created=source_date(), revision=source_revision(), sources=args.sources)
+    plan = plan_render(
+        pins, created=source_date(), revision=source_revision(), sources=args.sources, locks=args.locks
+    )
     write_plan(plan, out)
     console.print(f"rendered {len(plan.files)} files for {len(pins.targets)} targets into {escape(str(out))}")
+    for stale in plan.stale_locks:
+        console.print(f"[yellow]{escape(stale)}[/]: `epstack build` refuses it; fix: epstack lock")
     return 0
 
 
@@ -337,7 +354,7 @@ def add_render_arguments(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: SubParsers) -> None:
     """Add `render` to the top-level subcommands."""
     render = subparsers.add_parser(
-        "render", parents=[PINS], help="render Dockerfiles, bake file and tags for every target"
+        "render", parents=[PINS, LOCKS], help="render Dockerfiles, bake file and tags for every target"
     )
     add_render_arguments(render)
     render.set_defaults(func=cmd_render)

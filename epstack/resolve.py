@@ -1,8 +1,10 @@
 """Resolve Python requirements the way the images install them: uv, for the image's Python and platform.
 
-One home for the resolver's flags: `pins predict` (and the locks) call compile() here, so what resolves
-here is what an image build can install. uv runs with no user or system configuration and only the
-environment that says where the index is and how to reach it.
+One home for uv's flags: `pins predict` and `epstack lock` resolve with RESOLVE_FLAGS here, and every
+image installs its locks with INSTALL_FLAGS (rendered into the Dockerfiles), so a resolution that
+succeeds is an install that succeeds: wheels only on both sides, every distribution pinned with its
+hashes, nothing resolved again at build time. uv runs with no user or system configuration and only
+the environment that says where the index is and how to reach it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -21,6 +23,12 @@ from epstack.errors import CommandFailed, EnvironmentProblem
 from epstack.stack import ImageTarget
 
 TIMEOUT_S = 180
+# Every resolution: hashes for the lock, and wheels only (an sdist would run a build backend, with
+# build requirements of its own, in the middle of an image build).
+RESOLVE_FLAGS = ("--generate-hashes", "--no-build")
+# Every install of a lock in an image: each distribution pinned with hashes, none of its requirements
+# resolved again, and wheels only, as resolved.
+INSTALL_FLAGS = ("--require-hashes", "--no-deps", "--no-build")
 # How uv reaches the index; every other UV_* variable (UV_CONSTRAINT, UV_OVERRIDE, ...) would change
 # the answer, so it is dropped.
 _UV_ENV_KEPT = (
@@ -31,7 +39,11 @@ _OFFLINE = re.compile(
     r"(Failed to fetch|error sending request|dns error|Connection refused|tcp connect error|"
     r"Network is unreachable|operation timed out|Could not connect)"
 )
-_PINNED = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+)\s*(?:#\s*via\s+(?P<via>.*))?$")
+_PINNED = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s\\]+)\s*\\?\s*(?:#\s*via\s+(?P<via>.*))?$"
+)
+_HASH = re.compile(r"^--hash=(?P<hash>\S+?)\s*\\?$")
+_VIA = re.compile(r"^#\s*via\s+(?P<via>.*)$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,15 +53,25 @@ class Pinned:
     name: str  # canonical
     version: str
     via: tuple[str, ...]  # canonical names of its requirers; empty for a direct requirement
+    hashes: tuple[str, ...] = ()  # sha256:<hex> of every file of this version (--generate-hashes)
+
+    @property
+    def pin(self) -> str:
+        return f"{self.name}=={self.version}"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Resolution:
     packages: tuple[Pinned, ...]
+    text: str = ""  # uv's output as written (a requirements file with hashes)
 
     def version(self, name: str) -> str | None:
         canonical = canonicalize_name(name)
         return next((p.version for p in self.packages if p.name == canonical), None)
+
+    @property
+    def versions(self) -> dict[str, str]:
+        return {p.name: p.version for p in self.packages}
 
 
 class Unresolvable(CommandFailed):
@@ -69,22 +91,31 @@ def _environment() -> dict[str, str]:
     return env
 
 
+def _requirers(via: str | None) -> tuple[str, ...]:
+    names = [v.strip() for v in (via or "").split(",")]
+    return tuple(canonicalize_name(v) for v in names if v and not v.startswith("-"))
+
+
 def parse_compiled(text: str) -> Resolution:
-    """`uv pip compile --annotation-style line` output -> the pinned distributions."""
-    packages = []
+    """`uv pip compile --annotation-style line` output, with or without --generate-hashes (then each
+    pin is followed by its --hash lines and a `# via` line) -> the pinned distributions."""
+    packages: list[Pinned] = []
     for line in text.splitlines():
-        match = _PINNED.match(line.strip())
-        if not match:
-            continue
-        via = [v.strip() for v in (match["via"] or "").split(",")]
-        packages.append(
-            Pinned(
-                name=canonicalize_name(match["name"]),
-                version=match["version"],
-                via=tuple(canonicalize_name(v) for v in via if v and not v.startswith("-")),
+        stripped = line.strip()
+        pinned, hashed, via = _PINNED.match(stripped), _HASH.match(stripped), _VIA.match(stripped)
+        if pinned and not line[:1].isspace():
+            packages.append(
+                Pinned(
+                    name=canonicalize_name(pinned["name"]),
+                    version=pinned["version"],
+                    via=_requirers(pinned["via"]),
+                )
             )
-        )
-    return Resolution(packages=tuple(packages))
+        elif packages and hashed:
+            packages[-1] = replace(packages[-1], hashes=(*packages[-1].hashes, hashed["hash"]))
+        elif packages and via and line[:1].isspace():
+            packages[-1] = replace(packages[-1], via=_requirers(via["via"]))
+    return Resolution(packages=tuple(packages), text=text)
 
 
 def explanation(stderr: str) -> str:
@@ -102,31 +133,57 @@ def compile_requirements(
     constraints: Sequence[str] = (),
     overrides: Sequence[str] = (),
     excludes: Sequence[str] = (),
+    preferences: str = "",
+    upgrade: Sequence[str] = (),
+    name: str = "requirements",
     timeout: float = TIMEOUT_S,
 ) -> Resolution:
-    """Resolve `requirements` for `target`; Unresolvable with uv's reason, EnvironmentProblem offline."""
+    """Resolve `requirements` for `target`; Unresolvable with uv's reason, EnvironmentProblem offline.
+
+    `preferences`: a previous output (a lock); uv keeps its versions wherever they still hold, except
+    for the `upgrade` packages (NAME or NAME==VERSION). The input files are named after `name`
+    (`-r NAME.in`), as the `# via` lines of the output say."""
     files: Mapping[str, Sequence[str]] = {
-        "requirements.in": requirements,
-        "--constraints": constraints,
-        "--overrides": overrides,
-        "--excludes": excludes,
+        f"{name}.in": requirements,
+        "constraints.txt": constraints,
+        "overrides.txt": overrides,
+        "excludes.txt": excludes,
     }
+    flags = {"constraints.txt": "--constraint", "overrides.txt": "--override", "excludes.txt": "--excludes"}
     with tempfile.TemporaryDirectory(prefix="epstack-resolve-") as tmp:
         argv: list[str | Path] = [uv_bin(), "pip", "compile", "--quiet", "--no-header",
                                   "--annotation-style", "line", "--python-version", target.python_version,
-                                  "--python-platform", target.platform]  # fmt: skip
-        for flag, lines in files.items():
-            if not lines and flag != "requirements.in":
-                continue
-            path = Path(tmp) / flag.lstrip("-")
-            path.write_text("".join(f"{line}\n" for line in lines))
-            argv += [path] if flag == "requirements.in" else [flag, path]
-        result = run(*argv, env=_environment(), timeout=timeout)
+                                  "--python-platform", target.platform, *RESOLVE_FLAGS]  # fmt: skip
+        for filename, lines in files.items():
+            if lines or filename == f"{name}.in":
+                (Path(tmp) / filename).write_text("".join(f"{line}\n" for line in lines))
+                argv += [filename] if filename == f"{name}.in" else [flags[filename], filename]
+        for package in upgrade:
+            argv += ["--upgrade-package", package]
+        output = Path(tmp) / f"{name}.txt"
+        output.write_text(preferences)
+        argv += ["--output-file", output.name]
+        result = run(*argv, env=_environment(), cwd=Path(tmp), timeout=timeout)
+        text = output.read_text() if result.returncode == 0 else ""
     if result.returncode == 0:
-        return parse_compiled(result.stdout)
+        return parse_compiled(text)
     offline = _OFFLINE.search(result.stderr)
     if offline:
         raise EnvironmentProblem(f"cannot reach the package index: {explanation(result.stderr)}")
     if "No solution found" in result.stderr:
         raise Unresolvable(explanation(result.stderr))
     raise CommandFailed(f"uv could not resolve {', '.join(requirements)}: {explanation(result.stderr)}")
+
+
+def check_installable(lock_text: str, target: ImageTarget, *, timeout: float = TIMEOUT_S) -> None:
+    """`uv pip install --dry-run` of a lock with the images' INSTALL_FLAGS, for `target`, into an empty
+    folder: every entry has hashes and a wheel for the image. CommandFailed with uv's reason if not."""
+    with tempfile.TemporaryDirectory(prefix="epstack-install-") as tmp:
+        lock = Path(tmp) / "lock.txt"
+        lock.write_text(lock_text)
+        result = run(uv_bin(), "pip", "install", "--dry-run", "--quiet", *INSTALL_FLAGS,
+                     "--python-version", target.python_version, "--python-platform", target.platform,
+                     "--target", Path(tmp) / "target", "--requirement", lock,
+                     env=_environment(), timeout=timeout)  # fmt: skip
+    if result.returncode != 0:
+        raise CommandFailed(f"the images could not install this lock: {explanation(result.stderr)}")

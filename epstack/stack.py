@@ -66,6 +66,8 @@ IMAGE_MACHINE = "x86_64"
 
 # Distributions that install a top-level deep_ep package of their own (sglang requires the first).
 DEEP_EP_PROVIDERS = ("sgl-deep-ep", "deep-ep")
+# What DeepEP's setup.py builds with (torch 2.14 needs setuptools < 82). Checked 2026-11-29.
+DEEPEP_BUILD_REQUIREMENTS = ("setuptools==81.0.0", "wheel==0.48.0", "ninja==1.13.2")
 
 # Each pins.env key's layer: a layer is built from its own keys and those of the layers below, so a
 # pin moves its own layer and everything above it, never what is below. The base layer comes from

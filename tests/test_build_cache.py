@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from epstack.build import registry_cache
+from epstack.build import provenance_args, registry_cache
 from epstack.engine import DockerEngine
 from epstack.pins import load_pins
 from epstack.render import plan_render, source_date
@@ -42,3 +42,32 @@ def test_the_classic_builder_says_it_has_no_registry_cache(tmp_path: Path) -> No
     said = "no registry cache: /usr/bin/docker has no buildx; local BuildKit cache only"
     assert said in console.export_text()
     assert registry_cache(pins, DockerEngine(cli="x", buildx=True), "", console)(image) == []
+
+
+def fake_cli(tmp_path: Path, driver_status: str) -> tuple[Path, Path]:
+    """A docker CLI stand-in: answers `info` with `driver_status`, records any other argv."""
+    log, cli = tmp_path / "argv", tmp_path / "docker"
+    answer = f"if [ \"$1\" = info ]; then echo '{driver_status}'; exit 0; fi"
+    cli.write_text(f'#!/bin/sh\n{answer}\nprintf "%s\\n" "$@" > {log}\n')
+    cli.chmod(0o755)
+    return cli, log
+
+
+def test_buildx_with_an_attestation_store_gets_provenance(tmp_path: Path) -> None:
+    """The flag path (no such builder here): buildx over the containerd image store keeps attestations."""
+    cli, log = fake_cli(tmp_path, '[["driver-type","io.containerd.snapshotter.v1"]]')
+    engine = DockerEngine(cli=str(cli), buildx=True)
+    attest = provenance_args(engine, Console(quiet=True))
+    engine.build(context=tmp_path, dockerfile="d", stage="s", tag="t", args={}, labels={}, attest=attest)
+    assert "--provenance=mode=max" in log.read_text().splitlines()
+
+
+def test_builders_without_attestations_say_so(tmp_path: Path) -> None:
+    """Debian's docker 20.10 here: BuildKit in the classic CLI, no buildx, so no --provenance flag."""
+    console = Console(record=True, width=200)
+    assert provenance_args(DockerEngine(cli="/usr/bin/docker", buildx=False), console) == []
+    cli, _ = fake_cli(tmp_path, '[["Backing Filesystem","extfs"]]')
+    assert provenance_args(DockerEngine(cli=str(cli), buildx=True), console) == []
+    said = console.export_text()
+    assert "no provenance attestation: /usr/bin/docker has no buildx" in said
+    assert "buildx --load into an image store without attestations" in said

@@ -19,18 +19,23 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from epstack.build import BuildReport, build_target, standin_ref
+from epstack import cdx
+from epstack.build import BuildReport, build_target, export_sboms, standin_ref
 from epstack.cli import main
 from epstack.engine import DockerEngine
+from epstack.lockfile import LAYER_LOCKS, read_lock
 from epstack.pins import load_pins
 from epstack.render import plan_render, source_date, write_plan
 from epstack.standin import STANDIN_LABEL, standin_for
-from tests.conftest import PINS, pins_variant
+from tests.conftest import PINS, REPO, pins_variant
 
 pytestmark = pytest.mark.docker
 
 TARGET = "hopper-ib"
 SOURCES = os.environ.get("EPSTACK_TEST_SOURCES", "")
+# A pins file whose IMAGE_REPOSITORY differs, so a test build on a shared engine never retags others'
+# images (tags come from the pins hash); default pins.env.
+BUILD_PINS = Path(os.environ.get("EPSTACK_TEST_PINS") or PINS)
 FIXTURES = Path(__file__).with_name("fixtures")
 
 
@@ -49,7 +54,7 @@ def docker(engine: DockerEngine, *args: str, check: bool = True) -> subprocess.C
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, engine: DockerEngine) -> BuildReport:
-    pins = load_pins(PINS)
+    pins = load_pins(BUILD_PINS)
     sources = Path(SOURCES) if SOURCES else None
     plan = plan_render(pins, created=source_date(), revision="test", sources=sources)
     context = tmp_path_factory.mktemp("build") / "render"
@@ -74,7 +79,7 @@ def made() -> Iterator[list[str]]:
 
 def test_the_standin_stands_in_for_nvidia_cuda(built: BuildReport, engine: DockerEngine) -> None:
     """Layout, tools and environment as NVIDIA's devel image has them, from the pinned CUDA release."""
-    pins = load_pins(PINS)
+    pins = load_pins(BUILD_PINS)
     standin = standin_for(pins)
     assert built.standin == standin
     script = (
@@ -106,7 +111,7 @@ def test_the_standin_stands_in_for_nvidia_cuda(built: BuildReport, engine: Docke
 
 
 def test_devel_and_base_are_built_guarded_and_labelled(built: BuildReport, engine: DockerEngine) -> None:
-    pins = load_pins(PINS)
+    pins = load_pins(BUILD_PINS)
     assert [image.stage for image in built.built][:2] == ["devel", "base"]
     base = ref(built, "base")
     assert base == standin_ref(pins.image_ref("base", TARGET))
@@ -195,8 +200,8 @@ def test_entrypoint_guard_modes_on_a_drifted_image(
     assert result.returncode == exit_code, result.stderr[-2000:]
     assert ("started" in result.stdout) == ran
     if mode == "warn":
-        # the distribution and its nvshmem_version.h
-        assert result.stdout.split() == ["started", "2"], "report written where the entrypoint says"
+        # the distribution and its nvshmem_version.h; against the lock, its row and the summary row
+        assert result.stdout.split() == ["started", "4"], "report written where the entrypoint says"
 
 
 def fake_efa_installer(folder: Path) -> str:
@@ -216,7 +221,8 @@ def test_the_efa_step_runs_the_installer_as_the_real_one_needs(
     sources.mkdir()
     pins = pins_variant(tmp_path, EFA_INSTALLER_SHA256=fake_efa_installer(sources))
     out = tmp_path / "render"
-    assert main(["render", "--pins", str(pins), "--out", str(out), "--sources", str(sources)]) == 0
+    render = ["render", "--pins", str(pins), "--out", str(out), "--sources", str(sources)]
+    assert main([*render, "--locks", str(REPO / "locks")]) == 0
     image = next(
         i
         for i in json.loads((out / "epstack-render.json").read_text())["images"]
@@ -256,7 +262,7 @@ def test_deepep_and_sglang_are_built_and_guarded(built: BuildReport, engine: Doc
         "print(sglang.__version__, ElasticBuffer.__name__)"
     )
     result = docker(engine, "run", "--rm", ref(built, "sglang"), "python", "-c", check)
-    assert result.stdout.split() == [load_pins(PINS).sglang_version, "ElasticBuffer"]
+    assert result.stdout.split() == [load_pins(BUILD_PINS).sglang_version, "ElasticBuffer"]
     assert "guard: ok" in result.stderr
 
 
@@ -274,6 +280,113 @@ def test_without_sources_the_git_layers_say_why(built: BuildReport) -> None:
         assert not built.not_built
         return
     assert set(built.not_built) == {
-        standin_ref(load_pins(PINS).image_ref(layer, TARGET)) for layer in ("deepep", "sglang")
+        standin_ref(load_pins(BUILD_PINS).image_ref(layer, TARGET)) for layer in ("deepep", "sglang")
     }
     assert all("archive in sources/" in why and "--sources" in why for why in built.not_built.values())
+
+
+# ---- locks: the venv is exactly the lock; a drift the pins cannot see, the lock names -----------
+
+
+def guard_report(engine: DockerEngine, image: str, layer: str) -> dict[str, object]:
+    text = docker(engine, "run", "--rm", "--entrypoint", "cat", image, f"/opt/epstack/reports/{layer}.json")
+    report: dict[str, object] = json.loads(text.stdout)
+    return report
+
+
+def locked(layer: str) -> set[str]:
+    names = set()
+    for name in LAYER_LOCKS[layer]:
+        lock = read_lock(REPO / "locks", name)
+        assert lock is not None
+        names |= {p.name for p in lock.resolution.packages}
+    return names
+
+
+def assert_exactly_locked(engine: DockerEngine, image: str, layer: str, built_extra: int = 0) -> None:
+    """The guard's distribution count equals the locks' (plus the deep_ep wheel built from its commit)."""
+    report = guard_report(engine, image, layer)
+    count = len(locked(layer)) + built_extra
+    rows = {row["component"]: row for row in report["checks"]}  # type: ignore[attr-defined]
+    summary = rows["Python distributions"]
+    assert (summary["expected"], summary["found"], summary["verdict"]) == (
+        f"{count} locked",
+        f"{count} installed",
+        "ok",
+    )
+    distributions = report["distributions"]
+    assert len(distributions) == count and {d["verdict"] for d in distributions} == {"ok"}  # type: ignore[arg-type,union-attr]
+
+
+def test_the_base_layer_installs_exactly_its_lock(built: BuildReport, engine: DockerEngine) -> None:
+    assert_exactly_locked(engine, ref(built, "base"), "base")
+    assert_exactly_locked(engine, ref(built, "devel"), "base")
+
+
+def test_every_built_image_carries_a_valid_sbom(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine
+) -> None:
+    """Written in the image after its guard, copied beside the build report and validated again."""
+    report = BuildReport(target=built.target, standin=built.standin, built=list(built.built))
+    export_sboms(engine, report, tmp_path / "sbom")
+    for image in report.built:
+        text = Path(image.sbom).read_text()
+        assert cdx.validate(text) == []
+        parts = {c["bom-ref"]: c for c in json.loads(text)["components"]}
+        python = [ref for ref in parts if ref.startswith("python:")]
+        assert len(python) == len(locked(image.layer)), image.ref
+        assert sum(ref.startswith("os:") for ref in parts) > 100, "every dpkg package"
+        base = next(c for ref, c in parts.items() if ref.startswith("base-image:"))
+        assert "epstack:standin" in {p["name"] for p in base["properties"]}, "built on the stand-in"
+        nccl = next(c for ref, c in parts.items() if ref.startswith("native:NCCL@"))
+        assert len(nccl["hashes"][0]["content"]) == 64, "the sha256 of the libnccl the image holds"
+
+
+# An unpinned transitive: torch requires filelock with no version, pins.env names none; only the lock has it.
+TRANSITIVE_DRIFT = "filelock==4.2.12"
+
+
+def test_a_drift_the_lock_catches_and_the_pins_do_not(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine
+) -> None:
+    result = user_layer(
+        engine,
+        tmp_path,
+        f"FROM {ref(built, 'base')}\nRUN uv pip install --no-deps {TRANSITIVE_DRIFT}\n"
+        "RUN /opt/epstack/scripts/guard-layer.sh base\n",
+        "epstack-test/transitive-drift",
+    )
+    assert result.returncode != 0
+    failing = [
+        line
+        for line in result.stderr.splitlines()
+        if "│" in line and ("mismatch" in line or "missing" in line)
+    ]
+    assert len(failing) == 2, "the pins' own rows all pass: only the lock sees it"
+    assert "Python distributions" in failing[0] and "1 other version" in failing[0]
+    assert "│ filelock" in failing[1] and "4.3.1" in failing[1] and "4.2.12" in failing[1]
+
+
+@needs_sources
+def test_the_sglang_layer_installs_exactly_its_locks_and_deep_ep(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    assert_exactly_locked(engine, ref(built, "deepep"), "deepep", built_extra=1)
+    assert_exactly_locked(engine, ref(built, "sglang"), "sglang", built_extra=1)
+
+
+@needs_sources
+def test_an_sglang_transitive_drift_is_named(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine
+) -> None:
+    """flashinfer, which SGLang requires and pins.env does not name, one patch down."""
+    result = user_layer(
+        engine,
+        tmp_path,
+        f"FROM {ref(built, 'sglang')}\nRUN uv pip install --no-deps flashinfer-python==0.7.1\n"
+        "RUN /opt/epstack/scripts/guard-layer.sh sglang\n",
+        "epstack-test/sglang-drift",
+    )
+    assert result.returncode != 0
+    row = next(line for line in result.stderr.splitlines() if "│ flashinfer-python" in line)
+    assert "0.7.2" in row and "0.7.1" in row and "mismatch" in row and "sglang.txt" in row

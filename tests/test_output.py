@@ -102,7 +102,7 @@ def test_an_empty_directory_is_used_and_then_replaced(tmp_path: Path) -> None:
         == 0
     )
     assert not (out / "stale-file").exists(), "the whole directory is replaced"
-    assert "sglang==0.5.22" in (out / "targets/hopper-efa/sglang-requirements.txt").read_text()
+    assert "SGLANG_VERSION=0.5.22" in (out / "targets/hopper-efa/sglang.pins.env").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "pins.env"], "no staging left"
 
 

@@ -180,20 +180,33 @@ def cuda12(tmp_path: Path) -> Path:
     return path
 
 
-def test_cuda_12_renders_cu12_wheel_names_throughout(tmp_path: Path) -> None:
+def test_cuda_12_renders_cu12_wheel_names_throughout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Everything rendered from the pins says cu12; the committed locks (resolved for the shipped CUDA 13
+    pins) are named stale, and `epstack build` refuses them with the reason and the fix."""
     out = tmp_path / "out"
-    assert main(["render", "--pins", str(cuda12(tmp_path)), "--out", str(out)]) == 0
+    pins = cuda12(tmp_path)
+    assert main(["render", "--pins", str(pins), "--out", str(out)]) == 0
+    assert "locks/base.txt: stale" in capsys.readouterr().err
     rendered = [
-        p for p in out.rglob("*") if p.is_file() and p.relative_to(out).parts[0] not in ("src", "scripts")
+        p
+        for p in out.rglob("*")
+        if p.is_file() and not {"src", "scripts", "locks"} & set(p.relative_to(out).parts)
     ]
     texts = {p: p.read_text() for p in rendered}
     assert not [p for p, text in texts.items() if re.search(r"cu13|nccl-cu1[^2]|cuda-13", text)]
-    requirements = (out / "targets/hopper-ib/base-requirements.txt").read_text()
-    assert "nvidia-nccl-cu12==2.30.7" in requirements and "nvidia-nvshmem-cu12==3.4.5" in requirements
+    assert (
+        "(torch, nvidia-nccl-cu12, nvidia-nvshmem-cu12)"
+        in (out / "targets/hopper-ib/sglang.Dockerfile").read_text()
+    )
     assert "nvidia-nccl-cu12" in (out / "standin/system-nccl-requirements.txt").read_text()
     assert (
         load_expected(out / "targets/hopper-ib/deepep.pins.env", ["python"]).wheels.nccl == "nvidia-nccl-cu12"
     )
+    assert main(["build", "--pins", str(pins), "--out", str(tmp_path / "build")]) == 2
+    err = capsys.readouterr().err
+    assert "nvidia-nccl-cu12" in err and "fix: epstack lock" in err
 
 
 def test_cuda_14_is_refused_with_the_reason(tmp_path: Path) -> None:

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from epstack.cli import main
+from epstack.lockfile import read_lock
 from epstack.pins import load_pins
-from epstack.predict import predict
+from epstack.predict import predict, predict_locks
 from epstack.resolve import Resolution, Unresolvable, explanation, parse_compiled
 from epstack.stack import ImageTarget
-from tests.conftest import PINS, pins_variant
+from tests.conftest import PINS, REPO, pins_variant
 
 FIXTURES = Path(__file__).with_name("fixtures") / "resolve"
 RESOLVED = parse_compiled((FIXTURES / "sglang-0.5.23.txt").read_text())
@@ -75,4 +76,38 @@ def test_predict_against_the_index(tmp_path: Path, capsys: pytest.CaptureFixture
     err = capsys.readouterr().err
     assert "torch 2.11.0 -> 2.14.1 (Because sglang>=0.5.23 depends on torch==2.14.1" in err
     assert "deep_ep: sgl-deep-ep 0.1.2.post1" in err
+    assert "locks/base.txt: stale (requires: torch==2.14.1" in err
+    rows = [line.split("│")[1:5] for line in err.splitlines() if line.startswith("│ base")]
+    assert ["base", "torch", "2.14.1", "2.11.0"] in [[cell.strip() for cell in row] for row in rows], (
+        "pins win (overrides): the base lock would follow TORCH_VERSION"
+    )
     print(f"pins predict against the index: {seconds:.1f} s")
+
+
+def test_a_pins_change_is_predicted_against_the_committed_locks(tmp_path: Path) -> None:
+    """SGLang moved: only its lock is resolved again (uv's answer here: flashinfer down one patch), and
+    the prediction lists what would move, without writing a lock."""
+    locks = REPO / "locks"
+    before = {path.name: path.read_bytes() for path in locks.iterdir()}
+    committed = read_lock(locks, "sglang")
+    assert committed is not None
+    moved = parse_compiled(
+        committed.resolution.text.replace("\nflashinfer-python==0.7.2 ", "\nflashinfer-python==0.7.1 ")
+    )
+
+    def uv(requirements: Sequence[str], target: ImageTarget, **options: object) -> Resolution:
+        assert options["name"] == "sglang" and list(requirements) == ["sglang==0.5.22"]
+        return moved
+
+    run = predict_locks(load_pins(pins_variant(tmp_path, SGLANG_VERSION="0.5.22")), locks, uv)
+    assert not isinstance(run, str)
+    assert [(m.lock, m.package, m.before, m.after) for m in run.moves] == [
+        ("sglang", "flashinfer-python", "0.7.2", "0.7.1")
+    ]
+    assert {path.name: path.read_bytes() for path in locks.iterdir()} == before
+
+    def conflict(requirements: Sequence[str], target: ImageTarget, **options: object) -> Resolution:
+        raise Unresolvable(TORCH_CONFLICT)
+
+    pins = load_pins(pins_variant(tmp_path, TORCH_VERSION="2.11.0"))
+    assert predict_locks(pins, locks, conflict) == TORCH_CONFLICT

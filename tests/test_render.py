@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from epstack.cli import main
+from epstack.lockfile import read_lock
 from epstack.pins import load_pins
 from epstack.render import plan_render, tree_digest, write_plan
-from epstack.resolve import uv_bin
+from epstack.resolve import INSTALL_FLAGS, RESOLVE_FLAGS, uv_bin
+from epstack.stack import DEEP_EP_PROVIDERS
 from tests.conftest import PINS, REPO, pins_variant, venv_tool
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -121,24 +123,36 @@ def test_every_copy_source_exists_in_the_context(rendered: Path) -> None:
                     assert (rendered / source).exists(), f"{dockerfile.name}: {source}"
 
 
-def test_sglang_layer_never_installs_what_lower_layers_own(rendered: Path) -> None:
-    """Base packages stay at their pins (overrides); no other deep_ep comes in (excludes, a flag uv has)."""
-    text = (rendered / "targets/hopper-efa/sglang.Dockerfile").read_text()
-    assert "--excludes /opt/epstack/pins/excludes.txt" in text and "overrides.txt" in text
-    excludes = (rendered / "targets/hopper-efa/excludes.txt").read_text().splitlines()[1:]
-    assert excludes == ["sgl-deep-ep", "deep-ep"]
-    overrides = (rendered / "targets/hopper-efa/overrides.txt").read_text().splitlines()[1:]
-    assert overrides == ["torch==2.14.1", "nvidia-nccl-cu13==2.30.7", "nvidia-nvshmem-cu13==3.4.5"]
+def test_every_layer_installs_exactly_its_lock(rendered: Path) -> None:
+    """The committed locks, copied for every target, installed with the one set of install flags; the
+    sglang lock keeps the base packages at their pins and brings no other deep_ep."""
+    flags = " ".join(INSTALL_FLAGS)
+    for target in load_pins(PINS).targets:
+        for lock in ("base", "deepep-build", "sglang"):
+            copied = rendered / f"targets/{target}/locks/{lock}.txt"
+            assert copied.read_bytes() == (REPO / "locks" / f"{lock}.txt").read_bytes()
+    script = "/opt/epstack/scripts/install-python-packages.sh"
+    for layer, lock in (("base", "base"), ("deepep", "deepep-build"), ("sglang", "sglang")):
+        text = (rendered / f"targets/hopper-efa/{layer}.Dockerfile").read_text()
+        installs = [line.strip(" &\\") for line in text.splitlines() if f"{script} /" in line]
+        assert installs == [f"{script} /opt/epstack/locks/{lock}.txt {flags}"]
+    sglang = read_lock(REPO / "locks", "sglang")
+    assert sglang is not None
+    versions = sglang.resolution.versions
+    assert not set(DEEP_EP_PROVIDERS) & set(versions)
+    assert {name: versions[name] for name in load_pins(PINS).base_packages} == load_pins(PINS).base_packages
+    bootstrap = (rendered / "targets/hopper-efa/locks/uv-bootstrap.txt").read_text()
+    assert bootstrap.startswith(f"uv=={load_pins(PINS).uv_version} \\\n    --hash=sha256:")
 
 
-def test_the_sglang_install_flags_are_ones_the_pinned_uv_has() -> None:
-    """The step the issue found broken: a flag uv does not have exits the build at once."""
-    helptext = subprocess.run(
-        [uv_bin(), "pip", "install", "--help"], capture_output=True, text=True, check=True
-    )
-    for flag in ("--excludes", "--override", "--requirement"):
-        assert flag in helptext.stdout
-    assert "--no-install-package" not in helptext.stdout
+def test_the_install_and_resolve_flags_are_ones_the_pinned_uv_has() -> None:
+    """A flag uv does not have exits the build at once (--no-install-package was one)."""
+    for command, flags in (("install", (*INSTALL_FLAGS, "--requirement")), ("compile", RESOLVE_FLAGS)):
+        helptext = subprocess.run(
+            [uv_bin(), "pip", command, "--help"], capture_output=True, text=True, check=True
+        ).stdout
+        for flag in flags:
+            assert flag in helptext, (command, flag)
 
 
 def test_ib_target_pins_rdma_core_and_efa_target_checks_installer(rendered: Path) -> None:

@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# Install pinned Python packages into the image's venv with uv, never letting a dependency
-# move what a lower layer pinned.
-# Usage: install-python-packages.sh REQUIREMENTS OVERRIDES [uv pip install args...]
-#   REQUIREMENTS  exact pins rendered from pins.env for this layer
-#   OVERRIDES     pins that win over any package's own requirement (e.g. NCCL newer than torch's)
-# Expects VIRTUAL_ENV and UV_VERSION in the environment; creates the venv if missing.
+# Install one lock file into the image's venv with uv: exactly the distributions it pins, checked
+# against its hashes, none of their requirements resolved again (the lock is the whole closure).
+# Usage: install-python-packages.sh LOCK UV_INSTALL_FLAGS...
+#   LOCK              a lock from locks/ (epstack lock), copied into the image by its Dockerfile
+#   UV_INSTALL_FLAGS  rendered from epstack.resolve.INSTALL_FLAGS (--require-hashes --no-deps ...)
+# Expects VIRTUAL_ENV in the environment. A new venv gets uv first: pip installs the base lock's uv
+# entry (uv-bootstrap.txt beside LOCK) with its hashes, wheel only; pip and uv are in the base lock.
 set -euo pipefail
 
-requirements=$1
-overrides=$2
-shift 2
+lock=$1
+shift
 
 if [ ! -x "${VIRTUAL_ENV}/bin/python" ]; then
   python_bin=$(command -v "python${PYTHON_VERSION:-3}" || command -v python3)
   "${python_bin}" -m venv "${VIRTUAL_ENV}"
-  "${VIRTUAL_ENV}/bin/python" -m pip install --no-cache-dir --disable-pip-version-check -q "uv==${UV_VERSION}"
+  "${VIRTUAL_ENV}/bin/python" -m pip install --no-cache-dir --disable-pip-version-check -q \
+    --require-hashes --no-deps --only-binary :all: --requirement "$(dirname "${lock}")/uv-bootstrap.txt"
 fi
 
-"${VIRTUAL_ENV}/bin/uv" pip install --python "${VIRTUAL_ENV}/bin/python" \
-  --requirement "${requirements}" --override "${overrides}" "$@"
+"${VIRTUAL_ENV}/bin/uv" pip install --python "${VIRTUAL_ENV}/bin/python" "$@" --requirement "${lock}"

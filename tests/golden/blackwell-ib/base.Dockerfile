@@ -28,19 +28,21 @@ RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
 # ---- devel: the venv (NCCL 2.30.7, NVSHMEM 3.4.5, torch 2.14.1 cu130) and epstack's guard ----------
 FROM os AS devel
 COPY scripts/image/install-python-packages.sh /opt/epstack/scripts/
-COPY targets/blackwell-ib/overrides.txt targets/blackwell-ib/base-requirements.txt /opt/epstack/pins/
+COPY targets/blackwell-ib/locks/uv-bootstrap.txt targets/blackwell-ib/locks/base.txt /opt/epstack/locks/
 RUN --mount=type=cache,target=/root/.cache/uv \
-    /opt/epstack/scripts/install-python-packages.sh \
-      /opt/epstack/pins/base-requirements.txt /opt/epstack/pins/overrides.txt
+    /opt/epstack/scripts/install-python-packages.sh /opt/epstack/locks/base.txt --require-hashes --no-deps --no-build
 COPY scripts/image/install-epstack.sh scripts/image/guard-layer.sh scripts/image/cuda-stub.sh \
      scripts/image/entrypoint.sh /opt/epstack/scripts/
 COPY src/ /opt/epstack/src/
 RUN --mount=type=cache,target=/root/.cache/uv /opt/epstack/scripts/install-epstack.sh /opt/epstack/src
 ENTRYPOINT ["/opt/epstack/scripts/entrypoint.sh"]
 ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
-    EPSTACK_GUARD_LAYER=base
+    EPSTACK_GUARD_LAYER=base \
+    EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/blackwell-ib/base.pins.env /opt/epstack/pins/
-RUN /opt/epstack/scripts/guard-layer.sh base
+RUN /opt/epstack/scripts/guard-layer.sh base && \
+    epstack sbom --target blackwell-ib --version base-cu13.0-nccl2.30.7-ib-864d57297bf9 \
+      --base-image nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266
 LABEL \
     org.opencontainers.image.title="epstack base (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
@@ -87,6 +89,7 @@ COPY --from=devel /opt/epstack/tool/ /opt/epstack/tool/
 COPY --from=devel /opt/epstack/bin/ /opt/epstack/bin/
 COPY --from=devel /opt/epstack/scripts/ /opt/epstack/scripts/
 COPY --from=devel /opt/epstack/pins/ /opt/epstack/pins/
+COPY --from=devel /opt/epstack/locks/ /opt/epstack/locks/
 # DeepEP's JIT compiles -cubin only, with no link step: nvcc (bin/, nvvm/) and the headers are all it
 # needs of the toolkit, not the devel image's libraries. The driver stub lets `import deep_ep` work
 # where no driver is mounted (image builds, CPU-only runs); the entrypoint uses it only then.
@@ -106,9 +109,12 @@ ENV CUDA_HOME=/usr/local/cuda \
 RUN [ -e /usr/local/cuda-13.0/include ] || ln -s targets/x86_64-linux/include /usr/local/cuda-13.0/include
 ENTRYPOINT ["/opt/epstack/scripts/entrypoint.sh"]
 ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
-    EPSTACK_GUARD_LAYER=base
+    EPSTACK_GUARD_LAYER=base \
+    EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/blackwell-ib/base.pins.env /opt/epstack/pins/
-RUN /opt/epstack/scripts/guard-layer.sh base
+RUN /opt/epstack/scripts/guard-layer.sh base && \
+    epstack sbom --target blackwell-ib --version base-cu13.0-nccl2.30.7-ib-864d57297bf9 \
+      --base-image nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb
 LABEL \
     org.opencontainers.image.title="epstack base (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \

@@ -10,9 +10,10 @@ FROM ${DEVEL_IMAGE} AS build
 COPY sources/deepep/ /opt/epstack/sources/
 COPY scripts/image/build-gdrcopy.sh /opt/epstack/scripts/
 RUN /opt/epstack/scripts/build-gdrcopy.sh 2.5.2 c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9 /opt/gdrcopy /opt/epstack/sources
-COPY targets/blackwell-ib/deepep-build-requirements.txt targets/blackwell-ib/deepep.pins.env /opt/epstack/pins/
+COPY targets/blackwell-ib/locks/deepep-build.txt /opt/epstack/locks/
+COPY targets/blackwell-ib/deepep.pins.env /opt/epstack/pins/
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv pip install --requirement /opt/epstack/pins/deepep-build-requirements.txt && \
+    /opt/epstack/scripts/install-python-packages.sh /opt/epstack/locks/deepep-build.txt --require-hashes --no-deps --no-build && \
     epstack deepep build --pins /opt/epstack/pins/deepep.pins.env --sources /opt/epstack/sources \
       --wheel-dir /opt/epstack/wheels
 
@@ -27,9 +28,12 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 # DeepEP V2 JIT-compiles its kernels at first use: cache them where every user can write.
 ENV EP_JIT_CACHE_DIR=/var/cache/deep_ep
 ENV EPSTACK_PINS=/opt/epstack/pins/deepep.pins.env \
-    EPSTACK_GUARD_LAYER=deepep
+    EPSTACK_GUARD_LAYER=deepep \
+    EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/blackwell-ib/deepep.pins.env /opt/epstack/pins/
-RUN /opt/epstack/scripts/guard-layer.sh deepep
+RUN /opt/epstack/scripts/guard-layer.sh deepep && \
+    epstack sbom --target blackwell-ib --version deepep-d4f41e4-cu13.0-blackwell-ib-a0b8d9604ac0 \
+      --base-image nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb
 LABEL \
     org.opencontainers.image.title="epstack deepep (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \

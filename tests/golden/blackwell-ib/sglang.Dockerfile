@@ -1,19 +1,21 @@
 # epstack 0.1.0: sglang layer for target blackwell-ib. SGLang 0.5.23 over the DeepEP layer.
 # Rendered from images/sglang/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
-# uv installs sglang with the base packages overridden to their pins (torch, nvidia-nccl-cu13, nvidia-nvshmem-cu13)
-# and never installs another deep_ep (sgl-deep-ep, deep-ep).
+# Exactly locks/sglang.txt: resolved (epstack lock) with the base lock as constraints, the base
+# packages overridden to their pins (torch, nvidia-nccl-cu13, nvidia-nvshmem-cu13) and no other deep_ep
+# (sgl-deep-ep, deep-ep); installed with hashes and nothing resolved here.
 ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-blackwell-ib-a0b8d9604ac0
 
 FROM ${DEEPEP_IMAGE} AS sglang
-COPY targets/blackwell-ib/sglang-requirements.txt targets/blackwell-ib/excludes.txt /opt/epstack/pins/
+COPY targets/blackwell-ib/locks/sglang.txt /opt/epstack/locks/
 RUN --mount=type=cache,target=/root/.cache/uv \
-    /opt/epstack/scripts/install-python-packages.sh \
-      /opt/epstack/pins/sglang-requirements.txt /opt/epstack/pins/overrides.txt \
-      --excludes /opt/epstack/pins/excludes.txt
+    /opt/epstack/scripts/install-python-packages.sh /opt/epstack/locks/sglang.txt --require-hashes --no-deps --no-build
 ENV EPSTACK_PINS=/opt/epstack/pins/sglang.pins.env \
-    EPSTACK_GUARD_LAYER=sglang
+    EPSTACK_GUARD_LAYER=sglang \
+    EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/blackwell-ib/sglang.pins.env /opt/epstack/pins/
-RUN /opt/epstack/scripts/guard-layer.sh sglang
+RUN /opt/epstack/scripts/guard-layer.sh sglang && \
+    epstack sbom --target blackwell-ib --version sglang-0.5.23-deepep-d4f41e4-cu13.0-blackwell-ib-8309f6baeaba \
+      --base-image nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb
 LABEL \
     org.opencontainers.image.title="epstack sglang (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
