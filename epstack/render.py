@@ -32,12 +32,12 @@ from epstack.command import LOCKS, PINS, SubParsers, path_arg, pins_path
 from epstack.errors import BadInput
 from epstack.fabric import COMMON_IMAGE_ENV, FABRICS
 from epstack.lock import lock_specs, stale_locks
-from epstack.lockfile import UV_BOOTSTRAP, entry_text, lock_path, locks_dir, read_lock
+from epstack.lockfile import UV_BOOTSTRAP, LockFile, entry_text, lock_path, locks_dir, read_lock
 from epstack.output import check_output, replace_output
 from epstack.pins import LAYERS, Layer, Pins, load_pins
 from epstack.resolve import INSTALL_FLAGS
 from epstack.sources import context_files as sources_context
-from epstack.stack import DEEP_EP_PROVIDERS, DEEPEP_PATCH_KEYS
+from epstack.stack import DEEP_EP_PROVIDERS, DEEPEP_PATCH_KEYS, in_sglang_family
 from epstack.standin import render_files as standin_files
 from epstack.standin import standin_for
 
@@ -195,7 +195,19 @@ def _lock_files(pins: Pins, directory: Path) -> dict[str, str]:
         files[f"{spec.name}.txt"] = lock.text
         if spec.name == "base":
             files[UV_BOOTSTRAP] = entry_text(lock, "uv")
+        if spec.name == "sglang":
+            files.update(_sglang_install_steps(lock))
     return files
+
+
+def _sglang_install_steps(lock: LockFile) -> dict[str, str]:
+    """The sglang lock in two install steps: the closure without the SGLang family, then the family
+    (stack.SGLANG_FAMILY_PREFIXES), so that moving the family re-pulls only the last layer."""
+    names = [package.name for package in lock.resolution.packages]
+    return {
+        step: "".join(entry_text(lock, name) for name in names if in_sglang_family(name) == family)
+        for step, family in (("sglang-closure.txt", False), ("sglang-family.txt", True))
+    }
 
 
 def _layer_pins_file(pins: Pins, layer: Layer, target: str) -> str:

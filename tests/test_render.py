@@ -132,10 +132,14 @@ def test_every_layer_installs_exactly_its_lock(rendered: Path) -> None:
             copied = rendered / f"targets/{target}/locks/{lock}.txt"
             assert copied.read_bytes() == (REPO / "locks" / f"{lock}.txt").read_bytes()
     script = "/opt/epstack/scripts/install-python-packages.sh"
-    for layer, lock in (("base", "base"), ("deepep", "deepep-build"), ("sglang", "sglang")):
+    for layer, locks in (
+        ("base", ["base"]),
+        ("deepep", ["deepep-build"]),
+        ("sglang", ["sglang-closure", "sglang-family"]),
+    ):
         text = (rendered / f"targets/hopper-efa/{layer}.Dockerfile").read_text()
         installs = [line.strip(" &\\") for line in text.splitlines() if f"{script} /" in line]
-        assert installs == [f"{script} /opt/epstack/locks/{lock}.txt {flags}"]
+        assert installs == [f"{script} /opt/epstack/locks/{lock}.txt {flags}" for lock in locks]
     sglang = read_lock(REPO / "locks", "sglang")
     assert sglang is not None
     versions = sglang.resolution.versions
@@ -206,3 +210,22 @@ def test_fabric_environment_follows_the_pinned_gin_type(tmp_path: Path) -> None:
     assert "ENV NCCL_GIN_TYPE=2\n" in ib and "NCCL_SYM_GIN_KERNELS_ENABLE" not in efa
     for dockerfile in out.glob("targets/*/*.Dockerfile"):
         assert "LD_LIBRARY_PATH=" not in dockerfile.read_text()
+
+
+def test_the_sglang_lock_installs_in_two_layers_family_last(rendered: Path) -> None:
+    """Closure then family: together exactly the sglang lock, apart, and only the family moves with
+    SGLang releases (a bump re-pulls the last layer)."""
+    locks = rendered / "targets/hopper-ib/locks"
+
+    def names(path: Path) -> list[str]:
+        return [line.split("==")[0] for line in path.read_text().splitlines() if "==" in line]
+
+    closure, family = names(locks / "sglang-closure.txt"), names(locks / "sglang-family.txt")
+    whole = [name for name in names(locks / "sglang.txt") if not name.startswith("#")]
+    assert sorted(closure + family) == sorted(whole) and not set(closure) & set(family)
+    assert {"sglang", "sglang-kernel", "flashinfer-python"} <= set(family)
+    assert "torch" not in family and "triton" not in family
+    dockerfile = (rendered / "targets/hopper-ib/sglang.Dockerfile").read_text()
+    assert dockerfile.index("sglang-closure.txt --require-hashes") < dockerfile.index(
+        "sglang-family.txt --require"
+    )

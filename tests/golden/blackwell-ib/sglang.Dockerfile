@@ -6,9 +6,14 @@
 ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-blackwell-ib-a0b8d9604ac0
 
 FROM ${DEEPEP_IMAGE} AS sglang
-COPY targets/blackwell-ib/locks/sglang.txt /opt/epstack/locks/
+# Two layers: SGLang's closure, then the distributions that move with every SGLang release (sglang,
+# its kernels, flashinfer), so an SGLang bump rebuilds and re-pulls the second one.
+COPY targets/blackwell-ib/locks/sglang.txt targets/blackwell-ib/locks/sglang-closure.txt /opt/epstack/locks/
 RUN --mount=type=cache,target=/root/.cache/uv \
-    /opt/epstack/scripts/install-python-packages.sh /opt/epstack/locks/sglang.txt --require-hashes --no-deps --no-build
+    /opt/epstack/scripts/install-python-packages.sh /opt/epstack/locks/sglang-closure.txt --require-hashes --no-deps --no-build
+COPY targets/blackwell-ib/locks/sglang-family.txt /opt/epstack/locks/
+RUN --mount=type=cache,target=/root/.cache/uv \
+    /opt/epstack/scripts/install-python-packages.sh /opt/epstack/locks/sglang-family.txt --require-hashes --no-deps --no-build
 ENV EPSTACK_PINS=/opt/epstack/pins/sglang.pins.env \
     EPSTACK_GUARD_LAYER=sglang \
     EPSTACK_LOCKS=/opt/epstack/locks
