@@ -45,18 +45,15 @@ def docker(engine: DockerEngine, *args: str) -> str:
 def layers(engine: DockerEngine, ref: str) -> list[dict[str, object]]:
     """The image's layers, bottom-up: diff ID, size in bytes, and the step that made it."""
     diff_ids = json.loads(docker(engine, "image", "inspect", "--format", "{{json .RootFS.Layers}}", ref))
-    history = [
-        line.split("\t", 1)
-        for line in docker(
-            engine, "history", "--human=false", "--no-trunc", "--format", "{{.Size}}\t{{.CreatedBy}}", ref
-        )
-        .strip()
-        .splitlines()
-    ][::-1]
-    # Steps that made no filesystem change (ENV, LABEL, ...) have no layer; the rest pair up in order.
+    records = docker(engine, "history", "--human=false", "--no-trunc", "--format", "{{json .}}", ref)
+    history = [json.loads(line) for line in records.splitlines()][::-1]
+    # Steps that changed no file (ENV, LABEL, ...) made no layer; the rest pair with the diff IDs in order.
     made = [
-        (int(size), step) for size, step in history if int(size) > 0 or not step.startswith(("ENV", "LABEL"))
+        (int(h["Size"]), h["CreatedBy"])
+        for h in history
+        if int(h["Size"]) > 0 or "buildkit" in h["CreatedBy"]
     ]
+    made = [entry for entry in made if not entry[1].startswith(("ENV ", "LABEL ", "ENTRYPOINT ", "ARG "))]
     made = made[-len(diff_ids) :]
     return [
         {"diff_id": diff_id, "bytes": size, "step": " ".join(step.split())[:160]}
@@ -121,6 +118,7 @@ def main() -> int:
         "target": args.target,
         "standin": first.standin is not None,
         "full_build_s": round(first_s, 1),
+        "standin_and_overhead_s": round(first_s - sum(image.seconds for image in first.built), 1),
         "images": images,
         "not_built": first.not_built,
     }
