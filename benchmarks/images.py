@@ -99,12 +99,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="epstack-bench-") as tmp:
         context = Path(tmp) / "render"
         first, first_s = build(REPO / "pins.env", args.target, args.sources, context, engine)
+        # Read now: the rebuild moves the tag to the new image.
+        before = {image.stage: layers(engine, image.ref) for image in first.built}
         family = context / "targets" / args.target / "locks" / "sglang-family.txt"
         family.write_text(family.read_text() + "# the SGLang family moved (benchmarks/images.py)\n")
         bumped, bumped_s = rebuild(REPO / "pins.env", args.target, args.sources, context, engine)
     images = {}
     for image in first.built:
-        image_layers = layers(engine, image.ref)
+        image_layers = before[image.stage]
         images[image.stage] = {
             "ref": image.ref,
             "build_s": round(image.seconds, 1),
@@ -124,7 +126,7 @@ def main() -> int:
     }
     old_top, new_top = first.built[-1], bumped.built[-1]
     if old_top.stage == "sglang" and new_top.stage == "sglang":
-        have = {layer["diff_id"] for layer in layers(engine, old_top.ref)}
+        have = {layer["diff_id"] for layer in before[old_top.stage]}
         new_layers = layers(engine, new_top.ref)
         pulled = sum(int(str(layer["bytes"])) for layer in new_layers if layer["diff_id"] not in have)
         rebuilt = [image.stage for image in bumped.built if image.seconds > 5]
