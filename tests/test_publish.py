@@ -158,7 +158,12 @@ def test_a_failing_guard_pushes_nothing(
             if c.find("failure") is not None
         ]
         # The pinned row and its headers row, then the closure's summary and its row for the moved wheel.
-        assert failures == ["nvidia-nvshmem-cu13", "NVSHMEM (headers)", "Python distributions", "nvidia-nvshmem-cu13"]
+        assert failures == [
+            "nvidia-nvshmem-cu13",
+            "NVSHMEM (headers)",
+            "Python distributions",
+            "nvidia-nvshmem-cu13",
+        ]
         assert not (out / "build-manifest.json").exists()
         with pytest.raises(urllib.error.HTTPError):
             manifest_digest(registry, "epstack-cb-drift", tag.split(":")[1])
