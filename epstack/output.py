@@ -111,11 +111,31 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), str(b))
 
 
-def _write_tree(root: Path, files: Mapping[str, bytes], executable: Sequence[str]) -> None:
+def mark_output(root: Path) -> None:
+    """Make a staging directory an ordinary one that says epstack made it (so a later run may replace it)."""
     umask = os.umask(0)
     os.umask(umask)
     root.chmod(0o777 & ~umask)  # mkdtemp makes 0700; an output is an ordinary directory
-    (root / MARKER).write_text("made by epstack; `epstack render` may replace this directory\n")
+    (root / MARKER).write_text("made by epstack; epstack may replace this directory\n")
+
+
+def move_into_place(staging: Path, out: Path) -> None:
+    """Make the directory `staging` the whole of `out` (which check_output allowed) in one step; the
+    tree that was at `out`, if any, is left at `staging` for the caller to remove."""
+    if not out.exists():
+        staging.rename(out)
+    elif not _exchange(staging, out):
+        # No atomic swap here (an old kernel, NFS): a short window with the old tree set aside.
+        old = out.parent / f".{out.name}{_STAGING}old"
+        out.rename(old)
+        staging.rename(out)
+        old.rename(staging)
+
+
+def _write_tree(root: Path, files: Mapping[str, bytes], executable: Sequence[str]) -> None:
+    umask = os.umask(0)
+    os.umask(umask)
+    mark_output(root)
     for relative, content in sorted(files.items()):
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -150,14 +170,7 @@ def replace_output(out: Path, files: Mapping[str, bytes], *, executable: Sequenc
             raise _cannot_write(out, exc) from None
         try:
             _write_tree(staging, files, executable)
-            if not out.exists():
-                staging.rename(out)
-            elif not _exchange(staging, out):
-                # No atomic swap here (an old kernel, NFS): a short window with the old tree set aside.
-                old = parent / f".{out.name}{_STAGING}old"
-                out.rename(old)
-                staging.rename(out)
-                staging = old
+            move_into_place(staging, out)
         except OSError as exc:
             raise _cannot_write(out, exc) from None
         finally:

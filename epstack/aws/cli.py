@@ -21,6 +21,8 @@ from epstack.cmd import output_if_ok
 from epstack.command import PINS, SubParsers, path_arg, pins_path, seconds
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput
+from epstack.inputs import read_text
+from epstack.output import check_output
 from epstack.pins import load_pins
 from epstack.registry import LoopbackRegistry, is_loopback
 
@@ -50,7 +52,11 @@ def cmd_lint(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_run_local(args: argparse.Namespace, console: Console) -> int:
     source = (args.source or _source_root(args.file)).resolve()
-    lint_or_raise([args.file], load_pins(pins_path(args.pins)), source=source)
+    pins = pins_path(args.pins)
+    out = check_output(
+        str(args.out or source / "build" / "codebuild-local"), checkout=source, inputs=[args.file, pins]
+    )
+    lint_or_raise([args.file], load_pins(pins), source=source)
     spec = load_buildspec(args.file)
     overrides = parse_overrides(
         args.env,
@@ -68,7 +74,7 @@ def cmd_run_local(args: argparse.Namespace, console: Console) -> int:
     result = run_local(
         spec,
         source=source,
-        out=args.out or source / "build" / "codebuild-local",
+        out=out,
         overrides=overrides,
         secrets=secrets,
         console=console,
@@ -136,7 +142,7 @@ def cmd_start(args: argparse.Namespace, console: Console) -> int:
 def cmd_batchspec(args: argparse.Namespace, console: Console) -> int:
     text = render_batchspec(load_pins(pins_path(args.pins)))
     if args.check:
-        if args.check.read_text() != text:
+        if read_text(args.check, what="a batch buildspec") != text:
             raise LintFailed(
                 f"{args.check} differs from pins.env; fix: epstack codebuild batchspec > {args.check}"
             )

@@ -43,7 +43,8 @@ from epstack.aws.buildspec import PHASES, Buildspec, Command, Phase
 from epstack.aws.outputs import Report, copy_artifacts, read_report
 from epstack.aws.shell import Shell
 from epstack.cmd import output_if_ok
-from epstack.errors import BadInput, Interrupted
+from epstack.errors import BadInput
+from epstack.output import mark_output, move_into_place
 
 DEFAULT_RETRIES = 3
 _RETRY = re.compile(r"^RETRY(?:-(?P<count>\d+))?(?:-(?P<regex>.+))?$")
@@ -285,9 +286,9 @@ def run_local(
     secrets: SecretSource | None,
     console: Console,
 ) -> RunResult:
-    """Run the buildspec in `source`; the result (also out/run.json) says SUCCEEDED or FAILED."""
+    """Run the buildspec in `source`; the result (also out/run.json) says SUCCEEDED or FAILED. `out`
+    (allowed by epstack.output.check_output) is replaced whole when the run ends."""
     env, hidden = build_environment(spec, source=source, overrides=overrides, secrets=secrets)
-    out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     log = _Log(console, staging / "build.log", hidden)
@@ -302,26 +303,14 @@ def run_local(
         log.container(f"Build {result.status}")
         log.close()
         (staging / "run.json").write_text(result.to_json())
-        _swap_in(staging, out)
+        mark_output(staging)
+        move_into_place(staging, out)
         return result
-    except KeyboardInterrupt:
-        raise Interrupted("run-local interrupted: the build's shell and its children were stopped") from None
     finally:
         shell.close()
         log.close()
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _swap_in(staging: Path, out: Path) -> None:
-    if out.exists():
-        old = out.with_name(f".{out.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        out.rename(old)
-        staging.rename(out)
-        shutil.rmtree(old)
-    else:
-        staging.rename(out)
 
 
 def parse_overrides(values: list[str], *, on_error: Callable[[str], BadInput]) -> dict[str, str]:

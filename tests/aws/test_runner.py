@@ -294,3 +294,24 @@ def test_parameter_store_and_secrets_manager_come_from_aws_and_are_masked(
     assert "registry=*** token=*** hf=***" in log.splitlines()
     assert "s3cr3t" not in log + capsys.readouterr().err
     assert main([*args, "--env", "EPSTACK_REGISTRY=override"]) == 0
+
+
+def test_run_local_writes_only_where_epstack_may(
+    buildspec: Write, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--out follows render's rules: a directory of the user's files is refused untouched, exit 2; its
+    own output is replaced whole on the next run, and no staging directory is left beside it."""
+    path = buildspec("version: 0.2\nphases:\n  build:\n    commands:\n      - echo fine\n")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    args = ["codebuild", "run-local", str(path), "--pins", str(PINS), "--out"]
+    assert main([*args, str(mine)]) == 2
+    assert f"{mine} is a non-empty directory epstack did not make" in capsys.readouterr().err
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    out = tmp_path / "out"
+    assert main([*args, str(out)]) == 0
+    (out / "build.log").write_text("from the first run")
+    assert main([*args, str(out)]) == 0
+    assert "echo fine" in (out / "build.log").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "out", "src"]
