@@ -31,6 +31,7 @@ from epstack.inputs import read_text
 from epstack.lockfile import LAYER_LOCKS, lock_path, locks_dir, read_lock
 from epstack.output import write_file
 from epstack.pinsfile import read_pins_file
+from epstack.sources import parse_patches
 from epstack.stack import cuda_wheels
 
 SBOM_DIR = Path("/opt/epstack/sbom")
@@ -130,14 +131,16 @@ def deep_ep_part(manifest: Path) -> Part:
 
 
 def _patches(entries: object) -> list[tuple[str, str]]:
-    """The manifest's patch series (DEEPEP_PATCHES_<FABRIC>): names or {name|path|file, sha256}."""
+    """The manifest's patch series (DEEPEP_PATCHES_<FABRIC>) as deepep.build writes it, each
+    `URL#sha256=HEX`, as (file name, sha256); an entry of another form keeps its text and no hash."""
     patches = []
     for entry in entries if isinstance(entries, list) else []:
-        if isinstance(entry, dict):
-            name = entry.get("name") or entry.get("path") or entry.get("file") or "patch"
-            patches.append((str(name), str(entry.get("sha256", ""))))
-        else:
+        try:
+            (patch,) = parse_patches(str(entry))
+        except ValueError:
             patches.append((str(entry), ""))
+        else:
+            patches.append((patch.file, patch.sha256))
     return patches
 
 

@@ -28,7 +28,8 @@ def manifest(tmp_path: Path) -> Path:
         "repo": "https://github.com/deepseek-ai/DeepEP.git", "commit": load_pins(PINS).deepep_ref,
         "fmt_commit": load_pins(PINS).deepep_fmt_ref, "wheel": wheel.name,
         "torch_cuda_arch_list": "9.0a", "source": "archive DeepEP.tar.gz",
-        "patches": [{"name": "0001-efa-qp-cap.patch", "sha256": PATCH_SHA}],
+        # As epstack deepep build writes it (str(sources.Patch)).
+        "patches": [f"https://example.org/patches/0001-efa-qp-cap.patch#sha256={PATCH_SHA}"],
     }))  # fmt: skip
     return path
 
