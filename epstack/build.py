@@ -25,7 +25,7 @@ from epstack.cmd import succeeds
 from epstack.command import LOCKS, PINS, SubParsers, path_arg, pins_path
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
-from epstack.output import write_file
+from epstack.output import check_writable, write_file
 from epstack.pins import Pins, load_pins
 from epstack.render import (
     ImageSpec,
@@ -189,7 +189,6 @@ def export_sboms(engine: DockerEngine, report: BuildReport, directory: Path) -> 
     guard) to DIRECTORY/<tag>.cdx.json, validated again here, and note it in the report."""
     from epstack import cdx  # noqa: PLC0415  (cyclonedx-python-lib: only when SBOMs are exported)
 
-    directory.mkdir(parents=True, exist_ok=True)
     for index, image in enumerate(report.built):
         code, text = engine.run_check(image.ref, "cat", [f"{SBOM_DIR}/{image.layer}.cdx.json"])
         errors = cdx.validate(text) if code == 0 else [f"no {SBOM_DIR}/{image.layer}.cdx.json (exit {code})"]
@@ -198,7 +197,7 @@ def export_sboms(engine: DockerEngine, report: BuildReport, directory: Path) -> 
                 f"{image.ref}: its SBOM is not valid CycloneDX {cdx.SPEC_VERSION}: {errors[0]}"
             )
         path = directory / f"{image.ref.rsplit(':', 1)[1]}.cdx.json"
-        path.write_text(text)
+        write_file(path, text, what=f"the SBOM of {image.ref}")
         report.built[index] = replace(image, sbom=str(path))
 
 
@@ -237,6 +236,8 @@ def _build(
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
     out = output_directory(args.out, path, sources=args.sources)
+    if args.report:
+        check_writable(args.report, what="the build report")
     pins = load_pins(path)
     target = args.target or pins.default_target
     if target not in pins.targets:

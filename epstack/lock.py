@@ -40,6 +40,7 @@ from epstack.lockfile import (
     read_lock,
     render_lock,
 )
+from epstack.output import write_file
 from epstack.pins import Pins, load_pins
 from epstack.resolve import RESOLVE_FLAGS, Resolution, check_installable, compile_requirements
 from epstack.stack import DEEP_EP_PROVIDERS, DEEPEP_BUILD_REQUIREMENTS
@@ -271,13 +272,10 @@ def _resolve(
 
 def write_locks(run: LockRun, directory: Path) -> list[Path]:
     """Write each new lock whole (a reader never sees half a file)."""
-    directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, lock in run.locks.items():
         path = lock_path(directory, name)
-        staging = path.with_name(f".{path.name}.tmp")
-        staging.write_text(lock.text)
-        staging.replace(path)
+        write_file(path, lock.text, what=f"the {name} lock")
         written.append(path)
     return written
 

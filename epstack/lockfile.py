@@ -19,6 +19,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from epstack.errors import BadInput
+from epstack.inputs import read_text
 from epstack.resolve import Resolution, parse_compiled
 
 DEFAULT_LOCKS = Path("locks")
@@ -93,13 +94,9 @@ def parse_lock(name: str, text: str) -> LockFile:
 def read_lock(directory: Path, name: str) -> LockFile | None:
     """The lock, or None when there is no such file."""
     path = lock_path(directory, name)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read ({exc.strerror}); fix: run epstack lock") from None
-    return parse_lock(name, text)
+    return parse_lock(name, read_text(path, what=f"the {name} lock"))
 
 
 def entry_text(lock: LockFile, name: str) -> str:

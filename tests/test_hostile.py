@@ -309,6 +309,18 @@ NAMED = [
     Case(
         name="--json under a file", argv=["doctor", "--pins", str(PINS), "--json", "/dev/null/x.json"], code=2
     ),
+    Case(
+        name="build --report is a directory",
+        argv=["build", "--pins", str(PINS), "--out", "out", "--report", "{dir}"],
+        code=2,
+        says="is a directory",
+    ),
+    Case(
+        name="run-local --out is /",
+        argv=["codebuild", "run-local", str(REPO / "buildspecs" / "build.yml"), "--out", "/"],
+        code=2,
+        says="the checkout or a directory above it",
+    ),
     Case(name="--out is /dev/null", argv=["render", "--out", "/dev/null"], code=2, says="not a directory"),
     Case(name="--out is empty", argv=["render", "--out", ""], code=2, says="--out is empty"),
     Case(

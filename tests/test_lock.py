@@ -4,6 +4,7 @@ against the index for --upgrade."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -78,6 +79,21 @@ def test_an_edited_lock_is_stale(tmp_path: Path) -> None:
     assert [entry.name for entry in stale_locks(load_pins(PINS), locks)] == ["base", "deepep-build", "sglang"]
     (locks / "sglang.txt").unlink()
     assert stale_locks(load_pins(PINS), locks)[-1].reasons == ("missing",)
+
+
+def test_an_unreadable_lock_is_one_line_of_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lock that is not UTF-8 (or a FIFO) is exit 2 naming the file, not a traceback or a hang."""
+    locks = tmp_path / "locks"
+    shutil.copytree(LOCKS, locks)
+    (locks / "base.txt").write_bytes((locks / "base.txt").read_bytes() + "# caf\xe9\n".encode("latin-1"))
+    assert main(["lock", "--check", "--pins", str(PINS), "--locks", str(locks)]) == 2
+    assert f"{locks / 'base.txt'}: not UTF-8 text" in capsys.readouterr().err
+    (locks / "base.txt").unlink()
+    os.mkfifo(locks / "base.txt")
+    assert main(["lock", "--check", "--pins", str(PINS), "--locks", str(locks)]) == 2
+    assert "a FIFO" in capsys.readouterr().err
 
 
 class RecordedUv:
