@@ -31,6 +31,7 @@ from epstack.aws.ecr import EcrRegistry
 from epstack.command import PINS, SubParsers, path_arg, pins_path
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
+from epstack.inputs import read_text
 from epstack.output import write_file
 from epstack.pins import LAYERS, Layer, Pins, load_pins
 from epstack.registry import ECR_HOST, LoopbackRegistry, Registry, is_loopback, split_registry
@@ -112,13 +113,10 @@ def registry_for(host: str) -> Registry:
 
 def read_build_report(path: Path) -> tuple[str, list[str]]:
     """(target, built tags in build order) from `epstack build --report`."""
+    text = read_text(path, what="a build report (epstack build --report)")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(text)
         target, built = str(data["target"]), [str(image["ref"]) for image in data["built"]]
-    except OSError as exc:
-        raise BadInput(
-            f"{path}: cannot read ({exc.strerror}); fix: run epstack build --report {path} first"
-        ) from None
     except (ValueError, KeyError, TypeError):
         raise BadInput(
             f"{path}: not an epstack build report; fix: write it with epstack build --report"

@@ -22,6 +22,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 
 from epstack.errors import BadInput
+from epstack.inputs import read_text
 
 SCHEMA_PATH = Path(__file__).with_name("buildspec.schema.json")
 PHASES = ("install", "pre_build", "build", "post_build")
@@ -98,10 +99,7 @@ def _strings(node: Any, path: tuple[str | int, ...]) -> Iterator[tuple[tuple[str
 
 def load_document(path: Path) -> Document:
     """Read YAML keeping positions; unreadable files and YAML errors are BadInput with file:line."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read ({exc.strerror}); fix: give the path of a buildspec") from None
+    text = read_text(path, what="a buildspec")
     yaml = YAML(typ="rt")
     try:
         root = yaml.load(text)

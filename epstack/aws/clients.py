@@ -67,9 +67,13 @@ def region(explicit: str | None = None) -> str:
 
 def _client(service: str, region_name: str | None) -> Any:
     from botocore.config import Config
+    from botocore.exceptions import BotoCoreError
 
     config = Config(retries={"total_max_attempts": 1}, user_agent_extra="epstack")
-    return _boto3().session.Session().client(service, region_name=region(region_name), config=config)
+    try:
+        return _boto3().session.Session().client(service, region_name=region(region_name), config=config)
+    except BotoCoreError as exc:  # a profile that does not exist, a broken config file
+        raise EnvironmentProblem(f"AWS {service}: {exc}; fix: check AWS_PROFILE and ~/.aws/config") from None
 
 
 def codebuild_client(region_name: str | None = None) -> CodeBuildClient:
@@ -117,6 +121,7 @@ class Backoff:
 
     def call(self, operation: str, function: Callable[[], T]) -> T:
         from botocore.exceptions import (
+            BotoCoreError,
             ClientError,
             EndpointConnectionError,
             NoCredentialsError,
@@ -155,4 +160,6 @@ class Backoff:
                 raise EnvironmentProblem(f"{operation}: no AWS region; fix: set AWS_REGION") from None
             except EndpointConnectionError as exc:
                 raise EnvironmentProblem(f"{operation}: cannot reach AWS ({exc})") from None
+            except BotoCoreError as exc:  # timeouts, an expired SSO token, partial credentials, ...
+                raise EnvironmentProblem(f"{operation}: {exc}; fix: check the AWS configuration") from None
         raise AssertionError("unreachable")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from epstack.errors import BadInput
+from epstack.inputs import read_text
 from epstack.oci import parse_reference
 
 
@@ -72,11 +73,10 @@ def _entry_ref(entry: Any, where: str) -> ImageRef | None:
 
 def read_manifest(path: Path) -> list[ImageRef]:
     """Every image in a build manifest; BadInput names the file and the entry that is wrong."""
+    text = read_text(path, what="the build manifest the build wrote")
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such build manifest; fix: pass the manifest the build wrote") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise BadInput(f"{path}: not a JSON build manifest ({exc}); fix: pass the build's manifest") from None
     images = document.get("images") if isinstance(document, dict) else document
     if not isinstance(images, list) or not images:

@@ -20,6 +20,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ReadTimeoutError
 from botocore.stub import ANY, Stubber
 
 from epstack.aws import cli as aws_cli
@@ -27,6 +28,7 @@ from epstack.aws import codebuild
 from epstack.aws.clients import Backoff
 from epstack.aws.codebuild import BATCH_BUILDSPEC, LogCursor, StartRequest
 from epstack.cli import main
+from epstack.errors import EnvironmentProblem
 from tests.conftest import PINS, REPO
 
 PROJECT = "epstack-cb-images"
@@ -360,3 +362,19 @@ def test_start_refuses_pins_that_differ_from_the_commit(
     pins.write_text(PINS.read_text().replace("SGLANG_VERSION=0.5.23", "SGLANG_VERSION=0.5.24"))
     assert main(["codebuild", "start", "--project", PROJECT, "--pins", str(pins)]) == 2
     assert "differs from commit" in capsys.readouterr().err
+
+
+def test_other_botocore_errors_are_one_line_environment_problems(
+    fake_credentials: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A read timeout, an expired SSO token or a missing profile: exit 3 in one line, not a traceback."""
+
+    def timed_out() -> None:
+        raise ReadTimeoutError(endpoint_url="https://codebuild.us-east-1.amazonaws.com/")
+
+    with pytest.raises(EnvironmentProblem, match="codebuild:StartBuild: Read timeout on endpoint URL"):
+        Backoff().call("codebuild:StartBuild", timed_out)
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
+    assert main(["codebuild", "start", "--project", PROJECT, "--pins", str(PINS)]) == 3
+    err = capsys.readouterr().err
+    assert "no-such-profile" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -4,6 +4,7 @@ exit 2, nothing written."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -151,7 +152,13 @@ def test_bad_manifest(capsys: pytest.CaptureFixture[str], tmp_path: Path, conten
 
 def test_missing_manifest(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     line = _bad(capsys, tmp_path, *SERVE, "--fabric", "ib", "--manifest", str(tmp_path / "none.json"))
-    assert "no such build manifest" in line
+    assert "none.json: no such file; fix: pass the path of the build manifest" in line
+
+
+def test_a_fifo_manifest_is_refused_not_waited_on(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo.json")
+    line = _bad(capsys, tmp_path, *SERVE, "--fabric", "ib", "--manifest", str(tmp_path / "fifo.json"))
+    assert "fifo.json: a FIFO, not the build manifest" in line
 
 
 def test_print_command_is_only_for_serve(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
