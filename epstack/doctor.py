@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -103,9 +104,11 @@ def _image_versions(pins: Path | None, cuda: str | None) -> tuple[str, str]:
     for key in ("CUDA_VERSION", "NCCL_VERSION"):
         if key not in entries:
             raise BadInput(f"{path}: no {key}; fix: pass pins.env or the image's layer pins file")
-    if cuda is not None and not host.version_tuple(cuda):
-        raise BadInput(f"--cuda {cuda}: not a version; fix: write e.g. 13.0")
-    return cuda or entries["CUDA_VERSION"].value, entries["NCCL_VERSION"].value
+    where = f"--cuda {cuda}" if cuda is not None else f"{path}: CUDA_VERSION {entries['CUDA_VERSION'].value}"
+    cuda = cuda if cuda is not None else entries["CUDA_VERSION"].value
+    if not re.fullmatch(r"\d+(\.\d+){0,2}", cuda):
+        raise BadInput(f"{where}: not a CUDA version; fix: write e.g. 13.0")
+    return cuda, entries["NCCL_VERSION"].value
 
 
 def format_table(report: Report) -> str:

@@ -57,6 +57,15 @@ def test_a_probe_that_says_nothing_is_an_environment_problem(
     assert "could not check the Python the ranks run" in capsys.readouterr().err
 
 
+def test_a_probe_that_hangs_is_an_environment_problem(
+    stub_cli: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(preflight, "PROBE", (sys.executable, "-c", "import time; time.sleep(60)"))
+    monkeypatch.setattr(preflight, "TIMEOUT_S", 1.0)
+    assert smoke_main([*RUN, "--run-dir", str(tmp_path / "run")]) == ENVIRONMENT
+    assert "did not finish within 1 s; fix: check the NVIDIA driver" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("found", "words"),
     [

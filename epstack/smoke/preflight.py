@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from epstack.cmd import run
-from epstack.errors import EnvironmentProblem
+from epstack.errors import CommandFailed, EnvironmentProblem
 
 # How the supervisor asks; the CPU tests point it at a stub that reports a GPU host.
 PROBE: tuple[str, ...] = (sys.executable, "-m", "epstack.smoke.preflight")
@@ -50,9 +50,12 @@ def probe_here() -> Found:
     return Found(**(asdict(found) | {"gpus": gpus, "deep_ep": deep_ep}))
 
 
-def probe(timeout_s: float = TIMEOUT_S) -> Found:
+def probe() -> Found:
     """Run the probe (PROBE) as a child process and read its JSON line."""
-    result = run(*PROBE, echo=False, timeout=timeout_s)
+    try:
+        result = run(*PROBE, echo=False, timeout=TIMEOUT_S)
+    except CommandFailed as exc:  # still running at the timeout: a hung driver, as a rule
+        raise EnvironmentProblem(f"{exc}; fix: check the NVIDIA driver (nvidia-smi) on this host") from None
     try:
         data: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
         return Found(**data)

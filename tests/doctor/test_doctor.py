@@ -146,12 +146,20 @@ def test_image_cuda_12_accepts_a_570_driver(tmp_path: Path) -> None:
     [
         (["--root", "/nonexistent/root"], "--root /nonexistent/root"),
         (["--pins", "/nonexistent.env"], "no such file"),
+        (["--cuda", "13x"], "--cuda 13x: not a CUDA version"),
     ],
 )
 def test_bad_input(capsys: pytest.CaptureFixture[str], args: list[str], text: str) -> None:
     assert main(["doctor", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and text in err[0] and "fix:" in err[0]
+
+
+def test_a_pinned_cuda_version_that_is_not_one_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["doctor", "--pins", str(pins_variant(tmp_path, CUDA_VERSION="13x.0"))]) == 2
+    assert "CUDA_VERSION 13x.0: not a CUDA version; fix:" in capsys.readouterr().err
 
 
 def test_stdlib_only_entry_point(tmp_path: Path) -> None:
