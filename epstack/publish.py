@@ -241,6 +241,7 @@ def publish(
             raise BadInput(
                 f"{image.tag}: not built from {pins_file} (pins hash {expected}); fix: publish with its pins"
             )
+    backend = registry_for(host)  # an unknown host is refused before minutes of guards
     results = {image.tag: guard_image(engine, image, console) for image in images}
     write_file(out / "guard-junit.xml", junit(results), what="the JUnit report")
     failed = [tag for tag, rows in results.items() if any(r.failed for r in rows)]
@@ -248,7 +249,6 @@ def publish(
         raise CommandFailed(
             f"the guard failed in {', '.join(failed)} ({out / 'guard-junit.xml'}); nothing pushed"
         )
-    backend = registry_for(host)
     to_push = images if push == "all" else images[-1:]
     pushed: dict[str, tuple[str, str]] = {}
     for image in to_push:

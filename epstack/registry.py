@@ -20,56 +20,13 @@ from epstack.errors import BadInput, EnvironmentProblem
 ECR_HOST = re.compile(
     r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$"
 )
-MANIFEST_TYPES = ", ".join(
-    (
-        "application/vnd.oci.image.index.v1+json",
-        "application/vnd.oci.image.manifest.v1+json",
-        "application/vnd.docker.distribution.manifest.list.v2+json",
-        "application/vnd.docker.distribution.manifest.v2+json",
-    )
+# The manifest media types epstack reads (OCI and Docker, single and multi-platform).
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
 )
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ImageName:
-    """host[:port]/repository[:tag][@digest], split. `registry` may carry a namespace path."""
-
-    host: str
-    repository: str  # path inside the registry, e.g. epstack or team/epstack
-    tag: str = ""
-    digest: str = ""
-
-    @property
-    def uri(self) -> str:
-        """host/repository:tag (or @digest when there is no tag)."""
-        return f"{self.host}/{self.repository}" + (f":{self.tag}" if self.tag else f"@{self.digest}")
-
-    @property
-    def by_digest(self) -> str:
-        return f"{self.host}/{self.repository}@{self.digest}"
-
-
-def parse_image(text: str) -> ImageName:
-    """Split an image reference that names its registry host; BadInput otherwise."""
-    rest, _, digest = text.partition("@")
-    host, slash, path = rest.partition("/")
-    if not slash or not ("." in host or ":" in host or host == "localhost") or not path:
-        raise BadInput(f"{text}: not an image reference with a registry host; fix: write HOST/REPOSITORY:TAG")
-    repository, colon, tag = path.rpartition(":") if ":" in path else (path, "", "")
-    if not colon:
-        repository, tag = path, ""
-    if not re.match(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*$", repository) or (
-        tag and not re.match(r"^[\w][\w.-]{0,127}$", tag)
-    ):
-        raise BadInput(
-            f"{text}: bad repository or tag; fix: lower-case repository, tag of letters, digits, . _ -"
-        )
-    if digest and not DIGEST.match(digest):
-        raise BadInput(f"{text}: {digest} is not a sha256 digest; fix: @sha256:<64 hex>")
-    if not tag and not digest:
-        raise BadInput(f"{text}: no tag or digest; fix: write HOST/REPOSITORY:TAG")
-    return ImageName(host=host, repository=repository, tag=tag, digest=digest)
 
 
 def split_registry(registry: str) -> tuple[str, str]:
@@ -81,10 +38,13 @@ def split_registry(registry: str) -> tuple[str, str]:
 
 
 def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 or localhost, with or without a port."""
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host.strip("[]")
-    if name.startswith("[") and "]" in name:
-        name = name[1 : name.index("]")]
+    """127.0.0.0/8, ::1 or localhost, with or without a port ([::1]:5000 for IPv6 with one)."""
+    if host.startswith("[") and "]" in host:
+        name = host[1 : host.index("]")]
+    elif host.count(":") == 1:
+        name = host.rsplit(":", 1)[0]
+    else:
+        name = host
     if name == "localhost":
         return True
     try:
@@ -121,7 +81,7 @@ class LoopbackRegistry:
 
     def _request(self, method: str, path: str) -> urllib.request.Request:
         return urllib.request.Request(
-            f"http://{self.host}{path}", method=method, headers={"Accept": MANIFEST_TYPES}
+            f"http://{self.host}{path}", method=method, headers={"Accept": ", ".join(MANIFEST_TYPES)}
         )
 
     def ping(self) -> None:

@@ -18,11 +18,29 @@ from epstack.build import build_target, standin_ref, write_build_report
 from epstack.cli import main
 from epstack.engine import DockerEngine
 from epstack.pins import load_pins
+from epstack.registry import is_loopback
 from epstack.render import plan_render, source_date, write_plan
 from tests.conftest import PINS
 
 pytestmark = [pytest.mark.docker, pytest.mark.network]
 TARGET = "hopper-ib"
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1:5000", True),
+        ("127.0.0.1", True),
+        ("localhost:5000", True),
+        ("[::1]:5000", True),
+        ("::1", True),
+        ("10.0.0.1:5000", False),
+        ("registry.example.com", False),
+        ("[2001:db8::1]:5000", False),
+    ],
+)
+def test_only_loopback_hosts_are_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
 
 
 @pytest.fixture(scope="module")

@@ -15,19 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from epstack.aws.clients import Backoff, ecr_client, error_code, region
 from epstack.errors import BadInput, EnvironmentProblem
-from epstack.registry import ECR_HOST, config_of, is_loopback
+from epstack.registry import ECR_HOST, MANIFEST_TYPES, config_of, is_loopback
 
 if TYPE_CHECKING:
     from mypy_boto3_ecr import ECRClient
     from mypy_boto3_ecr.type_defs import ImageIdentifierTypeDef
-
-ACCEPTED_MEDIA_TYPES = [
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-]
-
 
 @dataclass(frozen=True, kw_only=True)
 class EcrImage:
@@ -129,7 +121,7 @@ class Ecr:
             lambda: self.client.batch_get_image(
                 repositoryName=source.repository,
                 imageIds=[source.image_id],
-                acceptedMediaTypes=ACCEPTED_MEDIA_TYPES,
+                acceptedMediaTypes=list(MANIFEST_TYPES),
                 **_ids(source),
             ),
         )
@@ -220,7 +212,7 @@ class EcrRegistry:
                 repositoryName=repository,
                 registryId=self.registry_id,
                 imageIds=[{"imageTag": tag}],
-                acceptedMediaTypes=ACCEPTED_MEDIA_TYPES,
+                acceptedMediaTypes=list(MANIFEST_TYPES),
             ),
         )
         images = found.get("images", [])

@@ -362,6 +362,10 @@ def test_start_refuses_pins_that_differ_from_the_commit(
     pins.write_text(PINS.read_text().replace("SGLANG_VERSION=0.5.23", "SGLANG_VERSION=0.5.24"))
     assert main(["codebuild", "start", "--project", PROJECT, "--pins", str(pins)]) == 2
     assert "differs from commit" in capsys.readouterr().err
+    outside = tmp_path / "pins.env"  # in no git checkout: the source root falls back to the cwd
+    outside.write_bytes(PINS.read_bytes())
+    assert main(["codebuild", "start", "--project", PROJECT, "--pins", str(outside)]) == 2
+    assert f"{outside}: not in the checkout" in capsys.readouterr().err
 
 
 def test_other_botocore_errors_are_one_line_environment_problems(
