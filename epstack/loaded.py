@@ -5,6 +5,7 @@ calls through ctypes. No dependencies beyond the standard library: GPU hosts imp
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -94,10 +95,16 @@ def interposed_symbols(c_so_nm: str, libstdcxx_nm: str | None) -> list[str]:
     return sorted(found)
 
 
+@functools.cache
+def _ldd(shared_object: Path) -> str:
+    """ldd's answer, once per process (the guard asks it of deep_ep's _C.so for NCCL and libstdc++)."""
+    return call("ldd", shared_object, capture=True, echo=False)
+
+
 def linked_library(shared_object: Path, prefix: str) -> str | None:
     """The file the loader resolves `shared_object`'s needed library starting with `prefix` to (ldd),
     or None when it needs none or the loader finds none. Raises EpstackError when ldd cannot run."""
-    for line in call("ldd", shared_object, capture=True, echo=False).splitlines():
+    for line in _ldd(shared_object).splitlines():
         name, arrow, target = line.strip().partition("=>")
         if arrow and name.strip().startswith(prefix):
             path = target.split()[0] if target.split() else ""

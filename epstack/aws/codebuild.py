@@ -128,7 +128,6 @@ class Watch:
     backoff: Backoff
     out: Callable[[str], None]
     poll: float = 5.0
-    sleep: Callable[[float], None] | None = None  # None: pause() (time.sleep)
     limit: int | None = None
     quiet_reads_after_end: int = 3
     seen_phases: set[str] = field(default_factory=set)
@@ -149,7 +148,7 @@ class Watch:
                 quiet = 0 if lines else quiet + 1
                 if quiet >= self.quiet_reads_after_end:
                     break
-            (self.sleep or pause)(self.poll)
+            pause(self.poll)
         self.out(f"build {build_id}: {status}")
         return status
 
@@ -199,7 +198,7 @@ class Watch:
             if status in DONE:
                 self.out(f"batch {batch_id}: {status}")
                 return status
-            (self.sleep or pause)(self.poll)
+            pause(self.poll)
 
 
 def pause(seconds: float) -> None:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from mypy_boto3_ecr import ECRClient
     from mypy_boto3_ecr.type_defs import ImageIdentifierTypeDef
 
+
 @dataclass(frozen=True, kw_only=True)
 class EcrImage:
     """[ACCOUNT.dkr.ecr.REGION.amazonaws.com/]REPOSITORY(:TAG|@DIGEST)."""

@@ -123,8 +123,6 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     target, _ = _target(pins, args)
     image = _image(pins, target, args)
     if args.target == "slurm":
-        if args.nodes < 1:
-            raise BadInput(f"--nodes {args.nodes}: fix: pass the number of nodes to pre-pull on")
         text = slurm.enroot_pull_script(
             image, nodes=args.nodes, squashfs_dir=args.squashfs_dir or DEFAULT_SQUASHFS_DIR
         )

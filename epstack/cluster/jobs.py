@@ -14,7 +14,7 @@ from typing import Literal
 
 from epstack.cluster.image import ImageRef
 from epstack.cluster.profiles import ServePlan, serve_plan
-from epstack.cluster.serve import HEALTH_PATH, HTTP_PORT, serve_env, sglang_command
+from epstack.cluster.serve import DIST_INIT_PORT, HEALTH_PATH, HTTP_PORT, serve_env, sglang_command
 from epstack.errors import BadInput
 from epstack.fabric import FABRICS, Fabric
 from epstack.pins import Pins
@@ -51,7 +51,7 @@ class Job:
 
     @property
     def rendezvous_port(self) -> int:
-        return DEFAULT_PORT if self.kind == "elastic-smoke" else 5000
+        return DEFAULT_PORT if self.kind == "elastic-smoke" else DIST_INIT_PORT
 
     @property
     def http_port(self) -> int | None:

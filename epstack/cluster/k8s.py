@@ -88,7 +88,7 @@ def _container(
     return container
 
 
-def _pod_spec(job: Job, container: Obj, settings: PodSettings, **extra: Any) -> Obj:
+def _pod_spec(container: Obj, settings: PodSettings, **extra: Any) -> Obj:
     return {
         **extra,
         "containers": [container],
@@ -122,7 +122,7 @@ def indexed_job(job: Job, settings: PodSettings) -> list[Obj]:
         }
     args = job.command(node_rank=f"$({V.JOB_COMPLETION_INDEX})", leader=leader)
     container = _container(job, args, env, settings, _readiness(job, every_pod=True))
-    pod = _pod_spec(job, container, settings, restartPolicy="Never", subdomain=service)
+    pod = _pod_spec(container, settings, restartPolicy="Never", subdomain=service)
     objects = [
         _service(service, job, {"epstack.io/job": job.name}, headless=True, port=job.rendezvous_port),
         {
@@ -155,8 +155,8 @@ def leader_worker_set(job: Job, settings: PodSettings) -> list[Obj]:
     template: Obj = {
         "size": job.nodes,
         "restartPolicy": "RecreateGroupOnPodRestart",
-        "leaderTemplate": {"metadata": {"labels": _labels(job)}, "spec": _pod_spec(job, leader, settings)},
-        "workerTemplate": {"metadata": {"labels": _labels(job)}, "spec": _pod_spec(job, worker, settings)},
+        "leaderTemplate": {"metadata": {"labels": _labels(job)}, "spec": _pod_spec(leader, settings)},
+        "workerTemplate": {"metadata": {"labels": _labels(job)}, "spec": _pod_spec(worker, settings)},
     }
     objects: list[Obj] = [
         {

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from epstack.cli import main
@@ -67,8 +66,3 @@ def check_golden(text: str, name: str) -> None:
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(text)
     assert text == golden.read_text()
-
-
-@pytest.fixture
-def no_stdout(capsys: pytest.CaptureFixture[str]) -> pytest.CaptureFixture[str]:
-    return capsys
