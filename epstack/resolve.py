@@ -13,7 +13,7 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -96,26 +96,35 @@ def _requirers(via: str | None) -> tuple[str, ...]:
     return tuple(canonicalize_name(v) for v in names if v and not v.startswith("-"))
 
 
+@dataclass(kw_only=True)
+class _Row:
+    """A pin being read: its --hash and `# via` lines follow it."""
+
+    name: str
+    version: str
+    via: tuple[str, ...]
+    hashes: list[str] = field(default_factory=list)
+
+
 def parse_compiled(text: str) -> Resolution:
     """`uv pip compile --annotation-style line` output, with or without --generate-hashes (then each
     pin is followed by its --hash lines and a `# via` line) -> the pinned distributions."""
-    packages: list[Pinned] = []
+    rows: list[_Row] = []
     for line in text.splitlines():
         stripped = line.strip()
-        pinned, hashed, via = _PINNED.match(stripped), _HASH.match(stripped), _VIA.match(stripped)
-        if pinned and not line[:1].isspace():
-            packages.append(
-                Pinned(
-                    name=canonicalize_name(pinned["name"]),
-                    version=pinned["version"],
-                    via=_requirers(pinned["via"]),
-                )
-            )
-        elif packages and hashed:
-            packages[-1] = replace(packages[-1], hashes=(*packages[-1].hashes, hashed["hash"]))
-        elif packages and via and line[:1].isspace():
-            packages[-1] = replace(packages[-1], via=_requirers(via["via"]))
-    return Resolution(packages=tuple(packages), text=text)
+        indented = line[:1].isspace()
+        pinned = None if indented else _PINNED.match(stripped)
+        if pinned:
+            rows.append(_Row(name=pinned["name"], version=pinned["version"], via=_requirers(pinned["via"])))
+        elif rows and (hashed := _HASH.match(stripped)):
+            rows[-1].hashes.append(hashed["hash"])
+        elif rows and indented and (via := _VIA.match(stripped)):
+            rows[-1].via = _requirers(via["via"])
+    packages = tuple(
+        Pinned(name=canonicalize_name(row.name), version=row.version, via=row.via, hashes=tuple(row.hashes))
+        for row in rows
+    )
+    return Resolution(packages=packages, text=text)
 
 
 def explanation(stderr: str) -> str:
