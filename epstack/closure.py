@@ -10,6 +10,7 @@ other. Only the venv's own site-packages count: epstack's tool, appended to sys.
 from __future__ import annotations
 
 import json
+import os
 import sysconfig
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -24,7 +25,13 @@ from epstack.lockfile import expected_distributions
 
 Verdict = Literal["ok", "missing", "extra", "other version"]
 DEEP_EP = "deep-ep"
-MANIFEST_SOURCE = "deepep-source.json"
+# The deep_ep build manifest (epstack deepep build writes it beside the wheel): where the image keeps it.
+MANIFEST_NAME = "deepep-source.json"
+
+
+def manifest_path() -> Path:
+    """The image's deep_ep manifest; EPSTACK_DEEPEP_MANIFEST names another (a bare host, tests)."""
+    return Path(os.environ.get("EPSTACK_DEEPEP_MANIFEST") or f"/opt/epstack/wheels/{MANIFEST_NAME}")
 # Layers whose venv holds the deep_ep wheel (built in the deepep layer).
 DEEP_EP_LAYERS = ("deepep", "sglang")
 
@@ -85,7 +92,7 @@ def expected(layer: str, locks: Path, manifest: Path) -> tuple[dict[str, tuple[s
     """{name: (version, source)} the layer's venv must hold exactly, and the files it comes from."""
     result, files = expected_distributions(locks, layer)
     if layer in DEEP_EP_LAYERS:
-        result[DEEP_EP] = (built_deep_ep(manifest) or "as built", MANIFEST_SOURCE)
+        result[DEEP_EP] = (built_deep_ep(manifest) or "as built", MANIFEST_NAME)
         files.append(str(manifest))
     return result, files
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from epstack.closure import MANIFEST_NAME
 from epstack.cmd import call, run
 from epstack.command import PINS, SubParsers, path_arg, pins_path
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
@@ -36,7 +37,6 @@ from epstack.pins import pin_values
 from epstack.sources import GitSource, Patch, check_sha256, fabric_patches, git_sources, patch_bytes, verify
 from epstack.stack import cuda_wheels
 
-MANIFEST = "deepep-source.json"
 SYSTEM_CC, SYSTEM_CXX = "/usr/bin/gcc", "/usr/bin/g++"
 
 
@@ -220,7 +220,7 @@ def build(
         cxx=SYSTEM_CXX,
         wheel=wheel.name,
     )
-    (wheel_dir / MANIFEST).write_text(json.dumps(asdict(manifest), indent=2) + "\n")
+    (wheel_dir / MANIFEST_NAME).write_text(json.dumps(asdict(manifest), indent=2) + "\n")
     return manifest
 
 

@@ -51,7 +51,6 @@ Verdict = Literal["ok", "mismatch", "missing", "extra", "skipped", "override (pi
 FAILED: frozenset[Verdict] = frozenset({"mismatch", "missing", "extra"})
 GUARD_LAYERS = ("python", "base", "deepep", "sglang", "all")
 
-DEFAULT_MANIFEST = Path("/opt/epstack/wheels/deepep-source.json")
 LIBSTDCXX_FIX = "rebuild DeepEP with CC=/usr/bin/gcc CXX=/usr/bin/g++ and CUDAHOSTCXX unset"
 
 
@@ -654,7 +653,7 @@ def deepep_checks(pins: Expected) -> list[Check]:
     distributions = list(metadata.distributions())
     owners = deep_ep_owners(distributions)
     extensions = [p for paths in owners.values() for p in paths if re.match(r"^_C\..*so$", p.name)]
-    manifest = Path(os.environ.get("EPSTACK_DEEPEP_MANIFEST") or DEFAULT_MANIFEST)
+    manifest = closure.manifest_path()
     return [
         check_deep_ep_source(pins, manifest),
         check_deep_ep_patches(pins, manifest),
@@ -718,7 +717,7 @@ def check_closure(distributions: list[closure.Distribution], files: list[str]) -
 
 def closure_report(layer: str, locks: Path) -> tuple[list[Check], list[closure.Distribution]]:
     """The venv's distributions against the locks of `layer` (and the deep_ep manifest above base)."""
-    manifest = Path(os.environ.get("EPSTACK_DEEPEP_MANIFEST") or DEFAULT_MANIFEST)
+    manifest = closure.manifest_path()
     want, files = closure.expected(_CLOSURE_LAYER[layer], locks, manifest)
     distributions = closure.compare(want, closure.installed(closure.venv_paths()))
     return check_closure(distributions, files), distributions

@@ -23,7 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from epstack.closure import DEEP_EP, DEEP_EP_LAYERS, built_deep_ep
+from epstack.closure import DEEP_EP, DEEP_EP_LAYERS, built_deep_ep, manifest_path
 from epstack.cmd import run
 from epstack.command import LOCKS, PINS, SubParsers, path_arg, pins_path
 from epstack.errors import BadInput
@@ -35,7 +35,6 @@ from epstack.sources import parse_patches
 from epstack.stack import cuda_wheels
 
 SBOM_DIR = Path("/opt/epstack/sbom")
-DEFAULT_MANIFEST = Path("/opt/epstack/wheels/deepep-source.json")
 GDRCOPY_LIB = Path("/opt/gdrcopy/lib")
 
 
@@ -228,7 +227,7 @@ def collect(
 ) -> ImageFacts:
     """Everything the SBOM of this image (the one this runs in) says."""
     pins = {key: entry.value for key, entry in read_pins_file(pins_file).entries.items()}
-    manifest = Path(os.environ.get("EPSTACK_DEEPEP_MANIFEST") or DEFAULT_MANIFEST)
+    manifest = manifest_path()
     python, lock_files = python_parts(layer, locks, manifest)
     dpkg = run("dpkg-query", "-W", "-f", DPKG_FORMAT, echo=False)
     os_release = Path("/etc/os-release")
