@@ -239,9 +239,7 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
     if args.report:
         check_writable(args.report, what="the build report")
     pins = load_pins(path)
-    target = args.target or pins.default_target
-    if target not in pins.targets:
-        raise BadInput(f"{target}: not a target of {path}; fix: use one of {', '.join(pins.targets)}")
+    target = pins.target(args.target, path)
     plan = plan_render(
         pins, created=source_date(), revision=source_revision(), sources=args.sources, locks=args.locks
     )

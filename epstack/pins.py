@@ -25,6 +25,7 @@ from pydantic import (
 
 from epstack import fabric
 from epstack import pinvalues as v
+from epstack.errors import BadInput
 from epstack.pinrules import RULES, arch_key
 from epstack.pinsfile import PinsFile, Problem, parse_pins_file
 from epstack.sources import Patch, parse_patches
@@ -191,6 +192,13 @@ class Pins(BaseModel):
         }
         values.update({arch_key(name): ",".join(archs) for name, archs in self.archs.items()})
         return values
+
+    def target(self, name: str | None, path: Path) -> str:
+        """`name`, or DEFAULT_TARGET when it is None; BadInput naming `path` when it is not a target."""
+        target = name or self.default_target
+        if target not in self.targets:
+            raise BadInput(f"{target}: not a target of {path}; fix: use one of {', '.join(self.targets)}")
+        return target
 
     def image_ref(self, layer: Layer, target: str) -> str:
         return f"{self.image_repository}:{self.image_tag(layer, target)}"

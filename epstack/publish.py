@@ -328,11 +328,9 @@ def cmd_publish(args: argparse.Namespace, console: Console) -> int:
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     image = args.image
     if not image:
-        pins = load_pins(pins_path(args.pins))
-        target = args.target or pins.default_target
-        if target not in pins.targets:
-            raise BadInput(f"{target}: not a target of pins.env; fix: use one of {', '.join(pins.targets)}")
-        image = pins.image_ref(args.layer, target)
+        path = pins_path(args.pins)
+        pins = load_pins(path)
+        image = pins.image_ref(args.layer, pins.target(args.target, path))
     pull(registry=args.registry, image=image, out=args.out, engine=DockerEngine.find(), console=console)
     return 0
 

@@ -107,8 +107,8 @@ def _pins_sha256(source: Path, pins: Path, revision: str) -> str:
 def cmd_start(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
     pins = load_pins(path)
-    if args.target and args.target not in pins.targets:
-        raise BadInput(f"{args.target}: not a target of {path}; fix: use one of {', '.join(pins.targets)}")
+    if args.target:
+        pins.target(args.target, path)
     source = _source_root(path)
     revision = args.source_version or _git(source, "rev-parse", "HEAD")
     if not revision:
