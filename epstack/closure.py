@@ -32,6 +32,8 @@ MANIFEST_NAME = "deepep-source.json"
 def manifest_path() -> Path:
     """The image's deep_ep manifest; EPSTACK_DEEPEP_MANIFEST names another (a bare host, tests)."""
     return Path(os.environ.get("EPSTACK_DEEPEP_MANIFEST") or f"/opt/epstack/wheels/{MANIFEST_NAME}")
+
+
 # Layers whose venv holds the deep_ep wheel (built in the deepep layer).
 DEEP_EP_LAYERS = ("deepep", "sglang")
 

@@ -73,6 +73,15 @@ def engine() -> Iterator[DockerEngine]:
         pytest.skip(str(exc))
 
 
+def check_golden(text: str, golden: Path) -> None:
+    """`text` is the complete expected text in `golden`; EPSTACK_UPDATE_GOLDEN=1 rewrites it (then
+    review the diff)."""
+    if os.environ.get("EPSTACK_UPDATE_GOLDEN"):
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
 def pins_variant(tmp_path: Path, **changes: str) -> Path:
     """pins.env with some keys replaced (value '' deletes the line), written under tmp_path."""
     lines = []

@@ -15,7 +15,7 @@ from epstack.pins import load_pins
 from epstack.render import plan_render, tree_digest, write_plan
 from epstack.resolve import INSTALL_FLAGS, RESOLVE_FLAGS, uv_bin
 from epstack.stack import DEEP_EP_PROVIDERS
-from tests.conftest import PINS, REPO, pins_variant, venv_tool
+from tests.conftest import PINS, REPO, check_golden, pins_variant, venv_tool
 
 GOLDEN = Path(__file__).parent / "golden"
 CREATED = datetime(2026, 11, 29, tzinfo=UTC)
@@ -51,12 +51,10 @@ def test_render_twice_is_byte_identical(tmp_path: Path, monkeypatch: pytest.Monk
 @pytest.mark.parametrize("layer", ["base", "deepep", "sglang"])
 def test_dockerfile_matches_golden(rendered: Path, target: str, layer: str) -> None:
     """The complete expected text; regenerate with EPSTACK_UPDATE_GOLDEN=1 and review the diff."""
-    text = (rendered / "targets" / target / f"{layer}.Dockerfile").read_text()
-    golden = GOLDEN / target / f"{layer}.Dockerfile"
-    if __import__("os").environ.get("EPSTACK_UPDATE_GOLDEN"):
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text)
-    assert text == golden.read_text()
+    check_golden(
+        (rendered / "targets" / target / f"{layer}.Dockerfile").read_text(),
+        GOLDEN / target / f"{layer}.Dockerfile",
+    )
 
 
 def test_every_rendered_dockerfile_passes_hadolint(rendered: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from epstack.cli import main
-from tests.conftest import PINS, pins_variant
+from tests.conftest import PINS, check_golden, pins_variant
 
 REGISTRY = "123456789012.dkr.ecr.us-east-1.amazonaws.com/epstack"
 DIGEST = "sha256:" + "4f" * 32
@@ -59,10 +59,5 @@ def load_all(text: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
-def check_golden(text: str, name: str) -> None:
-    """The complete expected text; regenerate with EPSTACK_UPDATE_GOLDEN=1 and review the diff."""
-    golden = GOLDEN / name
-    if __import__("os").environ.get("EPSTACK_UPDATE_GOLDEN"):
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text)
-    assert text == golden.read_text()
+def check_cluster_golden(text: str, name: str) -> None:
+    check_golden(text, GOLDEN / name)

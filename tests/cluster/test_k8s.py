@@ -16,7 +16,7 @@ from epstack.smoke.launch import detect
 from tests.cluster.conftest import (
     DIGEST,
     IMAGE,
-    check_golden,
+    check_cluster_golden,
     load_all,
     pins_for,
     render,
@@ -157,13 +157,13 @@ def test_golden_serve_lws_ib(tmp_path: Path) -> None:
     args = render_args(
         target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins_for(tmp_path, "ib", 2)
     )
-    check_golden(render(tmp_path, *args), "serve-lws-ib-2x8.yaml")
+    check_cluster_golden(render(tmp_path, *args), "serve-lws-ib-2x8.yaml")
 
 
 def test_golden_smoke_job_efa(tmp_path: Path) -> None:
     pins = pins_for(tmp_path, "efa", 2)
     args = render_args(target="k8s", job="elastic-smoke", nodes=2, gpus=8, fabric="efa", pins=pins)
-    check_golden(render(tmp_path, *args), "smoke-job-efa-2x8.yaml")
+    check_cluster_golden(render(tmp_path, *args), "smoke-job-efa-2x8.yaml")
 
 
 def test_prepull_daemonset(tmp_path: Path) -> None:
@@ -173,4 +173,4 @@ def test_prepull_daemonset(tmp_path: Path) -> None:
     assert set(images_of(daemonset)) == {IMAGE}
     assert daemonset["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "h200"}
     assert daemonset["metadata"]["name"] == "epstack-prepull-" + DIGEST[7:19]
-    check_golden(text, "prepull-daemonset.yaml")
+    check_cluster_golden(text, "prepull-daemonset.yaml")

@@ -17,7 +17,7 @@ from epstack.cluster.image import parse_image
 from epstack.cluster.jobs import IMAGE_ENTRYPOINT
 from epstack.cluster.slurm import enroot_commands, squashfs_path
 from epstack.smoke.launch import detect
-from tests.cluster.conftest import DIGEST, IMAGE, check_golden, pins_for, render, render_args
+from tests.cluster.conftest import DIGEST, IMAGE, check_cluster_golden, pins_for, render, render_args
 from tests.conftest import REPO, venv_tool
 
 # srun stand-in: for each of --nodes x --ntasks-per-node tasks, the environment srun would give it,
@@ -146,7 +146,7 @@ def test_serve_task_expands_its_node_rank_inside_the_task(tmp_path: Path) -> Non
 def test_golden_sbatch_serve(tmp_path: Path) -> None:
     pins = pins_for(tmp_path, "ib", 2)
     args = render_args(target="slurm", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
-    check_golden(render(tmp_path, *args, "--squashfs-dir", "/scratch/images"), "serve-ib-2x8.sbatch")
+    check_cluster_golden(render(tmp_path, *args, "--squashfs-dir", "/scratch/images"), "serve-ib-2x8.sbatch")
 
 
 def test_pull_script_and_render_agree_on_the_squashfs_file(tmp_path: Path) -> None:
