@@ -111,15 +111,19 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), str(b))
 
 
-def mark_output(root: Path) -> None:
-    """Make a staging directory an ordinary one that says epstack made it (so a later run may replace it)."""
+def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
-    root.chmod(0o777 & ~umask)  # mkdtemp makes 0700; an output is an ordinary directory
+    return umask
+
+
+def _mark_output(root: Path) -> None:
+    """Make a staging directory an ordinary one that says epstack made it (so a later run may replace it)."""
+    root.chmod(0o777 & ~_umask())  # mkdtemp makes 0700; an output is an ordinary directory
     (root / MARKER).write_text("made by epstack; epstack may replace this directory\n")
 
 
-def move_into_place(staging: Path, out: Path) -> None:
+def _move_into_place(staging: Path, out: Path) -> None:
     """Make the directory `staging` the whole of `out` (which check_output allowed) in one step; the
     tree that was at `out`, if any, is left at `staging` for the caller to remove."""
     if not out.exists():
@@ -133,15 +137,14 @@ def move_into_place(staging: Path, out: Path) -> None:
 
 
 def _write_tree(root: Path, files: Mapping[str, bytes], executable: Sequence[str]) -> None:
-    umask = os.umask(0)
-    os.umask(umask)
-    mark_output(root)
+    _mark_output(root)
+    executable_mode = 0o777 & ~_umask()
     for relative, content in sorted(files.items()):
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
         if relative in executable:
-            path.chmod(0o777 & ~umask)
+            path.chmod(executable_mode)
 
 
 def _cannot_write(out: Path, exc: OSError) -> BadInput | EnvironmentProblem:
@@ -149,6 +152,26 @@ def _cannot_write(out: Path, exc: OSError) -> BadInput | EnvironmentProblem:
     if exc.errno in _BAD_PATH:
         return BadInput(f"{out}: cannot write there ({exc.strerror}); fix: choose a writable path")
     return EnvironmentProblem(f"{out}: cannot write ({exc.strerror}); fix: free space on that filesystem")
+
+
+def staging_beside(out: Path, *, prefix: str) -> Path:
+    """A new empty directory beside `out` (its parent made if need be) to build an output in, then
+    install_output; a path that cannot hold it is one line of error, not a traceback."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=out.parent))
+    except OSError as exc:
+        raise _cannot_write(out, exc) from None
+
+
+def install_output(staging: Path, out: Path) -> None:
+    """Mark `staging` as epstack's and make it the whole of `out` in one step (what was at `out` is
+    left at `staging`, for the caller to remove)."""
+    try:
+        _mark_output(staging)
+        _move_into_place(staging, out)
+    except OSError as exc:
+        raise _cannot_write(out, exc) from None
 
 
 def replace_output(out: Path, files: Mapping[str, bytes], *, executable: Sequence[str] = ()) -> None:
@@ -164,13 +187,10 @@ def replace_output(out: Path, files: Mapping[str, bytes], *, executable: Sequenc
         for stale in parent.glob(f".{out.name}{_STAGING}*"):
             if (stale / MARKER).is_file() or not any(stale.iterdir()):
                 shutil.rmtree(stale, ignore_errors=True)
-        try:
-            staging = Path(tempfile.mkdtemp(prefix=f".{out.name}{_STAGING}", dir=parent))
-        except OSError as exc:
-            raise _cannot_write(out, exc) from None
+        staging = staging_beside(out, prefix=f".{out.name}{_STAGING}")
         try:
             _write_tree(staging, files, executable)
-            move_into_place(staging, out)
+            _move_into_place(staging, out)
         except OSError as exc:
             raise _cannot_write(out, exc) from None
         finally:

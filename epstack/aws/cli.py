@@ -90,11 +90,11 @@ def cmd_run_local(args: argparse.Namespace, console: Console) -> int:
 
 
 def _pins_sha256(source: Path, pins: Path, revision: str) -> str:
-    if not pins.resolve().is_relative_to(source):
+    resolved = pins.resolve()
+    if not resolved.is_relative_to(source):
         raise BadInput(f"{pins}: not in the checkout {source}, which CodeBuild builds; fix: use its pins.env")
-    committed = output_if_ok(
-        "git", "-C", source, "show", f"{revision}:{pins.resolve().relative_to(source).as_posix()}"
-    )
+    relative = resolved.relative_to(source).as_posix()
+    committed = output_if_ok("git", "-C", source, "show", f"{revision}:{relative}")
     if committed is None:
         raise BadInput(f"{pins}: not in commit {revision[:12]}; fix: commit it, or pass --source-version")
     if committed != pins.read_text():

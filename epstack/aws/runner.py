@@ -44,7 +44,7 @@ from epstack.aws.outputs import Report, copy_artifacts, read_report
 from epstack.aws.shell import Shell
 from epstack.cmd import output_if_ok
 from epstack.errors import BadInput
-from epstack.output import mark_output, move_into_place
+from epstack.output import install_output, staging_beside
 
 DEFAULT_RETRIES = 3
 _RETRY = re.compile(r"^RETRY(?:-(?P<count>\d+))?(?:-(?P<regex>.+))?$")
@@ -289,8 +289,7 @@ def run_local(
     """Run the buildspec in `source`; the result (also out/run.json) says SUCCEEDED or FAILED. `out`
     (allowed by epstack.output.check_output) is replaced whole when the run ends."""
     env, hidden = build_environment(spec, source=source, overrides=overrides, secrets=secrets)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    staging = staging_beside(out, prefix=f".{out.name}.")
     log = _Log(console, staging / "build.log", hidden)
     workdir = Path(tempfile.mkdtemp(prefix="epstack-shell-"))
     shell = Shell(shell=spec.shell, env=env, cwd=source, workdir=workdir, log=log.line)
@@ -303,8 +302,7 @@ def run_local(
         log.container(f"Build {result.status}")
         log.close()
         (staging / "run.json").write_text(result.to_json())
-        mark_output(staging)
-        move_into_place(staging, out)
+        install_output(staging, out)
         return result
     finally:
         shell.close()

@@ -315,3 +315,6 @@ def test_run_local_writes_only_where_epstack_may(
     assert main([*args, str(out)]) == 0
     assert "echo fine" in (out / "build.log").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "out", "src"]
+    # Allowed by the rules (a new path), but nothing can be made there: one line, not a traceback.
+    assert main([*args, "/proc/epstack-run-local"]) == 2
+    assert "/proc/epstack-run-local: cannot write there" in capsys.readouterr().err
