@@ -29,7 +29,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from epstack.command import LOCKS, PINS, SubParsers, pins_path
-from epstack.errors import BadInput
+from epstack.errors import BadInput, CommandFailed
 from epstack.lockfile import (
     LockFile,
     inputs_digest,
@@ -43,7 +43,7 @@ from epstack.lockfile import (
 from epstack.output import write_file
 from epstack.pins import Pins, load_pins
 from epstack.resolve import RESOLVE_FLAGS, Resolution, check_installable, compile_requirements
-from epstack.stack import DEEP_EP_PROVIDERS, DEEPEP_BUILD_REQUIREMENTS
+from epstack.stack import DEEP_EP_PROVIDERS, DEEPEP_BUILD_REQUIREMENTS, other_cuda_major
 
 Resolver = Callable[..., Resolution]
 Installable = Callable[..., None]
@@ -56,6 +56,7 @@ class LockSpec:
     name: str  # locks/<name>.txt
     requirements: tuple[str, ...]
     overrides: tuple[str, ...] = ()
+    constraints: tuple[str, ...] = ()  # besides the locks below: the CUDA release wheels' minor
     excludes: tuple[str, ...] = ()
     below: tuple[str, ...] = ()  # locks whose pins constrain this one
     own: tuple[str, ...] = ()  # distributions of the locks below that this one pins itself
@@ -64,9 +65,15 @@ class LockSpec:
 def lock_specs(pins: Pins) -> tuple[LockSpec, ...]:
     """Bottom-up. The one home of what each layer's install requires (render copies the locks)."""
     base = tuple(f"{name}=={version}" for name, version in pins.base_packages.items())
+    one_cuda = cuda_release_constraints(pins)
     return (
         # pip comes with `python -m venv`, uv bootstraps from it: both are locked like the rest.
-        LockSpec(name="base", requirements=(*base, f"uv=={pins.uv_version}", "pip"), overrides=base),
+        LockSpec(
+            name="base",
+            requirements=(*base, f"uv=={pins.uv_version}", "pip"),
+            overrides=base,
+            constraints=one_cuda,
+        ),
         # In DeepEP's build stage only; its setuptools is older than the one torch brings.
         LockSpec(
             name="deepep-build",
@@ -78,10 +85,18 @@ def lock_specs(pins: Pins) -> tuple[LockSpec, ...]:
             name="sglang",
             requirements=(f"sglang=={pins.sglang_version}",),
             overrides=base,
-            excludes=DEEP_EP_PROVIDERS,
+            constraints=one_cuda,
+            excludes=(*DEEP_EP_PROVIDERS, *pins.wheels.foreign),
             below=("base",),
         ),
     )
+
+
+def cuda_release_constraints(pins: Pins) -> tuple[str, ...]:
+    """One CUDA: each toolkit wheel versioned with the release at the pinned minor (nvidia-cuda-nvcc==13.0.*),
+    but those CUDA_MINOR_EXCEPTIONS names."""
+    release = pins.cuda_major_minor
+    return tuple(f"{name}=={release}.*" for name in pins.wheels.release if name not in pins.cuda_exceptions)
 
 
 def lock_inputs(spec: LockSpec, pins: Pins, lower: Mapping[str, Resolution]) -> dict[str, str]:
@@ -94,6 +109,8 @@ def lock_inputs(spec: LockSpec, pins: Pins, lower: Mapping[str, Resolution]) -> 
     }
     if spec.overrides:
         inputs["overrides"] = " ".join(spec.overrides)
+    if spec.constraints:
+        inputs["constraints"] = " ".join(spec.constraints)
     if spec.excludes:
         inputs["excludes"] = " ".join(spec.excludes)
     for name in spec.below:
@@ -244,12 +261,14 @@ def _resolve(
 ) -> Resolution:
     target = pins.image_target
     constraints = [p.pin for name in spec.below for p in resolved[name].packages if p.name not in spec.own]
+    constraints += spec.constraints
     if not spec.below:
         # The whole stack first (this lock and the top one), then this lock pinned to that answer.
         top = specs[-1]
         stack = resolver(
             [*spec.requirements, *top.requirements],
             target,
+            constraints=spec.constraints,
             overrides=spec.overrides,
             excludes=top.excludes,
             preferences=_preferences(current[spec.name], current[top.name]),
@@ -258,7 +277,7 @@ def _resolve(
         )
         constraints = [p.pin for p in stack.packages]
     lock = current[spec.name]
-    return resolver(
+    resolution = resolver(
         spec.requirements,
         target,
         constraints=constraints,
@@ -268,6 +287,15 @@ def _resolve(
         upgrade=upgrades,
         name=spec.name,
     )
+    foreign = [p for p in resolution.packages if other_cuda_major(p.name, pins.wheels.major)]
+    if foreign:
+        names = ", ".join(f"{p.name} (required by {', '.join(p.via) or 'the requirements'})" for p in foreign)
+        raise CommandFailed(
+            f"the {spec.name} lock would install {names} into a CUDA {pins.wheels.major} image; fix: if it "
+            "is never loaded there, add its name without -cuNN to CUDA_FLAVOURED_STEMS in epstack/stack.py "
+            "(the locks exclude it), else move CUDA_VERSION to its major"
+        )
+    return resolution
 
 
 def write_locks(run: LockRun, directory: Path) -> list[Path]:

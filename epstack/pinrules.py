@@ -106,6 +106,21 @@ def _one_cuda_major(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
         )
 
 
+def _cuda_minor_exceptions(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
+    """Only CUDA release wheels (stack.CUDA_RELEASE_WHEELS, as this CUDA major names them) can be excepted."""
+    if cuda_major(pins.cuda_version) not in SUPPORTED_CUDA_MAJORS:
+        return  # _one_cuda_major says so
+    release = pins.wheels.release
+    for name in pins.cuda_exceptions:
+        if name not in release:
+            yield pins_file.problem(
+                "CUDA_MINOR_EXCEPTIONS",
+                f"CUDA_MINOR_EXCEPTIONS: {name} is not a CUDA {pins.wheels.major} toolkit wheel versioned "
+                "with the release",
+                did_you_mean(name, release) or f"name one of {', '.join(release)}, or write none",
+            )
+
+
 def _archs_supported(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
     """Every arch buildable by this CUDA's nvcc: sm_100a needs 12.8, sm_103a 12.9, sm_110 13.0."""
     if not pins.archs:
@@ -184,6 +199,7 @@ RULES: tuple[Rule, ...] = (
     _nccl_for_deepep_v2,
     _gin_over_efa,
     _one_cuda_major,
+    _cuda_minor_exceptions,
     _archs_supported,
     _default_target,
     _image_tags,

@@ -30,6 +30,7 @@ from epstack.pinrules import RULES, arch_key
 from epstack.pinsfile import PinsFile, Problem, parse_pins_file
 from epstack.sources import Patch, parse_patches
 from epstack.stack import (
+    CUDA_BASE_FLAVOUR,
     DEEPEP_PATCH_KEYS,
     EFA_GDA_MIN_NCCL,
     FABRIC_PIN_KEYS,
@@ -39,6 +40,7 @@ from epstack.stack import (
     arch_problem,
     base_packages,
     cuda_wheels,
+    image_flavour,
     image_os,
     wheel_platform,
 )
@@ -62,6 +64,9 @@ class Pins(BaseModel):
     cuda_version: ExactVersion = Field(alias="CUDA_VERSION")
     cuda_devel_image: ImageByDigest = Field(alias="CUDA_DEVEL_IMAGE")
     cuda_runtime_image: ImageByDigest = Field(alias="CUDA_RUNTIME_IMAGE")
+    cuda_minor_exceptions: Annotated[str, AfterValidator(v.distribution_list)] = Field(
+        alias="CUDA_MINOR_EXCEPTIONS"
+    )
     ubuntu_snapshot: Annotated[str, AfterValidator(v.snapshot)] = Field(alias="UBUNTU_SNAPSHOT")
     python_version: Annotated[str, AfterValidator(v.pattern(r"^3\.\d{1,2}$", "3.12"))] = Field(
         alias="PYTHON_VERSION"
@@ -103,6 +108,11 @@ class Pins(BaseModel):
         return ".".join(self.cuda_version.split(".")[:2])
 
     @property
+    def cuda_exceptions(self) -> tuple[str, ...]:
+        """The CUDA release wheels CUDA_MINOR_EXCEPTIONS lets be of another minor than CUDA_VERSION."""
+        return v.names(self.cuda_minor_exceptions)
+
+    @property
     def cuda_home(self) -> str:
         """Where NVIDIA's images keep this CUDA release: /usr/local/cuda-13.0."""
         return f"/usr/local/cuda-{self.cuda_major_minor}"
@@ -138,14 +148,21 @@ class Pins(BaseModel):
 
     @property
     def caveats(self) -> tuple[str, ...]:
-        """What these pins allow but nobody has shown to work; printed by `pins check`."""
+        """What these pins allow but nobody has shown to work, or would waste; printed by `pins check`."""
+        caveats = []
         if "efa" in self.fabrics and Version(self.nccl_version) < Version(EFA_GDA_MIN_NCCL):
-            return (
+            caveats.append(
                 f"EFA targets use GIN proxy (type {self.efa_gin_type}) with NCCL {self.nccl_version}, below "
                 f"the NCCL {EFA_GDA_MIN_NCCL} aws-ofi-nccl's GIN guide states: they build and run on one "
-                "node; `cluster render` refuses them across nodes until NCCL_VERSION is raised",
+                "node; `cluster render` refuses them across nodes until NCCL_VERSION is raised"
             )
-        return ()
+        flavour = image_flavour(self.cuda_runtime_image)
+        if flavour != CUDA_BASE_FLAVOUR:
+            caveats.append(
+                f"CUDA_RUNTIME_IMAGE is the {flavour} flavour: its CUDA libraries are the venv's nvidia "
+                f"wheels again (1.7 GB for 13.0's runtime); the {CUDA_BASE_FLAVOUR} flavour holds cudart only"
+            )
+        return tuple(caveats)
 
     @property
     def targets(self) -> tuple[str, ...]:

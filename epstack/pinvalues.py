@@ -21,6 +21,8 @@ _ARCH = re.compile(r"^\d+\.\d+[af]?$")
 # ARCH_<NAME> keys: the name becomes part of every target, tag and bake target (lowercase, '-').
 ARCH_KEY = re.compile(r"^ARCH_([A-Z0-9]+(?:_[A-Z0-9]+)*)$")
 SNAPSHOT_FORMAT = "%Y%m%dT%H%M%SZ"
+# A distribution's canonical name (PEP 503): lowercase letters and digits joined by single -.
+_DISTRIBUTION = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 # Releases past the third that are all zero only respell the same version (2.30.7.0 is 2.30.7).
 _SIGNIFICANT_PARTS = 3
 
@@ -145,6 +147,22 @@ def patches(value: str) -> str:
     """A DeepEP patch series (epstack.sources.parse_patches: URL#sha256, comma-separated, or none)."""
     parse_patches(value)
     return value
+
+
+def distribution_list(value: str) -> str:
+    """none, or distribution names, comma-separated (which names fit is a rule between pins)."""
+    for name in names(value):
+        if not _DISTRIBUTION.match(name):
+            raise ValueError(
+                f"{name!r} is not a distribution name; fix: write none, or names like nvidia-cuda-nvcc, "
+                "comma-separated"
+            )
+    return value
+
+
+def names(value: str) -> tuple[str, ...]:
+    """The members of a list value that may be none (checked by its validator): none -> ()."""
+    return () if value == "none" else _members(value, "name")
 
 
 def gin_type(name: str) -> Callable[[str], str]:

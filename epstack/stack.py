@@ -7,6 +7,7 @@ guard, predict, build and the smoke read them here; the templates get them throu
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # Standard library only: the smoke imports this on bare GPU hosts.
@@ -57,6 +58,28 @@ GPU_ARCHS: dict[str, tuple[str, str | None]] = {
 }
 # The CUDA majors epstack knows the wheel names of (nvidia-nccl-cu12, nvidia-nccl-cu13, ...).
 SUPPORTED_CUDA_MAJORS = (12, 13)
+# The toolkit distributions versioned with the CUDA release itself (13.0.x for CUDA 13.0: the runtime,
+# the compiler and what it reads), as CUDA 13 names them (CUDA 12's carry -cu12). One CUDA per image:
+# the locks hold each at the pinned release's minor, unless pins.env's CUDA_MINOR_EXCEPTIONS names it,
+# and the guard checks them. Libraries with versions of their own (cuBLAS 13.1, cuFFT 12.0, ...) are
+# what torch pins. Without the constraint, humming-kernels (which sglang 0.5.23 requires) brought
+# nvidia-cuda-nvcc 13.5 beside CUDA_HOME's 13.0.
+CUDA_RELEASE_WHEELS = (
+    *("nvidia-cuda-runtime", "nvidia-cuda-nvrtc", "nvidia-nvjitlink", "nvidia-cuda-nvcc", "nvidia-cuda-crt"),
+    *("nvidia-nvvm", "nvidia-cuda-cccl", "nvidia-cuda-cupti", "nvidia-nvtx"),
+)
+# Distributions published once per CUDA major (<stem>-cu12, <stem>-cu13) that a requirement brings
+# whatever the image's major: nvidia-cutlass-dsl 4.8.0 requires its cu12 libraries always and its cu13
+# ones with an extra, and its loader (cutlass/_mlir/_mlir_libs/__init__.py) binds the flavour that is
+# installed. The locks exclude the other majors' flavours (235 MB of cu12 in a CUDA 13 image).
+CUDA_FLAVOURED_STEMS = ("nvidia-cutlass-dsl-libs",)
+_CUDA_MAJOR_SUFFIX = re.compile(r"-cu(\d+)$")
+
+
+def other_cuda_major(name: str, major: int) -> bool:
+    """Whether a distribution name carries another CUDA major than `major` (nvidia-foo-cu12 in 13)."""
+    match = _CUDA_MAJOR_SUFFIX.search(name)
+    return match is not None and int(match[1]) != major
 
 # The OS a CUDA image tag ends in (nvidia/cuda:13.0.3-devel-ubuntu24.04) -> its glibc, which is the
 # newest manylinux tag a wheel may carry to install there, and its Ubuntu codename.
@@ -79,6 +102,28 @@ DEEP_EP_PROVIDERS = ("sgl-deep-ep", "deep-ep")
 # What DeepEP's setup.py builds with (torch 2.14 needs setuptools < 82). Checked 2026-11-29.
 DEEPEP_BUILD_REQUIREMENTS = ("setuptools==81.0.0", "wheel==0.48.0", "ninja==1.13.2")
 
+# The CUDA image flavour whose only CUDA library is cudart: the served image starts from it, as the venv's
+# nvidia wheels carry every other library torch loads (the runtime flavour adds 1.7 GB of them again).
+CUDA_BASE_FLAVOUR = "base"
+# What the served image keeps of the CUDA toolkit, copied from the devel image into CUDA_HOME: what the
+# JITs that compile at first use run and read, from their own code at the pinned versions. DeepEP
+# (csrc/jit/compiler.hpp), DeepGEMM (deep_gemm/cuda_helpers.py) and FlashInfer (flashinfer/jit/
+# cpp_ext.py) run $CUDA_HOME/bin/nvcc; Triton runs its own ptxas and the host's gcc. Paths are relative
+# to CUDA_HOME, a trailing / marks a folder. Everything else of the toolkit stays in the devel image.
+CUDA_JIT_TOOLKIT: tuple[tuple[str, str], ...] = (
+    ("bin/nvcc", "the compiler driver every nvcc JIT runs"),
+    ("bin/nvcc.profile", "where nvcc finds nvvm, the headers and the libraries"),
+    ("bin/cudafe++", "nvcc's C++ front end"),
+    ("bin/ptxas", "nvcc's PTX assembler"),
+    ("bin/fatbinary", "nvcc packs each object's cubins"),
+    ("bin/nvlink", "nvcc's device linker (FlashInfer's modules that link device code)"),
+    ("bin/cuobjdump", "DeepEP's JIT dumps each kernel's SASS"),
+    ("bin/crt/", "nvcc's host link stubs"),
+    ("nvvm/", "cicc and libdevice: nvcc's NVVM back end"),
+    ("targets/x86_64-linux/include/", "the CUDA headers every nvcc JIT includes ($CUDA_HOME/include)"),
+    ("targets/x86_64-linux/lib/stubs/", "libcuda.so for FlashInfer's -lcuda, and the driver stub"),
+)
+
 # Each pins.env key's layer: a layer is built from its own keys and those of the layers below, so a
 # pin moves its own layer and everything above it, never what is below. The base layer comes from
 # package registries only (PyPI, the Ubuntu archive, the EFA installer); the deepep layer holds
@@ -86,7 +131,8 @@ DEEPEP_BUILD_REQUIREMENTS = ("setuptools==81.0.0", "wheel==0.48.0", "ninja==1.13
 # sources folder.
 LAYER_PIN_KEYS: dict[str, tuple[str, ...]] = {
     "base": (
-        *("CUDA_VERSION", "CUDA_DEVEL_IMAGE", "CUDA_RUNTIME_IMAGE", "UBUNTU_SNAPSHOT", "PYTHON_VERSION"),
+        *("CUDA_VERSION", "CUDA_DEVEL_IMAGE", "CUDA_RUNTIME_IMAGE", "CUDA_MINOR_EXCEPTIONS"),
+        *("UBUNTU_SNAPSHOT", "PYTHON_VERSION"),
         *("UV_VERSION", "TORCH_VERSION", "TORCH_CUDA_TAG", "NCCL_VERSION", "NVSHMEM_VERSION"),
     ),
     "deepep": ("GDRCOPY_VERSION", "GDRCOPY_REF", "DEEPEP_REPO", "DEEPEP_REF", "DEEPEP_FMT_REF"),
@@ -122,6 +168,8 @@ class CudaWheels:
     major: int
     nccl: str  # nvidia-nccl-cu13
     nvshmem: str  # nvidia-nvshmem-cu13
+    release: tuple[str, ...]  # CUDA_RELEASE_WHEELS as this major names them
+    foreign: tuple[str, ...]  # CUDA_FLAVOURED_STEMS' flavours for the other majors
 
 
 def release(version: str) -> tuple[int, ...]:
@@ -141,7 +189,20 @@ def cuda_wheels(cuda_version: str) -> CudaWheels:
         raise ValueError(
             f"CUDA {major} is not supported; fix: use CUDA {' or '.join(map(str, SUPPORTED_CUDA_MAJORS))}"
         )
-    return CudaWheels(major=major, nccl=f"nvidia-nccl-cu{major}", nvshmem=f"nvidia-nvshmem-cu{major}")
+    suffix = "" if major >= 13 else f"-cu{major}"  # CUDA 13's toolkit wheels dropped the suffix
+    nccl, nvshmem = f"nvidia-nccl-cu{major}", f"nvidia-nvshmem-cu{major}"
+    return CudaWheels(
+        major=major,
+        nccl=nccl,
+        nvshmem=nvshmem,
+        release=tuple(f"{name}{suffix}" for name in CUDA_RELEASE_WHEELS),
+        foreign=tuple(
+            f"{stem}-cu{other}"
+            for stem in CUDA_FLAVOURED_STEMS
+            for other in SUPPORTED_CUDA_MAJORS
+            if other != major
+        ),
+    )
 
 
 def base_packages(cuda_version: str, torch: str, nccl: str, nvshmem: str) -> dict[str, str]:
@@ -154,6 +215,12 @@ def image_os(image_ref: str) -> str:
     """The OS suffix of a CUDA image tag: nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:... -> ubuntu24.04."""
     tag = image_ref.split("@", 1)[0].rsplit(":", 1)[-1]
     return tag.rsplit("-", 1)[-1]
+
+
+def image_flavour(image_ref: str) -> str:
+    """The flavour of a CUDA image tag: nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:... -> base."""
+    tag = image_ref.split("@", 1)[0].rsplit(":", 1)[-1]
+    return tag.split("-", 1)[-1].rsplit("-", 1)[0]
 
 
 def wheel_platform(os_name: str) -> str:

@@ -170,3 +170,15 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     with local_registry(tmp_path_factory.mktemp("registry")) as address:
         yield address
+
+
+def write_dist(
+    site: Path, name: str, version: str, files: tuple[str, ...], requires: tuple[str, ...] = ()
+) -> None:
+    """A dist-info directory as pip writes it: METADATA and a RECORD listing the files."""
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    (info / "METADATA").write_text("\n".join([*lines, *(f"Requires-Dist: {r}" for r in requires)]) + "\n")
+    record = [*files, f"{info.name}/METADATA", f"{info.name}/RECORD"]
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in record))

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from epstack.cli import main
+from epstack.errors import CommandFailed
 from epstack.lock import lock_specs, relock, stale_locks
 from epstack.lockfile import LAYER_LOCKS, entry_text, parse_lock, read_lock
 from epstack.pins import load_pins
-from epstack.resolve import Resolution, Unresolvable
-from epstack.stack import DEEP_EP_PROVIDERS, ImageTarget
+from epstack.resolve import Pinned, Resolution, Unresolvable
+from epstack.stack import CUDA_RELEASE_WHEELS, DEEP_EP_PROVIDERS, ImageTarget
 from tests.conftest import PINS, REPO, pins_variant
 
 LOCKS = REPO / "locks"
@@ -51,6 +52,50 @@ def test_the_locks_hold_the_pins_and_no_other_deep_ep() -> None:
     assert {name: sglang[name] for name in shared} == {name: base[name] for name in shared}, (
         "nothing in the base lock moves in the sglang lock"
     )
+
+
+def test_the_committed_locks_hold_one_cuda() -> None:
+    """Every toolkit wheel the CUDA release versions is at the pinned minor; no other major's wheel."""
+    pins = load_pins(PINS)
+    for name in ("base", "sglang"):
+        versions = committed(name).versions
+        held = {wheel: versions[wheel] for wheel in pins.wheels.release if wheel in versions}
+        assert held and all(version.startswith("13.0.") for version in held.values()), (name, held)
+        assert not [wheel for wheel in versions if wheel.endswith("-cu12")], name
+    assert committed("sglang").version("nvidia-cuda-nvcc") == "13.0.88", "humming-kernels' nvcc, held at 13.0"
+
+
+def test_an_exception_lifts_one_wheels_constraint_and_the_header_says_so(tmp_path: Path) -> None:
+    pins = load_pins(pins_variant(tmp_path, CUDA_MINOR_EXCEPTIONS="nvidia-cuda-nvcc"))
+    (base, _, sglang) = lock_specs(pins)
+    assert (
+        "nvidia-cuda-nvcc==13.0.*" not in sglang.constraints and "nvidia-nvvm==13.0.*" in sglang.constraints
+    )
+    assert base.constraints == sglang.constraints
+    stale = {entry.name: entry.reasons for entry in stale_locks(pins, LOCKS)}
+    assert "constraints:" in stale["base"][0] and set(stale) == {"base", "deepep-build", "sglang"}
+
+
+def test_a_wheel_of_another_cuda_major_is_refused_naming_who_requires_it(tmp_path: Path) -> None:
+    """uv's answer holds a cu12 wheel nobody told the lock about: nothing is written, the line says
+    which distribution brings it and how to exclude it."""
+
+    class ForeignUv(RecordedUv):
+        def __call__(self, requirements: Sequence[str], target: ImageTarget, **options: object) -> Resolution:
+            answer = super().__call__(requirements, target, **options)
+            if options["name"] != "sglang":
+                return answer
+            extra = Pinned(name="nvidia-foo-cu12", version="1.0", via=("flashinfer-python",))
+            return Resolution(packages=(*answer.packages, extra), text=answer.text)
+
+    locks = tmp_path / "locks"
+    shutil.copytree(LOCKS, locks)
+    pins = load_pins(pins_variant(tmp_path, SGLANG_VERSION="0.5.22"))
+    with pytest.raises(
+        CommandFailed, match=r"nvidia-foo-cu12 \(required by flashinfer-python\) into a CUDA 13"
+    ):
+        relock(pins, locks, resolver=ForeignUv(), installable=no_install_check)
+    assert (locks / "sglang.txt").read_text() == (LOCKS / "sglang.txt").read_text()
 
 
 def test_another_sglang_version_names_the_stale_lock(
@@ -126,8 +171,9 @@ def test_a_relock_resolves_only_what_changed(tmp_path: Path) -> None:
     assert run.kept == ["base", "deepep-build"] and list(run.locks) == ["sglang"]
     (call,) = uv.calls
     assert call["requirements"] == ["sglang==0.5.22"]
-    assert call["constraints"] == [p.pin for p in committed("base").packages]
-    assert call["excludes"] == DEEP_EP_PROVIDERS
+    one_cuda = [f"{name}==13.0.*" for name in CUDA_RELEASE_WHEELS]
+    assert call["constraints"] == [p.pin for p in committed("base").packages] + one_cuda
+    assert call["excludes"] == (*DEEP_EP_PROVIDERS, "nvidia-cutlass-dsl-libs-cu12")
     assert call["preferences"] == committed("sglang").text
     assert run.moves == [], "the recorded answer is the old lock: nothing moved"
     header = run.locks["sglang"].inputs

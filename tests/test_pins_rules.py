@@ -213,3 +213,42 @@ def test_cuda_14_is_refused_with_the_reason(tmp_path: Path) -> None:
     path = pins_variant(tmp_path, CUDA_VERSION="14.0.0", TORCH_CUDA_TAG="cu140")
     path.write_text(path.read_text().replace(":13.0.3-", ":14.0.0-"))
     assert "CUDA major 14 is not known to epstack (no wheel names for it)" in problems(path)
+
+
+# ---- one CUDA: CUDA_MINOR_EXCEPTIONS names toolkit wheels the release versions ---------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (
+            "nvidia-cuda-nvc",
+            "with the release; fix: did you mean nvidia-cuda-nvcc?",
+        ),
+        ("nvidia-cublas", "nvidia-cublas is not a CUDA 13 toolkit wheel versioned with the release"),
+        ("nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc-cu12 is not a CUDA 13 toolkit wheel"),
+        ("Nvidia_Cuda_Nvcc", "'Nvidia_Cuda_Nvcc' is not a distribution name"),
+        ("nvidia-nvvm,,nvidia-cuda-nvcc", "empty member"),
+        ("nvidia-nvvm,nvidia-nvvm", "lists nvidia-nvvm twice"),
+    ],
+)
+def test_cuda_minor_exceptions_name_release_wheels(tmp_path: Path, value: str, words: str) -> None:
+    message = problems(pins_variant(tmp_path, CUDA_MINOR_EXCEPTIONS=value))
+    assert words in message and "CUDA_MINOR_EXCEPTIONS" in message
+
+
+def test_an_exception_is_read_as_its_names(tmp_path: Path) -> None:
+    pins = load_pins(pins_variant(tmp_path, CUDA_MINOR_EXCEPTIONS="nvidia-nvvm,nvidia-cuda-nvcc"))
+    assert pins.cuda_exceptions == ("nvidia-nvvm", "nvidia-cuda-nvcc")
+    assert load_pins(PINS).cuda_exceptions == ()
+
+
+def test_the_runtime_flavour_is_a_caveat(tmp_path: Path) -> None:
+    """The served image's CUDA libraries would be the venv's wheels again: accepted, and said."""
+    runtime = f"nvidia/cuda:13.0.3-runtime-ubuntu24.04@{DIGEST}"
+    caveats = load_pins(pins_variant(tmp_path, CUDA_RUNTIME_IMAGE=runtime)).caveats
+    assert any(
+        "is the runtime flavour" in caveat and "the base flavour holds cudart only" in caveat
+        for caveat in caveats
+    )
+    assert not any("flavour" in caveat for caveat in load_pins(PINS).caveats)
