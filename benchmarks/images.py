@@ -13,7 +13,9 @@ In one run, on this machine's engine (on the CUDA stand-in where nvidia/cuda can
    the rebuild's seconds against the full build's, and the bytes a node must pull for the new sglang
    image given the old one: the layers (RootFS diff IDs) the old image lacks, against its size.
 Sizes are uncompressed (what `docker history` reports); a registry's gzip layers are smaller, about
-alike across layers. Writes benchmarks/results/images.json.
+alike across layers. Writes benchmarks/results/images.json; `--against FILE` (an earlier images.json)
+adds each image's size there and the bytes saved. Also writes the top image's CUDA_HOME file list,
+benchmarks/elastic/results/image-cuda-home.txt, which the GPU run makes its CUDA_HOME from.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from epstack.render import plan_render, source_date, source_revision, write_plan
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "images.json"
+CUDA_HOME_LIST = REPO / "benchmarks" / "elastic" / "results" / "image-cuda-home.txt"
 
 
 def docker(engine: DockerEngine, *args: str) -> str:
@@ -92,7 +95,9 @@ def main() -> int:
     parser.add_argument("--target", default="hopper-ib")
     parser.add_argument("--sources", type=Path)
     parser.add_argument("--cold", action="store_true", help="prune BuildKit's cache first")
+    parser.add_argument("--against", type=Path, help="an earlier images.json to compare sizes with")
     args = parser.parse_args()
+    earlier = json.loads(args.against.read_text()) if args.against else None
     engine = DockerEngine.find()
     if args.cold:
         docker(engine, "builder", "prune", "-af")
@@ -104,7 +109,7 @@ def main() -> int:
         family = context / "targets" / args.target / "locks" / "sglang-family.txt"
         family.write_text(family.read_text() + "# the SGLang family moved (benchmarks/images.py)\n")
         bumped, bumped_s = rebuild(REPO / "pins.env", args.target, args.sources, context, engine)
-    images = {}
+    images: dict[str, dict[str, object]] = {}
     for image in first.built:
         image_layers = before[image.stage]
         images[image.stage] = {
@@ -113,6 +118,15 @@ def main() -> int:
             "bytes": image.size,
             "largest_layers": sorted(image_layers, key=lambda layer: -int(str(layer["bytes"])))[:5],
         }
+        if earlier and image.stage in earlier["images"]:
+            was = int(earlier["images"][image.stage]["bytes"])
+            images[image.stage]["earlier_bytes"] = was
+            images[image.stage]["saved_bytes"] = was - image.size
+    top = first.built[-1]
+    home = load_pins(REPO / "pins.env").cuda_home
+    CUDA_HOME_LIST.write_text(
+        docker(engine, "run", "--rm", "--entrypoint", "find", top.ref, home, "-printf", "%y %P %l\n")
+    )
     results: dict[str, object] = {
         "command": "python benchmarks/images.py " + " ".join(sys.argv[1:]),
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
@@ -124,6 +138,8 @@ def main() -> int:
         "images": images,
         "not_built": first.not_built,
     }
+    if earlier:
+        results["earlier"] = {key: earlier[key] for key in ("command", "date", "full_build_s")}
     old_top, new_top = first.built[-1], bumped.built[-1]
     if old_top.stage == "sglang" and new_top.stage == "sglang":
         have = {layer["diff_id"] for layer in before[old_top.stage]}

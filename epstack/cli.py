@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "render": "epstack.render",
     "build": "epstack.build",
     "guard": "epstack.guard",
+    "jit": "epstack.jitprobe",
     "lock": "epstack.lock",
     "sbom": "epstack.sbom",
     "deepep": "epstack.deepep",

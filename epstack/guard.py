@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
-from typing import Literal, Protocol
+from typing import Protocol
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -28,10 +28,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from epstack import closure
+from epstack.checkrow import Check, Verdict
 from epstack.command import PINS, SubParsers, path_arg, pins_path
 from epstack.distinfo import Dist, files, find, name_of, requirements
 from epstack.errors import BadInput, EpstackError
 from epstack.inputs import read_text
+from epstack.jitprobe import layer_rows as jit_rows
 from epstack.loaded import (
     decode_cuda_version,
     interposition_example,
@@ -41,14 +43,14 @@ from epstack.loaded import (
     mapped_libraries,
     nccl_version,
 )
+from epstack.onecuda import cuda_home, cuda_home_checks, other_major_check, release_wheel_checks
 from epstack.output import write_file
 from epstack.pins import load_pins, read_layer_pins
 from epstack.pinsfile import parse_pins_file
+from epstack.pinvalues import names
 from epstack.sources import fabric_patches
 from epstack.stack import DEEP_EP_PROVIDERS, CudaWheels, base_packages, cuda_wheels
 
-Verdict = Literal["ok", "mismatch", "missing", "extra", "skipped", "override (pinned)"]
-FAILED: frozenset[Verdict] = frozenset({"mismatch", "missing", "extra"})
 GUARD_LAYERS = ("python", "base", "deepep", "sglang", "all")
 
 LIBSTDCXX_FIX = "rebuild DeepEP with CC=/usr/bin/gcc CXX=/usr/bin/g++ and CUDAHOSTCXX unset"
@@ -76,6 +78,8 @@ class Expected(Protocol):
     @property
     def wheels(self) -> CudaWheels: ...
     @property
+    def cuda_exceptions(self) -> tuple[str, ...]: ...
+    @property
     def base_packages(self) -> dict[str, str]: ...
     def deepep_patches(self) -> tuple[str, ...] | None: ...
 
@@ -95,6 +99,7 @@ class LayerPins:
     those below it, so an image never holds (and is never rebuilt for) the pins of the layers above."""
 
     cuda_version: str = ""
+    cuda_minor_exceptions: str = "none"  # absent from the layer pins files of images before it
     torch_version: str = ""
     torch_cuda_tag: str = ""
     nccl_version: str = ""
@@ -113,6 +118,10 @@ class LayerPins:
     @property
     def wheels(self) -> CudaWheels:
         return cuda_wheels(self.cuda_version)
+
+    @property
+    def cuda_exceptions(self) -> tuple[str, ...]:
+        return names(self.cuda_minor_exceptions)
 
     def deepep_patches(self) -> tuple[str, ...] | None:
         """The patches this image's deepep layer pins (its file names its fabric)."""
@@ -141,22 +150,6 @@ def load_expected(path: Path, layers: list[str]) -> Expected:
                 )
     known = {f.name for f in fields(LayerPins)}
     return LayerPins(**{key.lower(): value for key, value in values.items() if key.lower() in known})
-
-
-@dataclass(frozen=True, kw_only=True)
-class Check:
-    """One row of the report."""
-
-    component: str
-    expected: str
-    found: str
-    verdict: Verdict
-    detail: str = ""
-    layer: str = ""
-
-    @property
-    def failed(self) -> bool:
-        return self.verdict in FAILED
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -635,6 +628,8 @@ def python_checks(pins: Expected) -> list[Check]:
         check_distribution(wheels.nccl, pins.nccl_version),
         check_distribution(wheels.nvshmem, pins.nvshmem_version),
         check_nvshmem_headers(pins.nvshmem_version, _package_file(wheels.nvshmem, "nvshmem_version.h")),
+        *release_wheel_checks(pins.cuda_major_minor, wheels, pins.cuda_exceptions),
+        other_major_check(wheels.major, metadata.distributions()),
     ]
 
 
@@ -646,6 +641,8 @@ def base_checks(pins: Expected) -> list[Check]:
         *check_requirements("torch", pins.base_packages),
         check_nccl_loaded(pins.nccl_version, _read_maps()),
         *check_cuda(pins, torch, _read_maps),
+        *cuda_home_checks(pins.cuda_major_minor, cuda_home(os.environ)),
+        *jit_rows("base", os.environ),
     ]
 
 
@@ -662,6 +659,7 @@ def deepep_checks(pins: Expected) -> list[Check]:
         check_nccl_link(extensions[0] if extensions else None, _read_maps()),
         check_libstdcxx(extensions[0] if extensions else None),
         *check_jit_prerequisites(os.environ, _package_file(pins.wheels.nccl, "nccl.h")),
+        *jit_rows("deepep", os.environ),
     ]
 
 
@@ -669,6 +667,7 @@ def sglang_checks(pins: Expected) -> list[Check]:
     return [
         check_distribution("sglang", pins.sglang_version),
         *check_requirements("sglang", pins.base_packages),
+        *jit_rows("sglang", os.environ),
     ]
 
 

@@ -37,7 +37,7 @@ from epstack.output import check_output, replace_output
 from epstack.pins import LAYERS, Layer, Pins, load_pins
 from epstack.resolve import INSTALL_FLAGS
 from epstack.sources import context_files as sources_context
-from epstack.stack import DEEP_EP_PROVIDERS, DEEPEP_PATCH_KEYS, in_sglang_family
+from epstack.stack import CUDA_JIT_TOOLKIT, DEEPEP_PATCH_KEYS, in_sglang_family
 from epstack.standin import render_files as standin_files
 from epstack.standin import standin_for
 
@@ -153,9 +153,10 @@ def plan_render(
             "common_env": COMMON_IMAGE_ENV,
             "images": {image.stage: image for image in target_images},
             "base_packages": tuple(pins.base_packages),
-            "excluded_packages": DEEP_EP_PROVIDERS,
+            "excluded_packages": lock_specs(pins)[-1].excludes,
             "install_flags": " ".join(INSTALL_FLAGS),
             "cuda_home": pins.cuda_home,
+            "cuda_jit_copies": cuda_jit_copies(pins.cuda_home),
             "epstack_version": __version__,
         }
         for layer in LAYERS:
@@ -171,6 +172,19 @@ def plan_render(
     return RenderPlan(
         files=files, images=tuple(images), default_target=pins.default_target, stale_locks=stale
     )
+
+
+def cuda_jit_copies(cuda_home: str) -> list[tuple[tuple[str, ...], str]]:
+    """stack.CUDA_JIT_TOOLKIT as COPY sources and destination: a folder's files in one COPY, then each
+    folder in one of its own (a COPY of several sources would spill a folder's contents)."""
+    files: dict[str, list[str]] = {}
+    folders = []
+    for part, _why in CUDA_JIT_TOOLKIT:
+        if part.endswith("/"):
+            folders.append(((f"{cuda_home}/{part}",), f"{cuda_home}/{part}"))
+        else:
+            files.setdefault(part.rsplit("/", 1)[0], []).append(f"{cuda_home}/{part}")
+    return [(tuple(paths), f"{cuda_home}/{parent}/") for parent, paths in files.items()] + folders
 
 
 def _package_sources() -> list[Path]:

@@ -4,7 +4,8 @@ Two parts, both real images on the local engine, never pushed to a remote regist
 - the OS: Ubuntu itself (the CUDA images' own OS and Python), debootstrapped from the Ubuntu archive
   with the archive key checked, carrying this host's CA certificates (TLS here is re-signed);
 - the CUDA layer: images/standin/Dockerfile.j2, NVIDIA's CUDA release of CUDA_VERSION from its PyPI
-  wheels, laid out as NVIDIA's devel and runtime images lay it out (scripts/standin/).
+  wheels, laid out as NVIDIA's devel image and the flavour CUDA_RUNTIME_IMAGE names lay it out
+  (scripts/standin/): `base` holds cudart only, `runtime` every shared library and the system NCCL.
 Every image built on it carries EPSTACK_STANDIN and the label STANDIN_LABEL, so it can be told apart.
 """
 
@@ -22,7 +23,7 @@ from epstack.cmd import call
 from epstack.engine import DockerEngine
 from epstack.errors import EnvironmentProblem
 from epstack.pins import Pins
-from epstack.stack import IMAGE_OS_CODENAME, image_os
+from epstack.stack import CUDA_BASE_FLAVOUR, IMAGE_OS_CODENAME, image_flavour, image_os
 
 STANDIN_LABEL = "io.epstack.standin"
 UBUNTU_ARCHIVE = "http://archive.ubuntu.com/ubuntu"
@@ -50,6 +51,7 @@ class Standin:
     runtime: str
     devel_of: str  # the image each stands in for, without digest
     runtime_of: str
+    runtime_flavour: str  # base: cudart only; runtime (any other): every shared library
     cuda_major: int
 
     @property
@@ -74,14 +76,16 @@ def _os_changes(os_name: str) -> list[str]:
 
 def standin_for(pins: Pins) -> Standin:
     os_name = image_os(pins.cuda_devel_image)
+    flavour = "base" if image_flavour(pins.cuda_runtime_image) == CUDA_BASE_FLAVOUR else "runtime"
     codename = IMAGE_OS_CODENAME[os_name]
     recipe = json.dumps([UBUNTU_KEYRING_SHA256, _sources_list(codename), _os_changes(os_name)])
     return Standin(
         os_image=f"local/epstack-os:{os_name}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}",
         devel=f"local/epstack-standin:{pins.cuda_version}-devel-{os_name}",
-        runtime=f"local/epstack-standin:{pins.cuda_version}-runtime-{os_name}",
+        runtime=f"local/epstack-standin:{pins.cuda_version}-{flavour}-{os_name}",
         devel_of=pins.cuda_devel_image.split("@")[0],
         runtime_of=pins.cuda_runtime_image.split("@")[0],
+        runtime_flavour=flavour,
         cuda_major=pins.wheels.major,
     )
 

@@ -15,6 +15,7 @@ import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -103,9 +104,20 @@ def test_the_standin_stands_in_for_nvidia_cuda(built: BuildReport, engine: Docke
         "system-nccl",
     ]
     runtime = docker(
-        engine, "run", "--rm", standin.runtime, "bash", "-c", "ls /usr/local/cuda/; which nvcc || true"
+        engine,
+        "run",
+        "--rm",
+        standin.runtime,
+        "bash",
+        "-c",
+        "ls /usr/local/cuda/ /usr/local/cuda/targets/x86_64-linux/lib; which nvcc || true",
     )
-    assert runtime.stdout.split() == ["lib64", "targets"], "the runtime holds the libraries, no compiler"
+    assert runtime.stdout.split() == [
+        "/usr/local/cuda/:",
+        "targets",
+        "/usr/local/cuda/targets/x86_64-linux/lib:",
+        "libcudart.so.13",
+    ], "NVIDIA's base flavour: cudart, no other library, no compiler"
     labels = engine.labels(standin.devel)
     assert "NVIDIA's PyPI wheels" in labels[STANDIN_LABEL]
 
@@ -139,6 +151,63 @@ def test_the_base_image_runs_its_guard_at_start(built: BuildReport, engine: Dock
 def test_the_runtime_base_is_smaller_than_devel(built: BuildReport) -> None:
     sizes = {image.stage: image.size for image in built.built}
     assert sizes["base"] < sizes["devel"]
+
+
+def test_the_base_image_holds_the_jits_toolchains_and_cudas_libraries_once(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    """Python.h for Triton's launcher, the libcudart.so and stub libcuda.so FlashInfer links with, and
+    no CUDA library in CUDA_HOME but cudart (NVIDIA's base flavour): torch loads the venv's wheels."""
+    headers = "import os, sysconfig; print(os.path.isfile(sysconfig.get_path('include') + '/Python.h'))"
+    script = (
+        f'python -c "{headers}"; readlink -f /usr/local/cuda/lib64/libcudart.so; '
+        "find /usr/local/cuda/ -name 'lib*.so*' | sort"
+    )
+    found = docker(engine, "run", "--rm", "--entrypoint", "bash", ref(built, "base"), "-c", script).stdout
+    assert found.split() == [
+        "True",
+        "/usr/local/cuda-13.0/targets/x86_64-linux/lib/libcudart.so.13",
+        "/usr/local/cuda/nvvm/lib64/libnvvm.so",
+        "/usr/local/cuda/nvvm/lib64/libnvvm.so.4",
+        "/usr/local/cuda/targets/x86_64-linux/lib/libcudart.so",
+        "/usr/local/cuda/targets/x86_64-linux/lib/libcudart.so.13",
+        "/usr/local/cuda/targets/x86_64-linux/lib/stubs/libcuda.so",
+    ]
+    rows = {row["component"]: row for row in guard_report(engine, ref(built, "base"), "base")["checks"]}
+    for component in ("nvcc (CUDA_HOME)", "NVVM (CUDA_HOME)", "CUDA headers (CUDA_HOME)", "nvidia-nvjitlink"):
+        assert rows[component]["verdict"] == "ok" and rows[component]["found"].startswith("13.0"), component
+    launcher = rows["JIT Triton launcher"]
+    assert launcher["verdict"] == "ok" and "gcc" in launcher["found"], "built at image build time, no GPU"
+
+
+def test_the_entrypoint_reads_the_builds_jit_report_and_refuses_another_cuda_home(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    started = docker(engine, "run", "--rm", ref(built, "base"), "true")
+    row = next(line for line in started.stderr.splitlines() if "JIT Triton launcher" in line)
+    assert "ok" in row and "child_main" not in started.stderr, "read from the report, not compiled again"
+    steered = docker(
+        engine, "run", "--rm", "-e", "CUDA_HOME=/opt/other", ref(built, "base"), "true", check=False
+    )
+    assert steered.returncode == 1
+    row = next(line for line in steered.stderr.splitlines() if "JIT Triton launcher" in line)
+    assert "CUDA_HOME=/opt/other" in row and "mismatch" in row
+
+
+def test_a_toolchain_that_cannot_compile_fails_the_build_with_the_compilers_error(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine
+) -> None:
+    """The runtime before this change: no Python headers, so Triton's launcher cannot build."""
+    result = user_layer(
+        engine,
+        tmp_path,
+        f"FROM {ref(built, 'base')}\nRUN rm /usr/include/python3.12/Python.h\n"
+        "RUN /opt/epstack/scripts/guard-layer.sh base\n",
+        "epstack-test/no-python-headers",
+    )
+    assert result.returncode != 0
+    assert "Python.h: No such file or directory" in result.stderr
+    assert "jit probe: FAILED" in result.stderr
 
 
 DRIFT = "nvidia-nvshmem-cu13==3.5.21"
@@ -285,12 +354,35 @@ def test_without_sources_the_git_layers_say_why(built: BuildReport) -> None:
     assert all("archive in sources/" in why and "--sources" in why for why in built.not_built.values())
 
 
+@needs_sources
+def test_the_sglang_image_proves_every_jit_toolchain_for_its_arch(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    """Compiled during the build, with no GPU: Triton's launcher and a kernel for sm_90a, FlashInfer's
+    sampling module (nvcc, then the -lcudart -lcuda link); DeepGEMM and DeepEP name the device call
+    that keeps them for a GPU host, and the compiler they will run."""
+    image = ref(built, "sglang")
+    rows = {row["component"]: row for row in guard_report(engine, image, "sglang")["checks"]}
+    for component in ("JIT Triton launcher", "JIT Triton kernel", "JIT FlashInfer"):
+        assert rows[component]["verdict"] == "ok", rows[component]
+    kernel, flashinfer = rows["JIT Triton kernel"], rows["JIT FlashInfer"]
+    assert kernel["expected"] == "compiles for 9.0a" and "ptxas 12.9 for sm_90" in kernel["found"]
+    assert flashinfer["found"] == "nvcc 13.0.88 (/usr/local/cuda/bin/nvcc)"
+    for component in ("JIT DeepGEMM", "JIT DeepEP"):
+        assert (
+            rows[component]["verdict"] == "skipped" and "cudaGetDeviceProperties" in rows[component]["detail"]
+        )
+        assert "/usr/local/cuda/bin/nvcc" in rows[component]["found"]
+    assert rows["nvidia-cuda-nvcc"]["found"] == "13.0.88" and rows["nvidia-cuda-nvcc"]["verdict"] == "ok"
+    assert rows["CUDA major of distributions"]["verdict"] == "ok"
+
+
 # ---- locks: the venv is exactly the lock; a drift the pins cannot see, the lock names -----------
 
 
-def guard_report(engine: DockerEngine, image: str, layer: str) -> dict[str, object]:
+def guard_report(engine: DockerEngine, image: str, layer: str) -> dict[str, Any]:
     text = docker(engine, "run", "--rm", "--entrypoint", "cat", image, f"/opt/epstack/reports/{layer}.json")
-    report: dict[str, object] = json.loads(text.stdout)
+    report: dict[str, Any] = json.loads(text.stdout)
     return report
 
 
@@ -307,7 +399,7 @@ def assert_exactly_locked(engine: DockerEngine, image: str, layer: str, built_ex
     """The guard's distribution count equals the locks' (plus the deep_ep wheel built from its commit)."""
     report = guard_report(engine, image, layer)
     count = len(locked(layer)) + built_extra
-    rows = {row["component"]: row for row in report["checks"]}  # type: ignore[attr-defined]
+    rows = {row["component"]: row for row in report["checks"]}
     summary = rows["Python distributions"]
     assert (summary["expected"], summary["found"], summary["verdict"]) == (
         f"{count} locked",
@@ -315,7 +407,7 @@ def assert_exactly_locked(engine: DockerEngine, image: str, layer: str, built_ex
         "ok",
     )
     distributions = report["distributions"]
-    assert len(distributions) == count and {d["verdict"] for d in distributions} == {"ok"}  # type: ignore[arg-type,union-attr]
+    assert len(distributions) == count and {d["verdict"] for d in distributions} == {"ok"}
 
 
 def test_the_base_layer_installs_exactly_its_lock(built: BuildReport, engine: DockerEngine) -> None:

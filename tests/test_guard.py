@@ -31,7 +31,7 @@ from epstack.guard import (
 )
 from epstack.loaded import nccl_version
 from epstack.pins import load_pins
-from tests.conftest import PINS, REPO, pins_variant
+from tests.conftest import PINS, REPO, pins_variant, write_dist
 
 FIXTURES = Path(__file__).with_name("fixtures") / "guard"
 SHA = "d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb"
@@ -68,6 +68,7 @@ def no_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     monkeypatch.setenv("EP_JIT_CACHE_DIR", str(tmp_path / "jit"))
+    monkeypatch.setenv("EPSTACK_REPORTS", str(tmp_path / "no-reports"))
 
 
 def test_without_the_stack_exits_1_listing_every_missing_component(
@@ -96,6 +97,9 @@ def test_without_the_stack_exits_1_listing_every_missing_component(
         "cuobjdump",
         "CUDA headers",
         "NCCL headers",
+        "nvcc (CUDA_HOME)",
+        "NVVM (CUDA_HOME)",
+        "CUDA headers (CUDA_HOME)",
         "sglang",
     }
     assert {c for c, v in verdicts.items() if v == "missing"} == missing
@@ -103,6 +107,9 @@ def test_without_the_stack_exits_1_listing_every_missing_component(
     assert {c for c, v in verdicts.items() if v == "mismatch"} == mismatched
     assert verdicts["CUDA runtime/driver"] == "skipped"
     assert verdicts["EP_JIT_CACHE_DIR"] == "ok"
+    assert verdicts["CUDA major of distributions"] == "ok"
+    jit = {c: v for c, v in verdicts.items() if c.startswith("JIT (")}
+    assert jit == dict.fromkeys(("JIT (base layer)", "JIT (deepep layer)", "JIT (sglang layer)"), "skipped")
     err = capsys.readouterr().err
     assert f"guard: {len(missing) + len(mismatched)} of {len(verdicts)} checks failed" in err
     assert "nvidia-nvshmem-cu13" in err and "3.4.5" in err
@@ -123,7 +130,12 @@ def test_layer_pins_file_needs_the_keys_of_its_layer(
     report_path = tmp_path / "r.json"
     assert main(["guard", "--pins", str(layer_file), "--layer", "python", "--json", str(report_path)]) == 1
     rows = {c["component"]: c for c in json.loads(report_path.read_text())["checks"]}
-    assert set(rows) == {"nvidia-nccl-cu13", "nvidia-nvshmem-cu13", "NVSHMEM (headers)"}
+    assert set(rows) == {
+        "nvidia-nccl-cu13",
+        "nvidia-nvshmem-cu13",
+        "NVSHMEM (headers)",
+        "CUDA major of distributions",
+    }
     assert rows["nvidia-nccl-cu13"]["expected"] == "2.30.7"
     capsys.readouterr()
     assert main(["guard", "--pins", str(layer_file), "--layer", "deepep"]) == 2
@@ -252,18 +264,6 @@ def test_libstdcxx_check_skips_without_nm(
 
 
 # ---- Python distributions and their own requirements ------------------------------------------
-
-
-def write_dist(
-    site: Path, name: str, version: str, files: tuple[str, ...], requires: tuple[str, ...] = ()
-) -> None:
-    """A dist-info directory as pip writes it: METADATA and a RECORD listing the files."""
-    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
-    info.mkdir(parents=True)
-    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
-    (info / "METADATA").write_text("\n".join([*lines, *(f"Requires-Dist: {r}" for r in requires)]) + "\n")
-    record = [*files, f"{info.name}/METADATA", f"{info.name}/RECORD"]
-    (info / "RECORD").write_text("".join(f"{f},,\n" for f in record))
 
 
 def test_torch_with_an_older_nccl_requirement_is_an_override(

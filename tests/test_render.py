@@ -14,7 +14,7 @@ from epstack.lockfile import read_lock
 from epstack.pins import load_pins
 from epstack.render import plan_render, tree_digest, write_plan
 from epstack.resolve import INSTALL_FLAGS, RESOLVE_FLAGS, uv_bin
-from epstack.stack import DEEP_EP_PROVIDERS
+from epstack.stack import CUDA_JIT_TOOLKIT, DEEP_EP_PROVIDERS
 from tests.conftest import PINS, REPO, check_golden, pins_variant, venv_tool
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -227,3 +227,33 @@ def test_the_sglang_lock_installs_in_two_layers_family_last(rendered: Path) -> N
     assert dockerfile.index("sglang-closure.txt --require-hashes") < dockerfile.index(
         "sglang-family.txt --require"
     )
+
+
+def test_the_served_image_copies_exactly_what_the_jits_need_of_the_toolkit(rendered: Path) -> None:
+    """Every CUDA_JIT_TOOLKIT part reaches the base stage, files of one folder in one COPY, each folder in
+    its own (several sources in one COPY would spill a folder's contents), nothing else of devel's CUDA."""
+    base = (rendered / "targets/hopper-ib/base.Dockerfile").read_text()
+    stage = base[base.index(" AS base\n") :]
+    copies = " ".join(
+        line for line in stage.replace("\\\n", " ").splitlines() if "--from=devel /usr/local" in line
+    )
+    sources = [word for word in copies.split() if word.startswith("/usr/local/cuda-13.0/")]
+    wanted = {f"/usr/local/cuda-13.0/{part}" for part, _ in CUDA_JIT_TOOLKIT}
+    assert wanted <= set(sources) and set(sources) - wanted == {"/usr/local/cuda-13.0/bin/"}
+    assert copies.count("COPY") == 1 + sum(part.endswith("/") for part, _ in CUDA_JIT_TOOLKIT)
+    assert "link-cuda-dev.sh /usr/local/cuda-13.0 13" in stage and "libpython${PYTHON_VERSION}-dev" in stage
+
+
+def test_the_standin_stands_in_for_the_pinned_flavour(tmp_path: Path) -> None:
+    """base: cudart only, as NVIDIA's base image; runtime: every library and the system NCCL."""
+    digest = "sha256:" + "0" * 64
+    for flavour, system_nccl in (("base", False), ("runtime", True)):
+        (tmp_path / flavour).mkdir()
+        pins = pins_variant(
+            tmp_path / flavour, CUDA_RUNTIME_IMAGE=f"nvidia/cuda:13.0.3-{flavour}-ubuntu24.04@{digest}"
+        )
+        plan = plan_render(load_pins(pins), created=CREATED, revision=REVISION)
+        standin = plan.files["standin/Dockerfile"].decode()
+        runtime = standin[standin.index(" AS runtime\n") :]
+        assert f"COPY --from=toolkit /opt/standin/{flavour}/ /" in runtime
+        assert ("system-nccl" in runtime) == system_nccl

@@ -5,6 +5,11 @@
 #             `python3 -m epstack deepep build`), installed; skipped when present
 #   jit-subset  the smoke on one rank with CUDA_HOME holding only what the runtime image carries of the
 #             toolkit (bin/, nvvm/, targets/x86_64-linux/include) and an empty DeepEP JIT cache
+#   first-request  SGLang's first request's JIT toolchains with CUDA_HOME made from the built image's own
+#             file list (results/image-cuda-home.txt) and every cache empty: the smoke (DeepEP's JIT), then
+#             `epstack jit probe --layer all` (Triton's launcher and a kernel run, FlashInfer's sampling
+#             module, DeepGEMM), each process's mapped libraries recorded ($GPU_SRC/python/*.tar.xz:
+#             FlashInfer, tvm-ffi, DeepGEMM as the sglang lock pins them, unpacked beside the host's torch)
 #   doctor    epstack doctor on this host (JSON)
 #   smoke     epstack smoke elastic on $NPROC ranks (default 2) at test_ep's default sizes
 #   smoke-topk0  the same with ElasticBuffer(num_topk=0), + test_ep's first mode (bandwidth ratio)
@@ -83,6 +88,35 @@ for phase in "$@"; do
         rc=$?
         tail -n 25 /tmp/jit-subset.console
         note "jit-subset: exit $rc; JIT cache now $(find /tmp/ep-jit-empty -type f | wc -l) files"
+        ;;
+    first-request)
+        full=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+        home=/tmp/cuda-home-image
+        rm -rf "$home" /tmp/first-request /tmp/site-jit
+        mkdir -p /tmp/first-request/maps /tmp/site-jit
+        "$py" -m benchmarks.elastic.cuda_home_from_list benchmarks/elastic/results/image-cuda-home.txt \
+            "$full" "$home" --json "$out/first-request-cuda-home.json"
+        for pack in "$srcs"/python/*.tar.xz; do tar -xJf "$pack" -C /tmp/site-jit; done
+        note "first-request: CUDA_HOME=$home ($(du -sh "$home" | cut -f1)) from the image's list, empty caches"
+        export EPSTACK_MAPS_DIR=/tmp/first-request/maps
+        hook="$PWD/benchmarks/elastic/maps_hook:/tmp/site-jit"
+        cmd=("${smoke[@]}" --nproc-per-node "$nproc" --timeout 300 --skip-bench
+             --run-dir /tmp/first-request/smoke --json "$out/first-request-smoke.json")
+        echo "+ CUDA_HOME=$home EP_JIT_CACHE_DIR=<empty> ${cmd[*]}" >>"$out/run.log"
+        CUDA_HOME=$home CUDA_PATH=$home PATH="$home/bin:$PATH" PYTHONPATH="$hook:$PYTHONPATH" \
+            EP_JIT_CACHE_DIR=/tmp/first-request/ep-cache "${cmd[@]}" >/tmp/first-request/smoke.console 2>&1
+        note "first-request: smoke exit $?; DeepEP kernels compiled: $(find /tmp/first-request/ep-cache -type f | wc -l) files"
+        tail -n 12 /tmp/first-request/smoke.console
+        cmd=("$py" -m epstack jit probe --layer all --arch 9.0a --json "$out/first-request-jit.json")
+        echo "+ CUDA_HOME=$home ${cmd[*]}" >>"$out/run.log"
+        CUDA_HOME=$home CUDA_PATH=$home PATH="$home/bin:$PATH" PYTHONPATH="$hook:$PYTHONPATH" "${cmd[@]}" \
+            >/tmp/first-request/jit.console 2>&1
+        note "first-request: jit probe exit $?"
+        tail -n 40 /tmp/first-request/jit.console
+        "$py" -m benchmarks.elastic.mapped_libraries /tmp/first-request/maps --cuda-home "$home" \
+            --toolkit "$full" --json "$out/first-request-maps.json"
+        note "first-request: mapped libraries exit $?"
+        unset EPSTACK_MAPS_DIR
         ;;
     doctor)
         cmd=("$py" -m epstack.doctor --pins pins.env --json "$out/doctor-h200.json")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install (Debian/Ubuntu, as root) and start a local Docker engine when none answers.
-# Usage: scripts/dev/docker-engine.sh start|stop   (state in ${EPSTACK_ENGINE_DIR:-/tmp/epstack-engine})
+# Usage: scripts/dev/docker-engine.sh start|clean|stop   (state in ${EPSTACK_ENGINE_DIR:-/tmp/epstack-engine})
+#   clean: remove the images epstack made (labelled vendor=epstack, and the stand-in's OS), no others
 set -euo pipefail
 
 state=${EPSTACK_ENGINE_DIR:-/tmp/epstack-engine}
@@ -42,8 +43,21 @@ stop() {
   fi
 }
 
+clean() {
+  "$docker_cli" info >/dev/null 2>&1 || return 0
+  local images
+  images=$( { "$docker_cli" images -q --filter label=org.opencontainers.image.vendor=epstack
+              "$docker_cli" images -q --filter label=io.epstack.standin; } | sort -u)
+  if [ -n "$images" ]; then
+    # shellcheck disable=SC2086  # one image ID per word
+    "$docker_cli" rmi -f $images >/dev/null
+    echo "docker engine: removed $(echo "$images" | wc -l) epstack images"
+  fi
+}
+
 case "${1:-}" in
   start) start ;;
+  clean) clean ;;
   stop) stop ;;
-  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+  *) echo "usage: $0 start|clean|stop" >&2; exit 2 ;;
 esac

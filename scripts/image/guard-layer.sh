@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build-time guard: fail the image build, with the table in the log, if what this layer installed
-# differs from its pins. Usage: guard-layer.sh LAYER   (pins: $EPSTACK_PINS)
+# Build-time proof of a layer: its JIT toolchains compile a real module each (epstack jit probe, for
+# the archs of $EPSTACK_PINS), then the guard; either failing fails the image build, with the
+# compiler's error or the table in the log. Usage: guard-layer.sh LAYER   (pins: $EPSTACK_PINS)
 # A build has no GPU driver: the CUDA driver stub stands in for libcuda.so.1 (cuda-stub.sh).
 set -euo pipefail
 
@@ -8,4 +9,5 @@ layer=$1
 # shellcheck source=scripts/image/cuda-stub.sh
 . "$(dirname "$0")/cuda-stub.sh"
 mkdir -p /opt/epstack/reports
+epstack jit probe --layer "${layer}"
 epstack guard --layer "${layer}" --json "/opt/epstack/reports/${layer}.json"

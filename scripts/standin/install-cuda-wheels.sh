@@ -6,6 +6,7 @@
 #   devel           CUDA_HOME with bin/, nvvm/, targets/x86_64-linux/{include,lib}, the include and lib64
 #                   links, lib64/stubs/libcuda.so, the dev .so links, /usr/local/cuda, ld.so.conf.d
 #   runtime         CUDA_HOME with the shared libraries only, the lib64 link, /usr/local/cuda, ld.so.conf.d
+#   base            CUDA_HOME with cudart only (NVIDIA's base flavour), /usr/local/cuda, ld.so.conf.d
 #   system-nccl     libnccl.so.2 where NVIDIA's libnccl2 package puts it; system-nccl-dev: its header
 #                   and libnccl.so link (libnccl-dev)
 #   WHEEL_DIR is the wheels' directory under nvidia/ (cu13 for CUDA 13).
@@ -47,7 +48,11 @@ mkdir -p "${runtime}/targets/x86_64-linux/lib"
 cp -a "${target}"/lib/lib*.so.* "${runtime}/targets/x86_64-linux/lib/"
 ln -s targets/x86_64-linux/lib "${runtime}/lib64"
 
-for stage in devel runtime; do
+base=${work}/base${cuda_home}
+mkdir -p "${base}/targets/x86_64-linux/lib"
+cp -a "${target}"/lib/libcudart.so.* "${base}/targets/x86_64-linux/lib/"
+
+for stage in devel runtime base; do
   ln -s "$(basename "${cuda_home}")" "${work}/${stage}/usr/local/cuda"
   mkdir -p "${work}/${stage}/etc/ld.so.conf.d"
   echo /usr/local/cuda/targets/x86_64-linux/lib > "${work}/${stage}/etc/ld.so.conf.d/000_cuda.conf"

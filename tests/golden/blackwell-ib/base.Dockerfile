@@ -1,11 +1,11 @@
 # epstack 0.1.0: base layer for target blackwell-ib. CUDA 13.0.3, Python 3.12, torch, NCCL, NVSHMEM, ib.
 # Rendered from images/base/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
 # Stages: os -> devel (venv: NCCL, NVSHMEM, torch; epstack's guard; DeepEP is built on it)
-#         base (runtime image + the venv + DeepEP's JIT toolchain + fabric)
+#         base (CUDA base image + the venv + the JITs' toolchains + fabric)
 # Everything here comes from package registries (PyPI, the Ubuntu archive, the EFA installer).
 # Every install step is followed by `epstack guard` for its layer: drift fails the build.
 ARG CUDA_DEVEL_IMAGE=nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266
-ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb
+ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
 
 # ---- os: compilers and Python on the CUDA devel image, apt archive pinned by date ----------
 FROM ${CUDA_DEVEL_IMAGE} AS os
@@ -41,19 +41,20 @@ ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/blackwell-ib/base.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh base && \
-    epstack sbom --target blackwell-ib --version base-cu13.0-nccl2.30.7-ib-864d57297bf9 \
+    epstack sbom --target blackwell-ib --version base-cu13.0-nccl2.30.7-ib-ccf6364eaceb \
       --base-image nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266
 LABEL \
     org.opencontainers.image.title="epstack base (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-ib-864d57297bf9" \
+    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-ib-ccf6364eaceb" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-devel-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
     io.epstack.target="blackwell-ib" \
     io.epstack.layer="base" \
     io.epstack.stage="devel" \
     io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
-    io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    io.epstack.pin.cuda_minor_exceptions="none" \
+    io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1" \
     io.epstack.pin.cuda_version="13.0.3" \
     io.epstack.pin.fabric="ib" \
     io.epstack.pin.ib_gin_type="3" \
@@ -66,7 +67,7 @@ LABEL \
     io.epstack.pin.ubuntu_snapshot="20261115T000000Z" \
     io.epstack.pin.uv_version="0.13.9"
 
-# ---- base: runtime image with the devel venv, DeepEP's JIT toolchain, ib ----------
+# ---- base: the CUDA base flavour with the devel venv, what the JITs compile with, ib ----------
 FROM ${CUDA_RUNTIME_IMAGE} AS base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV EPSTACK_HOME=/opt/epstack \
@@ -78,10 +79,14 @@ ENV EPSTACK_HOME=/opt/epstack \
     PYTHONDONTWRITEBYTECODE=1
 ARG UBUNTU_SNAPSHOT=20261115T000000Z
 ARG PYTHON_VERSION=3.12
-COPY scripts/image/install-os-packages.sh /opt/epstack/scripts/
-# g++ is the host compiler nvcc drives when DeepEP JIT-compiles its kernels at first use.
+COPY scripts/image/install-os-packages.sh scripts/image/link-cuda-dev.sh /opt/epstack/scripts/
+# The host compilers and Python headers SGLang's first request compiles with: g++ drives nvcc (DeepEP,
+# DeepGEMM, FlashInfer) and links FlashInfer's modules; gcc and Python.h build Triton's launcher. Then
+# the links the JITs look for: /usr/local/cuda, its include and lib64, libcudart.so for -lcudart.
 RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
-      "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" ca-certificates g++ libnuma1
+      "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" "libpython${PYTHON_VERSION}-dev" \
+      ca-certificates g++ libnuma1 && \
+    /opt/epstack/scripts/link-cuda-dev.sh /usr/local/cuda-13.0 13
 # The venv (GBs, changes with the wheels) apart from epstack's tool (changes with epstack): a new
 # epstack rebuilds and re-pulls only the small layers.
 COPY --from=devel /opt/epstack/venv/ /opt/epstack/venv/
@@ -90,13 +95,24 @@ COPY --from=devel /opt/epstack/bin/ /opt/epstack/bin/
 COPY --from=devel /opt/epstack/scripts/ /opt/epstack/scripts/
 COPY --from=devel /opt/epstack/pins/ /opt/epstack/pins/
 COPY --from=devel /opt/epstack/locks/ /opt/epstack/locks/
-# DeepEP's JIT compiles -cubin only, with no link step: nvcc (bin/, nvvm/) and the headers are all it
-# needs of the toolkit, not the devel image's libraries. The driver stub lets `import deep_ep` work
-# where no driver is mounted (image builds, CPU-only runs); the entrypoint uses it only then.
-COPY --from=devel /usr/local/cuda-13.0/bin/ /usr/local/cuda-13.0/bin/
-COPY --from=devel /usr/local/cuda-13.0/nvvm/ /usr/local/cuda-13.0/nvvm/
-COPY --from=devel /usr/local/cuda-13.0/targets/x86_64-linux/include/ /usr/local/cuda-13.0/targets/x86_64-linux/include/
-COPY --from=devel /usr/local/cuda-13.0/targets/x86_64-linux/lib/stubs/ /usr/local/cuda-13.0/targets/x86_64-linux/lib/stubs/
+# Of the toolkit, what the JITs run and read (epstack/stack.py CUDA_JIT_TOOLKIT): nvcc and its tools,
+# NVVM, the headers, the driver stub. Every CUDA library torch loads comes from the venv's wheels.
+COPY --from=devel /usr/local/cuda-13.0/bin/nvcc \
+    /usr/local/cuda-13.0/bin/nvcc.profile \
+    /usr/local/cuda-13.0/bin/cudafe++ \
+    /usr/local/cuda-13.0/bin/ptxas \
+    /usr/local/cuda-13.0/bin/fatbinary \
+    /usr/local/cuda-13.0/bin/nvlink \
+    /usr/local/cuda-13.0/bin/cuobjdump \
+    /usr/local/cuda-13.0/bin/
+COPY --from=devel /usr/local/cuda-13.0/bin/crt/ \
+    /usr/local/cuda-13.0/bin/crt/
+COPY --from=devel /usr/local/cuda-13.0/nvvm/ \
+    /usr/local/cuda-13.0/nvvm/
+COPY --from=devel /usr/local/cuda-13.0/targets/x86_64-linux/include/ \
+    /usr/local/cuda-13.0/targets/x86_64-linux/include/
+COPY --from=devel /usr/local/cuda-13.0/targets/x86_64-linux/lib/stubs/ \
+    /usr/local/cuda-13.0/targets/x86_64-linux/lib/stubs/
 RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
       ibverbs-providers=50.0-2ubuntu0.2 \
       libibverbs1=50.0-2ubuntu0.2 \
@@ -105,27 +121,26 @@ RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
 ENV NCCL_GIN_TYPE=3
 ENV CUDA_HOME=/usr/local/cuda \
     NCCL_CUMEM_ENABLE=1
-# DeepEP's JIT reads $CUDA_HOME/include; NVIDIA's runtime image has no such link.
-RUN [ -e /usr/local/cuda-13.0/include ] || ln -s targets/x86_64-linux/include /usr/local/cuda-13.0/include
 ENTRYPOINT ["/opt/epstack/scripts/entrypoint.sh"]
 ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_GUARD_LAYER=base \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/blackwell-ib/base.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh base && \
-    epstack sbom --target blackwell-ib --version base-cu13.0-nccl2.30.7-ib-864d57297bf9 \
-      --base-image nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb
+    epstack sbom --target blackwell-ib --version base-cu13.0-nccl2.30.7-ib-ccf6364eaceb \
+      --base-image nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
 LABEL \
     org.opencontainers.image.title="epstack base (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-ib-864d57297bf9" \
-    org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
-    org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-ib-ccf6364eaceb" \
+    org.opencontainers.image.base.name="nvidia/cuda:13.0.3-base-ubuntu24.04" \
+    org.opencontainers.image.base.digest="sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1" \
     io.epstack.target="blackwell-ib" \
     io.epstack.layer="base" \
     io.epstack.stage="base" \
     io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
-    io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    io.epstack.pin.cuda_minor_exceptions="none" \
+    io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1" \
     io.epstack.pin.cuda_version="13.0.3" \
     io.epstack.pin.fabric="ib" \
     io.epstack.pin.ib_gin_type="3" \

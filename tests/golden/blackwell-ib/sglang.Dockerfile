@@ -1,9 +1,10 @@
 # epstack 0.1.0: sglang layer for target blackwell-ib. SGLang 0.5.23 over the DeepEP layer.
 # Rendered from images/sglang/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
 # Exactly locks/sglang.txt: resolved (epstack lock) with the base lock as constraints, the base
-# packages overridden to their pins (torch, nvidia-nccl-cu13, nvidia-nvshmem-cu13) and no other deep_ep
-# (sgl-deep-ep, deep-ep); installed with hashes and nothing resolved here.
-ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-blackwell-ib-a0b8d9604ac0
+# packages overridden to their pins (torch, nvidia-nccl-cu13, nvidia-nvshmem-cu13),
+# CUDA's toolkit wheels at 13.0, neither another deep_ep nor another CUDA major
+# (sgl-deep-ep, deep-ep, nvidia-cutlass-dsl-libs-cu12); installed with hashes and nothing resolved here.
+ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-blackwell-ib-5ee6e008ccc0
 
 FROM ${DEEPEP_IMAGE} AS sglang
 # Two layers: SGLang's closure, then the distributions that move with every SGLang release (sglang,
@@ -19,21 +20,22 @@ ENV EPSTACK_PINS=/opt/epstack/pins/sglang.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/blackwell-ib/sglang.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh sglang && \
-    epstack sbom --target blackwell-ib --version sglang-0.5.23-deepep-d4f41e4-cu13.0-blackwell-ib-8309f6baeaba \
-      --base-image nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb
+    epstack sbom --target blackwell-ib --version sglang-0.5.23-deepep-d4f41e4-cu13.0-blackwell-ib-eb4abddf425b \
+      --base-image nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
 LABEL \
     org.opencontainers.image.title="epstack sglang (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="sglang-0.5.23-deepep-d4f41e4-cu13.0-blackwell-ib-8309f6baeaba" \
-    org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
-    org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    org.opencontainers.image.version="sglang-0.5.23-deepep-d4f41e4-cu13.0-blackwell-ib-eb4abddf425b" \
+    org.opencontainers.image.base.name="nvidia/cuda:13.0.3-base-ubuntu24.04" \
+    org.opencontainers.image.base.digest="sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1" \
     io.epstack.target="blackwell-ib" \
     io.epstack.layer="sglang" \
     io.epstack.stage="sglang" \
     org.opencontainers.image.created="2026-11-29T00:00:00Z" \
     org.opencontainers.image.revision="0000000000000000000000000000000000000000" \
     io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
-    io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    io.epstack.pin.cuda_minor_exceptions="none" \
+    io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1" \
     io.epstack.pin.cuda_version="13.0.3" \
     io.epstack.pin.deepep_fmt_ref="a4c7e17133ee9cb6a2f45545f6e974dd3c393efa" \
     io.epstack.pin.deepep_patches_ib="https://raw.githubusercontent.com/vllm-project/vllm/665dfaaf4e0df9000ca101b808546a046ac710b0/tools/ep_kernels/patches/deepep-gin-barrier-data-visibility.patch#sha256=fbde7fef0cd154a090f3a150a55bb0300c4c364800f485cf27361031bb25c961" \

@@ -3,8 +3,8 @@
 # Stages: build (on the devel image: GDRCopy and DeepEP from their pinned commits, from the sources
 #                folder's `git archive` tarballs when there, else cloned; both checked against pins)
 #         deepep (base image + libgdrapi + the deep_ep wheel; the build trees stay behind)
-ARG DEVEL_IMAGE=epstack:devel-cu13.0-nccl2.30.7-efa-03a175bbfd0f
-ARG BASE_IMAGE=epstack:base-cu13.0-nccl2.30.7-efa-03a175bbfd0f
+ARG DEVEL_IMAGE=epstack:devel-cu13.0-nccl2.30.7-efa-850ce48f7fe1
+ARG BASE_IMAGE=epstack:base-cu13.0-nccl2.30.7-efa-850ce48f7fe1
 
 FROM ${DEVEL_IMAGE} AS build
 COPY sources/deepep/ /opt/epstack/sources/
@@ -32,20 +32,21 @@ ENV EPSTACK_PINS=/opt/epstack/pins/deepep.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/hopper-efa/deepep.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh deepep && \
-    epstack sbom --target hopper-efa --version deepep-d4f41e4-cu13.0-hopper-efa-e72186fb1531 \
-      --base-image nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb
+    epstack sbom --target hopper-efa --version deepep-d4f41e4-cu13.0-hopper-efa-88315d35ed6a \
+      --base-image nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
 LABEL \
     org.opencontainers.image.title="epstack deepep (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-hopper-efa-e72186fb1531" \
-    org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
-    org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-hopper-efa-88315d35ed6a" \
+    org.opencontainers.image.base.name="nvidia/cuda:13.0.3-base-ubuntu24.04" \
+    org.opencontainers.image.base.digest="sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1" \
     io.epstack.target="hopper-efa" \
     io.epstack.layer="deepep" \
     io.epstack.stage="deepep" \
     io.epstack.pin.aws_ofi_nccl_version="1.21.1" \
     io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
-    io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    io.epstack.pin.cuda_minor_exceptions="none" \
+    io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1" \
     io.epstack.pin.cuda_version="13.0.3" \
     io.epstack.pin.deepep_fmt_ref="a4c7e17133ee9cb6a2f45545f6e974dd3c393efa" \
     io.epstack.pin.deepep_patches_efa="none" \

@@ -1,9 +1,10 @@
 # epstack 0.1.0: sglang layer for target hopper-efa. SGLang 0.5.23 over the DeepEP layer.
 # Rendered from images/sglang/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
 # Exactly locks/sglang.txt: resolved (epstack lock) with the base lock as constraints, the base
-# packages overridden to their pins (torch, nvidia-nccl-cu13, nvidia-nvshmem-cu13) and no other deep_ep
-# (sgl-deep-ep, deep-ep); installed with hashes and nothing resolved here.
-ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-hopper-efa-e72186fb1531
+# packages overridden to their pins (torch, nvidia-nccl-cu13, nvidia-nvshmem-cu13),
+# CUDA's toolkit wheels at 13.0, neither another deep_ep nor another CUDA major
+# (sgl-deep-ep, deep-ep, nvidia-cutlass-dsl-libs-cu12); installed with hashes and nothing resolved here.
+ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-hopper-efa-88315d35ed6a
 
 FROM ${DEEPEP_IMAGE} AS sglang
 # Two layers: SGLang's closure, then the distributions that move with every SGLang release (sglang,
@@ -19,14 +20,14 @@ ENV EPSTACK_PINS=/opt/epstack/pins/sglang.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/hopper-efa/sglang.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh sglang && \
-    epstack sbom --target hopper-efa --version sglang-0.5.23-deepep-d4f41e4-cu13.0-hopper-efa-03b907b14ebd \
-      --base-image nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb
+    epstack sbom --target hopper-efa --version sglang-0.5.23-deepep-d4f41e4-cu13.0-hopper-efa-d95e10840ef7 \
+      --base-image nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
 LABEL \
     org.opencontainers.image.title="epstack sglang (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="sglang-0.5.23-deepep-d4f41e4-cu13.0-hopper-efa-03b907b14ebd" \
-    org.opencontainers.image.base.name="nvidia/cuda:13.0.3-runtime-ubuntu24.04" \
-    org.opencontainers.image.base.digest="sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    org.opencontainers.image.version="sglang-0.5.23-deepep-d4f41e4-cu13.0-hopper-efa-d95e10840ef7" \
+    org.opencontainers.image.base.name="nvidia/cuda:13.0.3-base-ubuntu24.04" \
+    org.opencontainers.image.base.digest="sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1" \
     io.epstack.target="hopper-efa" \
     io.epstack.layer="sglang" \
     io.epstack.stage="sglang" \
@@ -34,7 +35,8 @@ LABEL \
     org.opencontainers.image.revision="0000000000000000000000000000000000000000" \
     io.epstack.pin.aws_ofi_nccl_version="1.21.1" \
     io.epstack.pin.cuda_devel_image="nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
-    io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-runtime-ubuntu24.04@sha256:76f46f3e649824ebd3685d3d86c42b0ea62af04f59242f419f56cd5804a72efb" \
+    io.epstack.pin.cuda_minor_exceptions="none" \
+    io.epstack.pin.cuda_runtime_image="nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1" \
     io.epstack.pin.cuda_version="13.0.3" \
     io.epstack.pin.deepep_fmt_ref="a4c7e17133ee9cb6a2f45545f6e974dd3c393efa" \
     io.epstack.pin.deepep_patches_efa="none" \
