@@ -99,6 +99,8 @@ for phase in "$@"; do
         for pack in "$srcs"/python/*.tar.xz; do tar -xJf "$pack" -C /tmp/site-jit; done
         note "first-request: CUDA_HOME=$home ($(du -sh "$home" | cut -f1)) from the image's list, empty caches"
         export EPSTACK_MAPS_DIR=/tmp/first-request/maps
+        # The image sets no CC/CXX; this host's point at other compilers (gpu-notes.md).
+        unset CC CXX CUDAHOSTCXX
         hook="$PWD/benchmarks/elastic/maps_hook:/tmp/site-jit"
         cmd=("${smoke[@]}" --nproc-per-node "$nproc" --timeout 300 --skip-bench
              --run-dir /tmp/first-request/smoke --json "$out/first-request-smoke.json")
