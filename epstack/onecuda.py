@@ -97,7 +97,7 @@ def release_wheel_checks(pinned_minor: str, wheels: CudaWheels, exceptions: Iter
             )
             continue
         verdict: Verdict = "ok" if _minor(dist.version) == pinned_minor else "mismatch"
-        detail = str(dist.location)
+        detail = Path(dist.location).name
         if verdict == "mismatch" and name in excepted:
             verdict, detail = "override (pinned)", f"CUDA_MINOR_EXCEPTIONS names it; {detail}"
         rows.append(

@@ -139,6 +139,7 @@ def plan_render(
 
     images: list[ImageSpec] = []
     lock_files = _lock_files(pins, locks_dir(locks))
+    sglang_excludes = lock_specs(pins)[-1].excludes
     for target in pins.targets:
         for name, text in lock_files.items():
             files[f"targets/{target}/locks/{name}"] = text.encode()
@@ -153,7 +154,7 @@ def plan_render(
             "common_env": COMMON_IMAGE_ENV,
             "images": {image.stage: image for image in target_images},
             "base_packages": tuple(pins.base_packages),
-            "excluded_packages": lock_specs(pins)[-1].excludes,
+            "excluded_packages": sglang_excludes,
             "install_flags": " ".join(INSTALL_FLAGS),
             "cuda_home": pins.cuda_home,
             "cuda_jit_copies": cuda_jit_copies(pins.cuda_home),
