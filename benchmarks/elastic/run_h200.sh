@@ -3,8 +3,6 @@
 # install the stack with the project's own scripts, then run the phases named on the command line:
 #   install   NCCL from source over the pip wheel, then DeepEP with epstack's one builder (the image's:
 #             `python3 -m epstack deepep build`), installed; skipped when present
-#   jit-subset  the smoke on one rank with CUDA_HOME holding only what the runtime image carries of the
-#             toolkit (bin/, nvvm/, targets/x86_64-linux/include) and an empty DeepEP JIT cache
 #   first-request  SGLang's first request's JIT toolchains with CUDA_HOME made from the built image's own
 #             file list (results/image-cuda-home.txt) and every cache empty: the smoke (DeepEP's JIT), then
 #             `epstack jit probe --layer all` (Triton's launcher and a kernel run, FlashInfer's sampling
@@ -66,28 +64,6 @@ for phase in "$@"; do
         # DeepEP's own tests (the upstream phases) run from its tree.
         mkdir -p /opt/src && tar -xzf "$(ls "$srcs"/DeepEP-*.tar.gz)" -C /opt/src
         note "install: done"
-        ;;
-    jit-subset)
-        # What the runtime image keeps of the toolkit (images/base/Dockerfile.j2): DeepEP's JIT
-        # compiles -cubin only, so nvcc, nvvm and the headers are all it may need.
-        full=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
-        subset=/tmp/cuda-jit-subset
-        rm -rf "$subset" /tmp/ep-jit-empty
-        mkdir -p "$subset/targets/x86_64-linux"
-        cp -a "$full/bin" "$full/nvvm" "$subset/"
-        cp -aL "$full/targets/x86_64-linux/include" "$subset/targets/x86_64-linux/" 2>/dev/null \
-            || cp -aL "$full/include" "$subset/targets/x86_64-linux/include"
-        ln -s targets/x86_64-linux/include "$subset/include"
-        note "jit-subset: CUDA_HOME=$subset ($(du -sh "$subset" | cut -f1), from $full), empty JIT cache"
-        du -sb "$subset" "$full" >"$out/jit-subset-sizes.txt"
-        cmd=("${smoke[@]}" --nproc-per-node "$nproc" --timeout 300 --run-dir /tmp/smoke-jit-subset
-             --json "$out/smoke-${nproc}rank-jit-subset.json")
-        echo "+ CUDA_HOME=$subset PATH=$subset/bin:\$PATH EP_JIT_CACHE_DIR=/tmp/ep-jit-empty ${cmd[*]}" >>"$out/run.log"
-        CUDA_HOME=$subset CUDA_PATH=$subset PATH="$subset/bin:$PATH" EP_JIT_CACHE_DIR=/tmp/ep-jit-empty \
-            "${cmd[@]}" >/tmp/jit-subset.console 2>&1
-        rc=$?
-        tail -n 25 /tmp/jit-subset.console
-        note "jit-subset: exit $rc; JIT cache now $(find /tmp/ep-jit-empty -type f | wc -l) files"
         ;;
     first-request)
         full=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
