@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import socket
@@ -182,3 +183,13 @@ def write_dist(
     (info / "METADATA").write_text("\n".join([*lines, *(f"Requires-Dist: {r}" for r in requires)]) + "\n")
     record = [*files, f"{info.name}/METADATA", f"{info.name}/RECORD"]
     (info / "RECORD").write_text("".join(f"{f},,\n" for f in record))
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A site-packages folder first on sys.path, for dist-info directories a test writes (write_dist)."""
+    path = tmp_path / "site"
+    path.mkdir()
+    monkeypatch.syspath_prepend(str(path))
+    importlib.invalidate_caches()
+    return path

@@ -4,7 +4,6 @@ Each becomes a row that says so; the whole command exits 1 with its table, never
 
 from __future__ import annotations
 
-import importlib
 from importlib import metadata
 from pathlib import Path
 
@@ -20,8 +19,7 @@ from epstack.guard import (
     unreadable_deep_ep_records,
 )
 from epstack.pins import load_pins
-from tests.conftest import PINS
-from tests.test_guard import write_dist
+from tests.conftest import PINS, write_dist
 
 
 def dist_info(site: Path, name: str, version: str, *, metadata: str | None, record: str | None) -> Path:
@@ -32,15 +30,6 @@ def dist_info(site: Path, name: str, version: str, *, metadata: str | None, reco
     if record is not None:
         (info / "RECORD").write_text(record)
     return info
-
-
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "site"
-    path.mkdir()
-    monkeypatch.syspath_prepend(str(path))
-    importlib.invalidate_caches()
-    return path
 
 
 def test_a_distribution_without_metadata(site: Path) -> None:

@@ -4,11 +4,8 @@ the banner nvcc and cicc carry, cuda.h lines as NVIDIA writes them, dist-info di
 
 from __future__ import annotations
 
-import importlib
 from importlib import metadata
 from pathlib import Path
-
-import pytest
 
 from epstack.onecuda import (
     banner_version,
@@ -83,15 +80,6 @@ def test_cuda_home_is_chosen_as_the_jits_choose_it() -> None:
     assert cuda_home({"CUDA_HOME": "/a", "CUDA_PATH": "/b"}) == Path("/a")
     assert cuda_home({"CUDA_PATH": "/b"}) == Path("/b")
     assert cuda_home({}) == Path("/usr/local/cuda")
-
-
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "site"
-    path.mkdir()
-    monkeypatch.syspath_prepend(str(path))
-    importlib.invalidate_caches()
-    return path
 
 
 def test_release_wheels_at_the_pinned_minor(site: Path) -> None:
