@@ -28,6 +28,7 @@ from typing import Any
 from rich.console import Console
 
 from epstack.aws.ecr import EcrRegistry
+from epstack.checkrow import FAILED
 from epstack.command import PINS, SubParsers, path_arg, pins_path
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
@@ -57,7 +58,7 @@ class GuardRow:
 
     @property
     def failed(self) -> bool:
-        return self.verdict in ("mismatch", "missing")
+        return self.verdict in FAILED
 
 
 @dataclass(frozen=True, kw_only=True)

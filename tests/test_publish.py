@@ -175,11 +175,15 @@ def test_a_failing_guard_pushes_nothing(
             for c in ET.parse(out / "guard-junit.xml").getroot().iter("testcase")
             if c.find("failure") is not None
         ]
-        # The pinned row and its headers row, then the closure's summary and its row for the moved wheel.
+        # The pinned row and its headers row; nvidia-cuda-cccl 13.3, which NVSHMEM 3.5.21 brought along
+        # (another CUDA minor); then the closure's summary, its extra row for cccl (an extra row fails
+        # as the guard says) and its row for the moved wheel.
         assert failures == [
             "nvidia-nvshmem-cu13",
             "NVSHMEM (headers)",
+            "nvidia-cuda-cccl",
             "Python distributions",
+            "nvidia-cuda-cccl",
             "nvidia-nvshmem-cu13",
         ]
         assert not (out / "build-manifest.json").exists()
