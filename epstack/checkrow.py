@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from epstack.distinfo import Dist
+
 Verdict = Literal["ok", "mismatch", "missing", "extra", "skipped", "override (pinned)"]
 FAILED: frozenset[Verdict] = frozenset({"mismatch", "missing", "extra"})
 
@@ -23,3 +25,14 @@ class Check:
     @property
     def failed(self) -> bool:
         return self.verdict in FAILED
+
+
+def broken(component: str, expected: str, dist: Dist) -> Check:
+    """The row for a distribution whose metadata cannot be read or trusted."""
+    return Check(
+        component=component,
+        expected=expected,
+        found=dist.version or "unreadable metadata",
+        verdict="mismatch",
+        detail=f"{dist.location}: {dist.problem}",
+    )

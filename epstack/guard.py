@@ -28,9 +28,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from epstack import closure
-from epstack.checkrow import Check, Verdict
+from epstack.checkrow import Check, Verdict, broken
 from epstack.command import PINS, SubParsers, path_arg, pins_path
-from epstack.distinfo import Dist, files, find, name_of, requirements
+from epstack.distinfo import files, find, name_of, requirements
 from epstack.errors import BadInput, EpstackError
 from epstack.inputs import read_text
 from epstack.jitprobe import layer_rows as jit_rows
@@ -184,24 +184,13 @@ def _same_release(found: str, pinned: str) -> bool:
         return False
 
 
-def _broken(component: str, expected: str, dist: Dist) -> Check:
-    """The row for a distribution whose metadata cannot be read or trusted."""
-    return Check(
-        component=component,
-        expected=expected,
-        found=dist.version or "unreadable metadata",
-        verdict="mismatch",
-        detail=f"{dist.location}: {dist.problem}",
-    )
-
-
 def check_distribution(name: str, pinned: str) -> Check:
     """The installed distribution's version (local tag ignored) equals the pin."""
     dist = find(name)
     if dist is None:
         return Check(component=name, expected=pinned, found="not installed", verdict="missing")
     if dist.problem:
-        return _broken(name, pinned, dist)
+        return broken(name, pinned, dist)
     verdict: Verdict = "ok" if _same_release(dist.version, pinned) else "mismatch"
     return Check(component=name, expected=pinned, found=dist.version, verdict=verdict)
 
@@ -235,7 +224,7 @@ def check_torch_cuda(pins: Expected, torch: ModuleType | None, import_error: str
             component="torch CUDA", expected=expected, found="torch not installed", verdict="missing"
         )
     if dist.problem:
-        return _broken("torch CUDA", expected, dist)
+        return broken("torch CUDA", expected, dist)
     local = Version(dist.version).local
     if local:
         verdict: Verdict = "ok" if local == pins.torch_cuda_tag else "mismatch"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from epstack.checkrow import Check, Verdict
+from epstack.checkrow import Check, Verdict, broken
 from epstack.distinfo import find, name_of
 from epstack.stack import CudaWheels, other_cuda_major
 
@@ -86,15 +86,7 @@ def release_wheel_checks(pinned_minor: str, wheels: CudaWheels, exceptions: Iter
         if dist is None:
             continue
         if dist.problem:
-            rows.append(
-                Check(
-                    component=name,
-                    expected=f"{pinned_minor}.*",
-                    found=dist.version or "unreadable metadata",
-                    verdict="mismatch",
-                    detail=f"{dist.location}: {dist.problem}",
-                )
-            )
+            rows.append(broken(name, f"{pinned_minor}.*", dist))
             continue
         verdict: Verdict = "ok" if _minor(dist.version) == pinned_minor else "mismatch"
         detail = Path(dist.location).name

@@ -113,3 +113,12 @@ def test_a_distribution_of_another_cuda_major_fails(site: Path) -> None:
     check = other_major_check(13, metadata.distributions(path=[str(site)]))
     assert (check.found, check.verdict) == ("nvidia-cutlass-dsl-libs-cu12", "mismatch")
     assert other_major_check(12, metadata.distributions(path=[str(site)])).found == "nvidia-cudnn-cu13"
+
+
+def test_a_release_wheel_with_broken_metadata_is_a_mismatch_not_a_traceback(site: Path) -> None:
+    info = site / "nvidia_cuda_nvcc-13.0.88.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-cuda-nvcc\n")
+    (row,) = release_wheel_checks("13.0", cuda_wheels("13.0.3"), ())
+    assert (row.component, row.found, row.verdict) == ("nvidia-cuda-nvcc", "unreadable metadata", "mismatch")
+    assert "no METADATA (or no Version in it)" in row.detail
