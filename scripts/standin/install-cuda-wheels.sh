@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Lay NVIDIA's CUDA wheels out the way NVIDIA's images do, for epstack's stand-in base (never a product).
-# Usage: install-cuda-wheels.sh UV_VERSION CUDA_HOME WHEEL_DIR WORK
+# Usage: install-cuda-wheels.sh UV_VERSION CUDA_HOME WHEEL_DIR WORK FLAVOUR
 #   WORK holds cuda-requirements.txt, cuda-constraints.txt, system-nccl-requirements.txt and
 #   libcuda-stub.py; the trees the stand-in stages copy to / are written to WORK/<stage>/:
 #   devel           CUDA_HOME with bin/, nvvm/, targets/x86_64-linux/{include,lib}, the include and lib64
 #                   links, lib64/stubs/libcuda.so, the dev .so links, /usr/local/cuda, ld.so.conf.d
-#   runtime         CUDA_HOME with the shared libraries only, the lib64 link, /usr/local/cuda, ld.so.conf.d
-#   base            CUDA_HOME with cudart only (NVIDIA's base flavour), /usr/local/cuda, ld.so.conf.d
+#   FLAVOUR         the runtime image stood in for: runtime (CUDA_HOME with the shared libraries only and
+#                   the lib64 link) or base (cudart only), each with /usr/local/cuda and ld.so.conf.d
 #   system-nccl     libnccl.so.2 where NVIDIA's libnccl2 package puts it; system-nccl-dev: its header
 #                   and libnccl.so link (libnccl-dev)
 #   WHEEL_DIR is the wheels' directory under nvidia/ (cu13 for CUDA 13).
 set -euo pipefail
 
-uv_version=$1 cuda_home=$2 wheel_dir=$3 work=$4
+uv_version=$1 cuda_home=$2 wheel_dir=$3 work=$4 flavour=$5
 python3 -m venv /tmp/uv
 /tmp/uv/bin/pip install --quiet --disable-pip-version-check "uv==${uv_version}"
 # lowest-direct: the oldest cuobjdump the requirements allow; cuda-toolkit itself is pinned exactly.
@@ -43,16 +43,16 @@ mkdir -p "${target}/lib/stubs"
 python3 "${work}/libcuda-stub.py" "${target}/include/cuda.h" > /tmp/libcuda-stub.c
 gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "${target}/lib/stubs/libcuda.so" /tmp/libcuda-stub.c
 
-runtime=${work}/runtime${cuda_home}
+runtime=${work}/${flavour}${cuda_home}
 mkdir -p "${runtime}/targets/x86_64-linux/lib"
-cp -a "${target}"/lib/lib*.so.* "${runtime}/targets/x86_64-linux/lib/"
-ln -s targets/x86_64-linux/lib "${runtime}/lib64"
+if [ "${flavour}" = base ]; then
+  cp -a "${target}"/lib/libcudart.so.* "${runtime}/targets/x86_64-linux/lib/"
+else
+  cp -a "${target}"/lib/lib*.so.* "${runtime}/targets/x86_64-linux/lib/"
+  ln -s targets/x86_64-linux/lib "${runtime}/lib64"
+fi
 
-base=${work}/base${cuda_home}
-mkdir -p "${base}/targets/x86_64-linux/lib"
-cp -a "${target}"/lib/libcudart.so.* "${base}/targets/x86_64-linux/lib/"
-
-for stage in devel runtime base; do
+for stage in devel "${flavour}"; do
   ln -s "$(basename "${cuda_home}")" "${work}/${stage}/usr/local/cuda"
   mkdir -p "${work}/${stage}/etc/ld.so.conf.d"
   echo /usr/local/cuda/targets/x86_64-linux/lib > "${work}/${stage}/etc/ld.so.conf.d/000_cuda.conf"
