@@ -11,10 +11,9 @@ Each Dockerfile runs the layer's guard after its install steps, so a built image
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -23,8 +22,10 @@ from rich.table import Table
 
 from epstack.cmd import succeeds
 from epstack.command import LOCKS, PINS, SubParsers, path_arg, pins_path
+from epstack.document import Schema
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
+from epstack.layers import layer_named
 from epstack.output import check_writable, write_file
 from epstack.pins import Pins, load_pins
 from epstack.render import (
@@ -44,8 +45,6 @@ from epstack.standin import STANDIN_LABEL, Standin, ensure_os_image, standin_for
 STANDIN_SUFFIX = "-standin"
 # BuildKit's SLSA provenance, every build step and its inputs (buildx; see provenance_args).
 PROVENANCE_ARGS = ("--provenance=mode=max",)
-# Layers built from git commits (epstack.stack.LAYER_PIN_KEYS): they need sources or GitHub.
-GIT_LAYERS = ("deepep", "sglang")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,9 +67,18 @@ class BuildReport:
     not_built: dict[str, str] = field(default_factory=dict)
 
 
+BUILD_REPORT = Schema(
+    name="build-report",
+    version=1,
+    model=BuildReport,
+    what="a build report (epstack build --report)",
+    fix="run `epstack build --report` of this epstack again",
+)
+
+
 def write_build_report(path: Path, report: BuildReport) -> None:
     """The report as JSON (what `epstack publish push` reads), written whole or not at all."""
-    write_file(path, json.dumps(asdict(report), indent=2) + "\n", what="the build report")
+    write_file(path, BUILD_REPORT.dumps(report), what="the build report")
 
 
 def standin_ref(ref: str) -> str:
@@ -79,18 +87,22 @@ def standin_ref(ref: str) -> str:
     return f"{repository}{STANDIN_SUFFIX}:{tag}"
 
 
-def on_standin(image: ImageSpec, standin: Standin, engine: DockerEngine) -> ImageSpec:
+def on_standin(image: ImageSpec, standin: Standin) -> ImageSpec:
     """The same image, built on the stand-in: its bases, lower layers and name are the stand-in's."""
     bases = {"CUDA_DEVEL_IMAGE": standin.devel, "CUDA_RUNTIME_IMAGE": standin.runtime}
-    base = standin.devel if image.stage == "devel" else standin.runtime
     args = {key: standin_ref(value) for key, value in image.args.items()}
-    labels = {
-        **image.labels,
+    return replace(image, tag=standin_ref(image.tag), args={**bases, **args})
+
+
+def standin_labels(image: ImageSpec, standin: Standin, engine: DockerEngine) -> dict[str, str]:
+    """What a stand-in build labels over its Dockerfile's LABEL (every label, rendered once), which
+    names the real CUDA base: the base the image was built on instead, and the stand-in mark."""
+    base = standin.devel if image.stage == "devel" else standin.runtime
+    return {
         "org.opencontainers.image.base.name": base,
         "org.opencontainers.image.base.digest": engine.image_id(base),
         STANDIN_LABEL: standin.labels[STANDIN_LABEL],
     }
-    return replace(image, tag=standin_ref(image.tag), args={**bases, **args}, labels=labels)
 
 
 def missing_git_sources(pins: Pins, plan: RenderPlan, target: str) -> list[str]:
@@ -151,13 +163,15 @@ def build_target(
             "fix: epstack build --sources DIR (README: Sources offline)"
         )
     for image in plan.images_for(target):
-        spec = on_standin(image, standin, engine) if standin else image
-        if skip and image.layer in GIT_LAYERS:
+        spec = on_standin(image, standin) if standin else image
+        labels = standin_labels(image, standin, engine) if standin else {}
+        if skip and layer_named(image.layer).from_git:
             report.not_built[spec.tag] = skip
             continue
-        report.built.append(
-            _build(engine, context=context, image=spec, console=console, cache=cache, attest=attest)
+        built = _build(
+            engine, context=context, image=spec, labels=labels, console=console, cache=cache, attest=attest
         )
+        report.built.append(built)
     return report
 
 
@@ -185,7 +199,7 @@ def provenance_args(engine: DockerEngine, console: Console) -> list[str]:
 
 
 def export_sboms(engine: DockerEngine, report: BuildReport, directory: Path) -> None:
-    """Copy each built image's SBOM (/opt/epstack/sbom/<layer>.cdx.json, written by its build after the
+    """Copy each built image's SBOM (SBOM_DIR/<layer>.cdx.json, written by its build after the
     guard) to DIRECTORY/<tag>.cdx.json, validated again here, and note it in the report."""
     from epstack import cdx  # noqa: PLC0415  (cyclonedx-python-lib: only when SBOMs are exported)
 
@@ -206,10 +220,12 @@ def _build(
     *,
     context: Path,
     image: ImageSpec,
+    labels: dict[str, str],
     console: Console,
     cache: Callable[[ImageSpec], list[str]],
     attest: Sequence[str] = (),
 ) -> BuiltImage:
+    """`labels`: those set over the Dockerfile's LABEL (standin_labels), none for a real build."""
     console.rule(f"[bold]{image.layer}[/] / {image.stage} -> {escape(image.tag)}")
     start = time.monotonic()
     engine.build(
@@ -218,7 +234,7 @@ def _build(
         stage=image.stage,
         tag=image.tag,
         args=image.args,
-        labels=image.labels,
+        labels=labels,
         cache=cache(image),
         attest=attest,
     )
@@ -235,13 +251,17 @@ def _build(
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
-    out = output_directory(args.out, path, sources=args.sources)
+    out = output_directory(args.out, path, sources=args.sources, locks=args.locks)
     if args.report:
         check_writable(args.report, what="the build report")
     pins = load_pins(path)
     target = pins.target(args.target, path)
     plan = plan_render(
-        pins, created=source_date(), revision=source_revision(), sources=args.sources, locks=args.locks
+        pins,
+        created=source_date(repository=path.parent),
+        revision=source_revision(path.parent),
+        sources=args.sources,
+        locks=args.locks,
     )
     if plan.stale_locks:
         raise BadInput(

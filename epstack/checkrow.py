@@ -1,14 +1,18 @@
-"""One row of a guard report: a component, what was expected, what was found, and the verdict."""
+"""One row of a check report (the guard, the JIT probe, the doctor): a component, what was expected,
+what was found, and the verdict, from one vocabulary. Standard library only (the doctor runs on bare
+hosts)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Literal
 
-from epstack.distinfo import Dist
+if TYPE_CHECKING:
+    from epstack.distinfo import Dist
 
-Verdict = Literal["ok", "mismatch", "missing", "extra", "skipped", "override (pinned)"]
-FAILED: frozenset[Verdict] = frozenset({"mismatch", "missing", "extra"})
+# warn: works, with a limit named (never fails); skipped: nothing to check, the reason given.
+Verdict = Literal["ok", "mismatch", "missing", "extra", "fail", "warn", "skipped", "override (pinned)"]
+FAILED: frozenset[Verdict] = frozenset({"mismatch", "missing", "extra", "fail"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,12 +23,18 @@ class Check:
     expected: str
     found: str
     verdict: Verdict
+    fix: str = ""  # what to do about a failure or a warning
     detail: str = ""
     layer: str = ""
 
     @property
     def failed(self) -> bool:
         return self.verdict in FAILED
+
+    def json_fields(self, *names: str) -> dict[str, str]:
+        """The row as a JSON object of the fields its report shows, in that order."""
+        values = asdict(self)
+        return {name: values[name] for name in names}
 
 
 def broken(component: str, expected: str, dist: Dist) -> Check:

@@ -1,16 +1,14 @@
 """Every Python distribution in a venv against the locks of its layer: missing, extra, other version.
 
-The expected set is the union of the layer's locks (epstack.lockfile.LAYER_LOCKS) plus, from the deepep
-layer up, the deep_ep wheel built from DEEPEP_REF, at the version its manifest (deepep-source.json)
-records: the one distribution no PyPI lock can hold. pip and uv are locked in the base lock like any
-other. Only the venv's own site-packages count: epstack's tool, appended to sys.path from
-/opt/epstack/tool, is not part of the application.
+The expected set is the union of the layer's locks (epstack.layers.venv_locks) plus, in the layers
+that hold it (Layer.holds_deep_ep), the deep_ep wheel built from DEEPEP_REF, at the version its
+manifest (deepep-source.json) records: the one distribution no PyPI lock can hold. pip and uv are
+locked in the base lock like any other. Only the venv's own site-packages count: epstack's tool,
+appended to sys.path from imagepaths.TOOL, is not part of the application.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import sysconfig
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -18,24 +16,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from epstack import layers
+from epstack.deepepmanifest import DEEPEP_MANIFEST, MANIFEST_NAME
+from epstack.errors import BadInput
 from epstack.lockfile import expected_distributions
 
 Verdict = Literal["ok", "missing", "extra", "other version"]
 DEEP_EP = "deep-ep"
-# The deep_ep build manifest (epstack deepep build writes it beside the wheel): where the image keeps it.
-MANIFEST_NAME = "deepep-source.json"
-
-
-def manifest_path() -> Path:
-    """The image's deep_ep manifest; EPSTACK_DEEPEP_MANIFEST names another (a bare host, tests)."""
-    return Path(os.environ.get("EPSTACK_DEEPEP_MANIFEST") or f"/opt/epstack/wheels/{MANIFEST_NAME}")
-
-
-# Layers whose venv holds the deep_ep wheel (built in the deepep layer).
-DEEP_EP_LAYERS = ("deepep", "sglang")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,17 +73,15 @@ def built_deep_ep(manifest: Path) -> str:
     """The deep_ep wheel's version from its manifest ("" when the manifest is missing or unreadable:
     the guard's deep_ep source row says why)."""
     try:
-        wheel = json.loads(manifest.read_text())["wheel"]
-        _, version, _, _ = parse_wheel_filename(str(wheel))
-    except (OSError, ValueError, KeyError, TypeError, InvalidWheelFilename):
+        return DEEPEP_MANIFEST.read(manifest).wheel_version
+    except BadInput:
         return ""
-    return str(version)
 
 
 def expected(layer: str, locks: Path, manifest: Path) -> tuple[dict[str, tuple[str, str]], list[str]]:
     """{name: (version, source)} the layer's venv must hold exactly, and the files it comes from."""
     result, files = expected_distributions(locks, layer)
-    if layer in DEEP_EP_LAYERS:
+    if layers.layer_named(layer).holds_deep_ep:
         result[DEEP_EP] = (built_deep_ep(manifest) or "as built", MANIFEST_NAME)
         files.append(str(manifest))
     return result, files

@@ -14,7 +14,6 @@ It builds for the Python running it (in an image, the venv's; `python3 -m epstac
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -22,46 +21,22 @@ import tarfile
 import tempfile
 import urllib.request
 import zipfile
-from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
 from rich.console import Console
 
-from epstack.closure import MANIFEST_NAME
 from epstack.cmd import call, run
 from epstack.command import PINS, SubParsers, path_arg, pins_path
+from epstack.deepepmanifest import DEEPEP_MANIFEST, MANIFEST_NAME, DeepepManifest, LinkedLibrary
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
+from epstack.fabric import FABRICS
 from epstack.loaded import interposition_example, libstdcxx_interposition, nccl_version
 from epstack.pins import pin_values
 from epstack.sources import GitSource, Patch, check_sha256, fabric_patches, git_sources, patch_bytes, verify
 from epstack.stack import cuda_wheels
 
 SYSTEM_CC, SYSTEM_CXX = "/usr/bin/gcc", "/usr/bin/g++"
-
-
-@dataclass(frozen=True, kw_only=True)
-class LinkedLibrary:
-    root: str  # what DeepEP's setup.py takes as EP_<NAME>_ROOT_DIR
-    library: str  # the file linked and set as rpath
-    version: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class DeepepManifest:
-    """Where the deep_ep wheel came from, as the guard reads it (deepep-source.json)."""
-
-    repo: str
-    commit: str
-    fmt_commit: str
-    torch_cuda_arch_list: str
-    source: str  # "archive <file>" or "git <repo>"
-    patches: tuple[str, ...]  # URL#sha256=... of each patch applied, in order
-    nccl: LinkedLibrary
-    nvshmem_root: str
-    cc: str
-    cxx: str
-    wheel: str
 
 
 def _wheel_root(distribution: str, library_prefix: str) -> Path:
@@ -220,7 +195,7 @@ def build(
         cxx=SYSTEM_CXX,
         wheel=wheel.name,
     )
-    (wheel_dir / MANIFEST_NAME).write_text(json.dumps(asdict(manifest), indent=2) + "\n")
+    (wheel_dir / MANIFEST_NAME).write_text(DEEPEP_MANIFEST.dumps(manifest))
     return manifest
 
 
@@ -253,7 +228,7 @@ def register(subparsers: SubParsers) -> None:
     parser.add_argument("--arch", help="TORCH_CUDA_ARCH_LIST (default: the layer pins file's)")
     parser.add_argument(
         "--fabric",
-        choices=("efa", "ib"),
+        choices=tuple(FABRICS),
         help="apply this fabric's DEEPEP_PATCHES_* (default: the file's FABRIC)",
     )
     parser.set_defaults(func=cmd_deepep_build)

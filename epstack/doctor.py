@@ -15,15 +15,15 @@ import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from epstack import host
+from epstack.checkrow import Check
 from epstack.command import PINS, SubParsers, execute, parse, path_arg, pins_path
 from epstack.errors import BadInput
 from epstack.hostcheck import (
-    Check,
     Facts,
     check_driver,
     check_driver_params,
@@ -61,6 +61,10 @@ def gather(root: Path, env: Mapping[str, str]) -> Facts:
 # ---- the report ------------------------------------------------------------------------------
 
 
+# The fields of a check row in the --json report.
+ROW_FIELDS = ("component", "expected", "found", "verdict", "fix", "detail")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Report:
     root: str
@@ -69,13 +73,13 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not any(check.verdict == "fail" for check in self.checks)
+        return not any(check.failed for check in self.checks)
 
     def to_json(self) -> str:
         document: dict[str, Any] = {
             "root": self.root,
             "image_cuda": self.cuda,
-            "checks": [asdict(check) for check in self.checks],
+            "checks": [check.json_fields(*ROW_FIELDS) for check in self.checks],
             "ok": self.ok,
         }
         return json.dumps(document, indent=2) + "\n"
@@ -120,9 +124,9 @@ def format_table(report: Report) -> str:
     for check, row in zip(report.checks, rows, strict=True):
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
         for label, text in (("fix", check.fix), ("note", check.detail)):
-            if text and ((label == "fix" and check.verdict in ("fail", "warn")) or label == "note"):
+            if text and ((label == "fix" and (check.failed or check.verdict == "warn")) or label == "note"):
                 lines.append(f"    {label}: {text}")
-    failed = sum(c.verdict == "fail" for c in report.checks)
+    failed = sum(c.failed for c in report.checks)
     lines.append(f"doctor: {'ok' if report.ok else f'{failed} of {len(report.checks)} checks failed'}")
     return "\n".join(lines) + "\n"
 

@@ -25,6 +25,12 @@ COMMON_IMAGE_ENV: tuple[tuple[str, str], ...] = (
 class Fabric:
     name: str
     title: str
+    # Its pins.env keys, by the layer of its targets they belong to (the base layer installs the fabric,
+    # the deepep layer applies its DeepEP patches).
+    pin_keys: dict[str, tuple[str, ...]]
+    # The key of its pinned GIN type, and of its DeepEP patches.
+    gin_key: str
+    patches_key: str
     # The GIN types a pins file may pick for this fabric (EFA_GIN_TYPE, IB_GIN_TYPE).
     gin_types: tuple[str, ...]
     # ENV lines of the base image besides NCCL_GIN_TYPE, in order. Library paths never go here: the
@@ -39,6 +45,10 @@ class Fabric:
     # The oldest NCCL whose GIN works over this fabric, and where that floor comes from.
     gin_min_nccl: str
     gin_floor_source: str
+    # Devices of the fabric per node a job requests unless the user says: one per GPU (EFA), or one.
+    device_per_gpu: bool
+    # The base image's install step of the fabric (images/partials/).
+    install_template: str
 
     def gin_ok(self, nccl_version: str) -> bool:
         return release(nccl_version) >= release(self.gin_min_nccl)
@@ -55,6 +65,12 @@ class Fabric:
 EFA = Fabric(
     name="efa",
     title="AWS EFA",
+    pin_keys={
+        "base": ("EFA_INSTALLER_VERSION", "EFA_INSTALLER_SHA256", "AWS_OFI_NCCL_VERSION", "EFA_GIN_TYPE"),
+        "deepep": ("DEEPEP_PATCHES_EFA",),
+    },
+    gin_key="EFA_GIN_TYPE",
+    patches_key="DEEPEP_PATCHES_EFA",
     gin_types=(GIN_PROXY, GIN_EFA_GDA),
     # NCCL loads aws-ofi-nccl (libnccl-net-ofi.so) as its net plugin; libfabric's EFA provider.
     image_env_base=(("FI_PROVIDER", "efa"), ("NCCL_NET_PLUGIN", "ofi")),
@@ -66,11 +82,16 @@ EFA = Fabric(
     hugepages_2mi="5120Mi",
     gin_min_nccl=EFA_GDA_MIN_NCCL,
     gin_floor_source=f"aws-ofi-nccl 1.21 doc/gin-getting-started.md: NCCL {EFA_GDA_MIN_NCCL}-1 or later",
+    device_per_gpu=True,
+    install_template="partials/fabric-efa.j2",
 )
 
 IB = Fabric(
     name="ib",
     title="InfiniBand/RoCE",
+    pin_keys={"base": ("RDMA_CORE_VERSION", "IB_GIN_TYPE"), "deepep": ("DEEPEP_PATCHES_IB",)},
+    gin_key="IB_GIN_TYPE",
+    patches_key="DEEPEP_PATCHES_IB",
     gin_types=(GIN_PROXY, GIN_GDAKI),
     image_env_base=(),
     # NCCL finds the HCAs itself; NCCL_IB_HCA and NCCL_IB_GID_INDEX (RoCE) are site facts.
@@ -82,6 +103,8 @@ IB = Fabric(
     gin_floor_source=(
         f"DeepEP V2 needs NCCL's GIN device API (NCCL {DEEPEP_V2_MIN_NCCL}); IB GDAKI/proxy ship with it"
     ),
+    device_per_gpu=False,
+    install_template="partials/fabric-ib.j2",
 )
 
 FABRICS: dict[str, Fabric] = {EFA.name: EFA, IB.name: IB}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import re
 import shutil
@@ -18,7 +17,6 @@ from dataclasses import asdict, dataclass, fields, replace
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
-from typing import Protocol
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -30,10 +28,12 @@ from rich.table import Table
 from epstack import closure
 from epstack.checkrow import Check, Verdict, broken
 from epstack.command import PINS, SubParsers, path_arg, pins_path
+from epstack.deepepmanifest import DEEPEP_MANIFEST, manifest_path
 from epstack.distinfo import files, find, name_of, requirements
+from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
-from epstack.inputs import read_text
 from epstack.jitprobe import layer_rows as jit_rows
+from epstack.layers import GUARD_CHOICES, GUARD_SCOPES, guard_scopes
 from epstack.loaded import (
     decode_cuda_version,
     interposition_example,
@@ -45,58 +45,17 @@ from epstack.loaded import (
 )
 from epstack.onecuda import cuda_home, cuda_home_checks, other_major_check, release_wheel_checks
 from epstack.output import write_file
-from epstack.pins import load_pins, read_layer_pins
-from epstack.pinsfile import parse_pins_file
-from epstack.pinvalues import names
+from epstack.pins import CudaFacts, pin_values
 from epstack.sources import fabric_patches
-from epstack.stack import DEEP_EP_PROVIDERS, CudaWheels, base_packages, cuda_wheels
-
-GUARD_LAYERS = ("python", "base", "deepep", "sglang", "all")
+from epstack.stack import DEEP_EP_PROVIDERS
 
 LIBSTDCXX_FIX = "rebuild DeepEP with CC=/usr/bin/gcc CXX=/usr/bin/g++ and CUDAHOSTCXX unset"
 
 
-class Expected(Protocol):
-    """What the guard compares with: a Pins model, or the layer pins file render puts in each image."""
-
-    @property
-    def cuda_major_minor(self) -> str: ...
-    @property
-    def torch_version(self) -> str: ...
-    @property
-    def torch_cuda_tag(self) -> str: ...
-    @property
-    def nccl_version(self) -> str: ...
-    @property
-    def nvshmem_version(self) -> str: ...
-    @property
-    def deepep_repo(self) -> str: ...
-    @property
-    def deepep_ref(self) -> str: ...
-    @property
-    def sglang_version(self) -> str: ...
-    @property
-    def wheels(self) -> CudaWheels: ...
-    @property
-    def cuda_exceptions(self) -> tuple[str, ...]: ...
-    @property
-    def base_packages(self) -> dict[str, str]: ...
-    def deepep_patches(self) -> tuple[str, ...] | None: ...
-
-
-# The pins.env keys each guard layer reads (its own and those of the layers below it).
-LAYER_KEYS: dict[str, tuple[str, ...]] = {
-    "python": ("CUDA_VERSION", "NCCL_VERSION", "NVSHMEM_VERSION"),
-    "base": ("TORCH_VERSION", "TORCH_CUDA_TAG"),
-    "deepep": ("DEEPEP_REPO", "DEEPEP_REF"),
-    "sglang": ("SGLANG_VERSION",),
-}
-
-
 @dataclass(frozen=True, kw_only=True)
-class LayerPins:
-    """A rendered layer pins file (targets/<target>/<layer>.pins.env): only the keys of that layer and
-    those below it, so an image never holds (and is never rebuilt for) the pins of the layers above."""
+class Expected(CudaFacts):
+    """What the guard compares with: the pins of one image layer (the layer pins file render puts in
+    each image), or of a whole pins.env, which names no fabric and so pins no one set of patches."""
 
     cuda_version: str = ""
     cuda_minor_exceptions: str = "none"  # absent from the layer pins files of images before it
@@ -107,53 +66,33 @@ class LayerPins:
     deepep_repo: str = ""
     deepep_ref: str = ""
     sglang_version: str = ""
-    fabric: str = ""
-    deepep_patches_efa: str = "none"
-    deepep_patches_ib: str = "none"
-
-    @property
-    def cuda_major_minor(self) -> str:
-        return ".".join(self.cuda_version.split(".")[:2])
-
-    @property
-    def wheels(self) -> CudaWheels:
-        return cuda_wheels(self.cuda_version)
-
-    @property
-    def cuda_exceptions(self) -> tuple[str, ...]:
-        return names(self.cuda_minor_exceptions)
-
-    def deepep_patches(self) -> tuple[str, ...] | None:
-        """The patches this image's deepep layer pins (its file names its fabric)."""
-        if not self.fabric:
-            return None
-        pinned = {"DEEPEP_PATCHES_EFA": self.deepep_patches_efa, "DEEPEP_PATCHES_IB": self.deepep_patches_ib}
-        return tuple(str(patch) for patch in fabric_patches(pinned, self.fabric))
-
-    @property
-    def base_packages(self) -> dict[str, str]:
-        return base_packages(self.cuda_version, self.torch_version, self.nccl_version, self.nvshmem_version)
+    # The DeepEP patches of the image's fabric (None: a pins.env, which pins them per fabric).
+    deepep_patches: tuple[str, ...] | None = None
 
 
-def load_expected(path: Path, layers: list[str]) -> Expected:
+def load_expected(path: Path, scopes: list[str]) -> Expected:
     """A full pins.env (validated by load_pins), or a layer pins file (validated by the same value
-    rules) holding every key `layers` read."""
-    if "DEFAULT_TARGET" in parse_pins_file(path).entries:
-        return load_pins(path)
-    values = read_layer_pins(path)
-    for layer in layers:
-        for key in LAYER_KEYS[layer]:
-            if key not in values:
-                raise BadInput(
-                    f"{path}: no {key}, which guard --layer {layer} needs; "
-                    "fix: pass pins.env or the layer pins file of this image"
-                )
-    known = {f.name for f in fields(LayerPins)}
-    return LayerPins(**{key.lower(): value for key, value in values.items() if key.lower() in known})
+    rules) holding every key the guard `scopes` read (epstack.layers.GuardScope.keys)."""
+    values = pin_values(path)
+    fabric = values.get("FABRIC") if "DEFAULT_TARGET" not in values else None
+    for scope in GUARD_SCOPES:
+        missing = [key for key in scope.keys if key not in values] if scope.name in scopes else []
+        if missing:
+            raise BadInput(
+                f"{path}: no {missing[0]}, which guard --layer {scope.name} needs; "
+                "fix: pass pins.env or the layer pins file of this image"
+            )
+    known = {f.name for f in fields(Expected)} - {"deepep_patches"}
+    return Expected(
+        **{key.lower(): value for key, value in values.items() if key.lower() in known},
+        deepep_patches=tuple(str(patch) for patch in fabric_patches(values, fabric)) if fabric else None,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
 class GuardReport:
+    """What `epstack guard --json` writes and `epstack publish` reads back from each image."""
+
     pins: Path
     layer: str
     checks: tuple[Check, ...]
@@ -166,12 +105,24 @@ class GuardReport:
         return not any(check.failed for check in self.checks)
 
     def to_json(self) -> str:
-        checks = [asdict(check) for check in self.checks]
+        """The report, with the verdicts derived from its rows ("ok", each distribution's) written out."""
+        checks = [check.json_fields(*ROW_FIELDS) for check in self.checks]
         distributions = [{**asdict(d), "verdict": d.verdict} for d in self.distributions]
         document = {"pins": str(self.pins), "layer": self.layer, "checks": checks, "ok": self.ok}
         if self.distributions:
             document["distributions"] = distributions
-        return json.dumps(document, indent=2) + "\n"
+        return GUARD_REPORT.dumps(document)
+
+
+# The fields of a check row in the --json report.
+ROW_FIELDS = ("component", "expected", "found", "verdict", "detail", "layer")
+GUARD_REPORT = Schema(
+    name="guard-report",
+    version=1,
+    model=GuardReport,
+    what="an epstack guard report",
+    fix="run `epstack guard --json` of this epstack (rebuild the image with it)",
+)
 
 
 # ---- Python distributions --------------------------------------------------------------------
@@ -426,24 +377,22 @@ def check_deep_ep_source(pins: Expected, manifest: Path) -> Check:
             detail=str(manifest),
         )
     try:
-        source = json.loads(read_text(manifest, what="a DeepEP source manifest"))
-        found = f"{source['repo']}@{source['commit'][:12]}"
-        same = source["repo"] == pins.deepep_repo and source["commit"] == pins.deepep_ref
-    except (BadInput, ValueError, KeyError, TypeError) as exc:
+        source = DEEPEP_MANIFEST.read(manifest)
+    except BadInput as exc:
         return Check(
             component="deep_ep source",
             expected=expected,
             found="unreadable manifest",
             verdict="mismatch",
-            detail=f"{manifest}: {exc!r}",
+            detail=str(exc),
         )
-    archs = source.get("torch_cuda_arch_list", "?")
+    same = source.repo == pins.deepep_repo and source.commit == pins.deepep_ref
     return Check(
         component="deep_ep source",
         expected=expected,
-        found=found,
+        found=f"{source.repo}@{source.commit[:12]}",
         verdict="ok" if same else "mismatch",
-        detail=f"{manifest}; TORCH_CUDA_ARCH_LIST={archs}",
+        detail=f"{manifest}; TORCH_CUDA_ARCH_LIST={source.torch_cuda_arch_list}",
     )
 
 
@@ -453,11 +402,11 @@ def _patch_files(patches: Iterable[str]) -> str:
 
 def check_deep_ep_patches(pins: Expected, manifest: Path) -> Check:
     """The patches applied at build time (the manifest) are the ones the image's pins name."""
-    component, expected = "deep_ep patches", pins.deepep_patches()
+    component, expected = "deep_ep patches", pins.deepep_patches
     try:
-        found = tuple(json.loads(read_text(manifest, what="a DeepEP source manifest")).get("patches", ()))
-    except (BadInput, ValueError, AttributeError) as exc:
-        detail = f"{manifest}: {type(exc).__name__}"
+        found = DEEPEP_MANIFEST.read(manifest).patches
+    except BadInput as exc:
+        detail = str(exc)
         return Check(component=component, expected="-", found="no manifest", verdict="skipped", detail=detail)
     if expected is None:
         detail = "pins.env names no fabric: the image's deepep.pins.env does"
@@ -639,7 +588,7 @@ def deepep_checks(pins: Expected) -> list[Check]:
     distributions = list(metadata.distributions())
     owners = deep_ep_owners(distributions)
     extensions = [p for paths in owners.values() for p in paths if re.match(r"^_C\..*so$", p.name)]
-    manifest = closure.manifest_path()
+    manifest = manifest_path()
     return [
         check_deep_ep_source(pins, manifest),
         check_deep_ep_patches(pins, manifest),
@@ -662,7 +611,6 @@ def sglang_checks(pins: Expected) -> list[Check]:
 
 # ---- every distribution against the locks ----------------------------------------------------
 
-_CLOSURE_LAYER = {"base": "base", "deepep": "deepep", "sglang": "sglang", "all": "sglang"}
 _DISTRIBUTION_VERDICT: dict[closure.Verdict, Verdict] = {
     "ok": "ok",
     "missing": "missing",
@@ -705,13 +653,14 @@ def check_closure(distributions: list[closure.Distribution], files: list[str]) -
 
 def closure_report(layer: str, locks: Path) -> tuple[list[Check], list[closure.Distribution]]:
     """The venv's distributions against the locks of `layer` (and the deep_ep manifest above base)."""
-    manifest = closure.manifest_path()
-    want, files = closure.expected(_CLOSURE_LAYER[layer], locks, manifest)
+    manifest = manifest_path()
+    want, files = closure.expected(layer, locks, manifest)
     distributions = closure.compare(want, closure.installed(closure.venv_paths()))
     return check_closure(distributions, files), distributions
 
 
-LAYER_CHECKS: dict[str, Callable[[Expected], list[Check]]] = {
+# The checks of each guard scope (epstack.layers.GUARD_SCOPES, in the same order).
+SCOPE_CHECKS: dict[str, Callable[[Expected], list[Check]]] = {
     "python": python_checks,
     "base": base_checks,
     "deepep": deepep_checks,
@@ -722,22 +671,24 @@ LAYER_CHECKS: dict[str, Callable[[Expected], list[Check]]] = {
 def run_guard(pins_path: Path, layer: str, locks: Path | None = None) -> GuardReport:
     """The checks of `layer` and every layer below it ("all": every layer); with `locks`, every
     distribution of the venv against the layer's locks too."""
-    names = list(LAYER_CHECKS)
-    selected = names if layer == "all" else names[: names.index(layer) + 1]
+    scopes, owner = guard_scopes(layer)
+    selected = [scope.name for scope in scopes]
     pins = load_expected(pins_path, selected)
-    checks = [replace(check, layer=name) for name in selected for check in LAYER_CHECKS[name](pins)]
+    checks = [replace(check, layer=name) for name in selected for check in SCOPE_CHECKS[name](pins)]
     distributions: list[closure.Distribution] = []
-    if locks is not None and layer in _CLOSURE_LAYER:
-        rows, distributions = closure_report(layer, locks)
-        checks += [replace(row, layer=_CLOSURE_LAYER[layer]) for row in rows]
+    if locks is not None and scopes[-1].closure:
+        rows, distributions = closure_report(owner.name, locks)
+        checks += [replace(row, layer=owner.name) for row in rows]
     return GuardReport(pins=pins_path, layer=layer, checks=tuple(checks), distributions=tuple(distributions))
 
 
-_STYLE = {
+_STYLE: dict[Verdict, str] = {
     "ok": "green",
     "mismatch": "red",
     "missing": "red",
     "extra": "red",
+    "fail": "red",
+    "warn": "yellow",
     "skipped": "yellow",
     "override (pinned)": "cyan",
 }
@@ -780,7 +731,7 @@ def register(subparsers: SubParsers) -> None:
     )
     guard.add_argument(
         "--layer",
-        choices=GUARD_LAYERS,
+        choices=GUARD_CHOICES,
         default="all",
         help="check this layer and those below it (default all)",
     )

@@ -9,13 +9,11 @@ Standard library only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from epstack import host
+from epstack.checkrow import Check, Verdict
 from epstack.fabric import EFA
 from epstack.stack import EFA_GDA_MIN_NCCL, GIN_EFA_GDA, GIN_PROXY
-
-Verdict = Literal["ok", "fail", "warn", "skipped"]
 
 # Minimum Linux driver per CUDA major (NVIDIA's CUDA compatibility guide, minor version compatibility).
 MIN_DRIVER = {13: "580", 12: "525.60.13"}
@@ -29,16 +27,6 @@ MEMLOCK_FIX = (
     "set memlock unlimited: '* - memlock unlimited' in /etc/security/limits.conf; containers: docker "
     "--ulimit memlock=-1, containerd/kubelet LimitMEMLOCK=infinity; Slurm: PropagateResourceLimits"
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Check:
-    component: str
-    expected: str
-    found: str
-    verdict: Verdict
-    fix: str = ""
-    detail: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,7 @@ Python.h, libcuda.so.1) and each kernel (with its own ptxas), FlashInfer its mod
 link with -lcudart -lcuda), DeepGEMM and DeepEP their kernels (nvcc). A toolchain missing a piece fails
 at the first request, on a GPU node. The probe compiles one module of each toolchain of a layer for
 the target's archs, each in a process of its own with an empty cache, timed, and writes the layer's
-report (/opt/epstack/reports/jit-<layer>.json), which the guard turns into rows: the entrypoint
+report (imagepaths.REPORTS/jit-<layer>.json), which the guard turns into rows: the entrypoint
 compiles nothing. A failure is exit 1 with the compiler's own error. DeepGEMM and DeepEP read the GPU
 before they compile (each names the call): without one their row says so, and a GPU host proves them.
 """
@@ -26,17 +26,19 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from epstack import imagepaths
 from epstack.checkrow import Check
 from epstack.cmd import run
 from epstack.command import SubParsers, path_arg, seconds
 from epstack.errors import BadInput, EpstackError
 from epstack.inputs import read_text
 from epstack.jittoolchains import Compiled, epstack_python
+from epstack.layers import LAYER_NAMES
 from epstack.output import write_file
 from epstack.stack import GPU_ARCHS
 
 SCHEMA = 1
-REPORTS = Path("/opt/epstack/reports")
+REPORTS = Path(imagepaths.REPORTS)
 TIMEOUT_S = 1200.0
 # Environment variables that decide which compiler a toolchain runs: recorded by the probe, compared
 # by the guard (a container that sets another CUDA_HOME runs another compiler than the one proven).
@@ -92,7 +94,6 @@ TOOLCHAINS = (
         "(deep_jit/backend/cuda/options.hpp: Device::get_prop, cudaGetDeviceProperties)",
     ),
 )
-LAYERS = ("base", "deepep", "sglang")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -319,7 +320,7 @@ def register(subparsers: SubParsers) -> None:
     jit = subparsers.add_parser("jit", help="prove the JIT toolchains an image runs at first use")
     actions = jit.add_subparsers(dest="action", required=True, metavar="ACTION")
     probe = actions.add_parser("probe", help="compile one real module of each toolchain of a layer, now")
-    probe.add_argument("--layer", choices=(*LAYERS, "all"), default="all", help="default all")
+    probe.add_argument("--layer", choices=(*LAYER_NAMES, "all"), default="all", help="default all")
     probe.add_argument(
         "--arch", action="append", help="GPU arch to compile for (repeatable; default: the image's)"
     )

@@ -4,7 +4,7 @@ A lock is uv's requirements output (`uv pip compile --generate-hashes`) under a 
 the inputs it was resolved from, one `# key: value` line each, and their sha256. Comparing that digest
 with the one the current pins give tells a stale lock without resolving anything. This module only
 reads and writes the files; epstack.lock resolves them, render copies them into the build context,
-and the guard reads them inside the images (/opt/epstack/locks, $EPSTACK_LOCKS).
+and the guard reads them inside the images (imagepaths.LOCKS, $EPSTACK_LOCKS).
 """
 
 from __future__ import annotations
@@ -20,16 +20,10 @@ from packaging.utils import canonicalize_name
 
 from epstack.errors import BadInput
 from epstack.inputs import read_text
+from epstack.layers import venv_locks
 from epstack.resolve import Resolution, parse_compiled
 
 DEFAULT_LOCKS = Path("locks")
-# The locks each image layer's venv holds, bottom-up: the guard expects exactly their union (plus the
-# deep_ep wheel built in the deepep layer). deepep-build is installed in a build stage only.
-LAYER_LOCKS: dict[str, tuple[str, ...]] = {
-    "base": ("base",),
-    "deepep": ("base",),
-    "sglang": ("base", "sglang"),
-}
 # The images' venv gets uv from pip before uv installs the rest: its entry of the base lock, alone.
 UV_BOOTSTRAP = "uv-bootstrap.txt"
 _INPUT = re.compile(r"^# (?P<key>[a-z][a-z0-9 ._-]*): (?P<value>.*)$")
@@ -114,7 +108,7 @@ def expected_distributions(directory: Path, layer: str) -> tuple[dict[str, tuple
     read. BadInput when one is missing or two disagree on a version."""
     expected: dict[str, tuple[str, str]] = {}
     files = []
-    for name in LAYER_LOCKS[layer]:
+    for name in venv_locks(layer):
         lock = read_lock(directory, name)
         path = lock_path(directory, name)
         if lock is None:

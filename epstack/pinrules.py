@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
+from epstack.fabric import EFA, FABRICS
+from epstack.layers import LAYER_NAMES
 from epstack.oci import parse_reference, tag_problem
 from epstack.pinsfile import PinsFile, Problem
 from epstack.stack import (
-    DEEPEP_PATCH_KEYS,
     DEEPEP_REFS_WITHOUT_EFA_GDA,
     DEEPEP_V2_MIN_NCCL,
     EFA_GDA_MIN_NCCL,
@@ -23,7 +24,6 @@ from epstack.stack import (
     GIN_GDAKI,
     GIN_PROXY,
     IMAGE_OS_GLIBC,
-    LAYER_PIN_KEYS,
     PATCHES_NEEDING_GDAKI,
     SUPPORTED_CUDA_MAJORS,
     arch_problem,
@@ -55,7 +55,7 @@ def _nccl_for_deepep_v2(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
 
 
 def _gin_over_efa(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
-    if "efa" in pins.fabrics and Version(pins.aws_ofi_nccl_version) < Version(EFA_GIN_MIN_OFI_NCCL):
+    if EFA.name in pins.fabrics and Version(pins.aws_ofi_nccl_version) < Version(EFA_GIN_MIN_OFI_NCCL):
         yield pins_file.problem(
             "AWS_OFI_NCCL_VERSION",
             f"aws-ofi-nccl {pins.aws_ofi_nccl_version} has no NCCL GIN support, "
@@ -147,7 +147,7 @@ def _default_target(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
 
 
 def _gin_types(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
-    if "efa" not in pins.fabrics or pins.efa_gin_type != GIN_EFA_GDA:
+    if EFA.name not in pins.fabrics or pins.efa_gin_type != GIN_EFA_GDA:
         return
     if Version(pins.nccl_version) < Version(EFA_GDA_MIN_NCCL):
         yield pins_file.problem(
@@ -168,12 +168,13 @@ def _patches_fit_the_gin_type(pins: Pins, pins_file: PinsFile) -> Iterator[Probl
     for name in pins.fabrics:
         for patch in pins.patches(name):
             why = PATCHES_NEEDING_GDAKI.get(patch.sha256)
+            key = FABRICS[name].patches_key
             if why and pins.gin_type(name) != GIN_GDAKI:
                 yield pins_file.problem(
-                    DEEPEP_PATCH_KEYS[name],
+                    key,
                     f"{why} ({patch.file}) reads GIN signals in GDAKI's layout, but {name} uses GIN type "
                     f"{pins.gin_type(name)}",
-                    f"drop it from {DEEPEP_PATCH_KEYS[name]}, or pin GIN type {GIN_GDAKI} for {name}",
+                    f"drop it from {key}, or pin GIN type {GIN_GDAKI} for {name}",
                 )
 
 
@@ -181,8 +182,8 @@ def _image_tags(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
     """Every tag render would give an image is a valid tag of at most 128 characters."""
     for target in pins.targets:
         key = arch_key(target.rsplit("-", 1)[0])
-        for layer in LAYER_PIN_KEYS:
-            tag = pins.image_tag(layer, target)  # type: ignore[arg-type]
+        for layer in LAYER_NAMES:
+            tag = pins.image_tag(layer, target)
             problem = tag_problem(tag)
             if problem:
                 yield pins_file.problem(

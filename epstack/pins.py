@@ -10,9 +10,8 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
-from packaging.version import Version
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -26,15 +25,12 @@ from pydantic import (
 from epstack import fabric
 from epstack import pinvalues as v
 from epstack.errors import BadInput
+from epstack.layers import layer_named, up_to
 from epstack.pinrules import RULES, arch_key
 from epstack.pinsfile import PinsFile, Problem, parse_pins_file
 from epstack.sources import Patch, parse_patches
 from epstack.stack import (
     CUDA_BASE_FLAVOUR,
-    DEEPEP_PATCH_KEYS,
-    EFA_GDA_MIN_NCCL,
-    FABRIC_PIN_KEYS,
-    LAYER_PIN_KEYS,
     CudaWheels,
     ImageTarget,
     arch_problem,
@@ -46,8 +42,6 @@ from epstack.stack import (
 )
 from epstack.suggest import did_you_mean
 
-Layer = Literal["base", "deepep", "sglang"]
-LAYERS: tuple[Layer, ...] = ("base", "deepep", "sglang")
 FABRICS = tuple(fabric.FABRICS)
 
 ExactVersion = Annotated[str, AfterValidator(v.exact_version)]
@@ -56,7 +50,38 @@ ImageByDigest = Annotated[str, AfterValidator(v.image_by_digest)]
 FullSha = Annotated[str, AfterValidator(v.full_sha)]
 
 
-class Pins(BaseModel):
+class CudaFacts:
+    """What the pinned CUDA, torch, NCCL and NVSHMEM versions mean, derived once for the Pins model and
+    for the guard's expectations (a layer pins file holds the same keys)."""
+
+    if TYPE_CHECKING:
+        cuda_version: str
+        cuda_minor_exceptions: str
+        torch_version: str
+        nccl_version: str
+        nvshmem_version: str
+
+    @property
+    def cuda_major_minor(self) -> str:
+        return ".".join(self.cuda_version.split(".")[:2])
+
+    @property
+    def cuda_exceptions(self) -> tuple[str, ...]:
+        """The CUDA release wheels CUDA_MINOR_EXCEPTIONS lets be of another minor than CUDA_VERSION."""
+        return v.names(self.cuda_minor_exceptions)
+
+    @property
+    def wheels(self) -> CudaWheels:
+        """The CUDA-major wheel names (nvidia-nccl-cu13, ...); load_pins refuses an unknown major."""
+        return cuda_wheels(self.cuda_version)
+
+    @property
+    def base_packages(self) -> dict[str, str]:
+        """The Python distributions the base layer pins; no upper layer may move them."""
+        return base_packages(self.cuda_version, self.torch_version, self.nccl_version, self.nvshmem_version)
+
+
+class Pins(CudaFacts, BaseModel):
     """Everything pins.env pins. Field aliases are the pins.env keys."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=False)
@@ -104,23 +129,9 @@ class Pins(BaseModel):
     image_repository: Annotated[str, AfterValidator(v.repository)] = Field(alias="IMAGE_REPOSITORY")
 
     @property
-    def cuda_major_minor(self) -> str:
-        return ".".join(self.cuda_version.split(".")[:2])
-
-    @property
-    def cuda_exceptions(self) -> tuple[str, ...]:
-        """The CUDA release wheels CUDA_MINOR_EXCEPTIONS lets be of another minor than CUDA_VERSION."""
-        return v.names(self.cuda_minor_exceptions)
-
-    @property
     def cuda_home(self) -> str:
         """Where NVIDIA's images keep this CUDA release: /usr/local/cuda-13.0."""
         return f"/usr/local/cuda-{self.cuda_major_minor}"
-
-    @property
-    def wheels(self) -> CudaWheels:
-        """The CUDA-major wheel names (nvidia-nccl-cu13, ...); load_pins refuses an unknown major."""
-        return cuda_wheels(self.cuda_version)
 
     @property
     def image_target(self) -> ImageTarget:
@@ -129,33 +140,27 @@ class Pins(BaseModel):
             python_version=self.python_version, platform=wheel_platform(image_os(self.cuda_devel_image))
         )
 
-    @property
-    def base_packages(self) -> dict[str, str]:
-        """The Python distributions the base layer pins; no upper layer may move them."""
-        return base_packages(self.cuda_version, self.torch_version, self.nccl_version, self.nvshmem_version)
-
-    def deepep_patches(self) -> tuple[str, ...] | None:
-        """None: a whole pins.env pins patches per fabric, and names no fabric (the guard's Expected)."""
-        return None
-
     def patches(self, fabric_name: str) -> tuple[Patch, ...]:
         """The DeepEP patches the deepep layer of a fabric's targets applies, in order."""
-        return parse_patches(self.model_dump(by_alias=True)[DEEPEP_PATCH_KEYS[fabric_name]])
+        return parse_patches(self.model_dump(by_alias=True)[fabric.FABRICS[fabric_name].patches_key])
 
     def gin_type(self, fabric_name: str) -> str:
         """The pinned NCCL GIN type for a fabric (EFA_GIN_TYPE, IB_GIN_TYPE)."""
-        return {"efa": self.efa_gin_type, "ib": self.ib_gin_type}[fabric_name]
+        return str(self.model_dump(by_alias=True)[fabric.FABRICS[fabric_name].gin_key])
 
     @property
     def caveats(self) -> tuple[str, ...]:
         """What these pins allow but nobody has shown to work, or would waste; printed by `pins check`."""
         caveats = []
-        if "efa" in self.fabrics and Version(self.nccl_version) < Version(EFA_GDA_MIN_NCCL):
-            caveats.append(
-                f"EFA targets use GIN proxy (type {self.efa_gin_type}) with NCCL {self.nccl_version}, below "
-                f"the NCCL {EFA_GDA_MIN_NCCL} aws-ofi-nccl's GIN guide states: they build and run on one "
-                "node; `cluster render` refuses them across nodes until NCCL_VERSION is raised"
-            )
+        for name in self.fabrics:
+            facts = fabric.FABRICS[name]
+            if not facts.gin_ok(self.nccl_version):
+                caveats.append(
+                    f"{facts.title} targets use GIN type {self.gin_type(name)} with NCCL "
+                    f"{self.nccl_version}, below the NCCL {facts.gin_min_nccl} of {facts.gin_floor_source}: "
+                    "they build and run on one node; `cluster render` refuses them across nodes until "
+                    "NCCL_VERSION is raised"
+                )
         flavour = image_flavour(self.cuda_runtime_image)
         if flavour != CUDA_BASE_FLAVOUR:
             caveats.append(
@@ -169,36 +174,36 @@ class Pins(BaseModel):
         """Every arch x fabric combination, in pins file order."""
         return tuple(f"{arch}-{fabric}" for arch in self.archs for fabric in self.fabrics)
 
-    def layer_pins(self, layer: Layer, target: str) -> dict[str, str]:
+    def layer_pins(self, name: str, target: str) -> dict[str, str]:
         """The pins a layer of a target is built from, as pins.env keys: its own and those below it
-        (stack.LAYER_PIN_KEYS), the target's fabric pins, and what the target itself decides."""
-        arch, fabric = target.rsplit("-", 1)
+        (layers.Layer.pin_keys), the target's fabric pins of those layers, and what the target decides."""
+        arch, fabric_name = target.rsplit("-", 1)
+        fabric_keys = fabric.FABRICS[fabric_name].pin_keys
         values = self.model_dump(by_alias=True)
-        layers = LAYERS[: LAYERS.index(layer) + 1]
-        keys = [key for name in layers for key in LAYER_PIN_KEYS[name]] + list(FABRIC_PIN_KEYS[fabric])
+        layers = up_to(name)
+        keys = [key for each in layers for key in (*each.pin_keys, *fabric_keys.get(each.name, ()))]
         pinned = {key: str(values[key]) for key in keys}
-        pinned["FABRIC"] = fabric
-        if layer != "base":
+        pinned["FABRIC"] = fabric_name
+        if any(each.per_arch for each in layers):
             pinned["TORCH_CUDA_ARCH_LIST"] = " ".join(self.archs[arch])
-            pinned[DEEPEP_PATCH_KEYS[fabric]] = str(values[DEEPEP_PATCH_KEYS[fabric]])
         return pinned
 
-    def layer_hash(self, layer: Layer, target: str) -> str:
+    def layer_hash(self, name: str, target: str) -> str:
         """12 hex of the sha256 of the layer's pins: equal pins, equal tag."""
-        canonical = json.dumps(self.layer_pins(layer, target), sort_keys=True, separators=(",", ":"))
+        canonical = json.dumps(self.layer_pins(name, target), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
-    def image_tag(self, layer: Layer, target: str) -> str:
+    def image_tag(self, name: str, target: str) -> str:
         """Readable tag ending in the layer hash: sglang-0.5.23-deepep-d4f41e4-cu13.0-hopper-efa-<12 hex>."""
-        fabric = target.rsplit("-", 1)[1]
-        cuda = f"cu{self.cuda_major_minor}"
-        digest = self.layer_hash(layer, target)
-        if layer == "base":
-            return f"base-{cuda}-nccl{self.nccl_version}-{fabric}-{digest}"
-        deepep = f"deepep-{self.deepep_ref[:7]}-{cuda}-{target}"
-        if layer == "deepep":
-            return f"{deepep}-{digest}"
-        return f"sglang-{self.sglang_version}-{deepep}-{digest}"
+        readable = layer_named(name).tag.format(
+            cuda=self.cuda_major_minor,
+            nccl=self.nccl_version,
+            sglang=self.sglang_version,
+            deepep=self.deepep_ref[:7],
+            fabric=target.rsplit("-", 1)[1],
+            target=target,
+        )
+        return f"{readable}-{self.layer_hash(name, target)}"
 
     def as_env(self) -> dict[str, str]:
         """Every pins.env key with its validated value, as pins.env writes it (lists comma-separated)."""
@@ -217,8 +222,8 @@ class Pins(BaseModel):
             raise BadInput(f"{target}: not a target of {path}; fix: use one of {', '.join(self.targets)}")
         return target
 
-    def image_ref(self, layer: Layer, target: str) -> str:
-        return f"{self.image_repository}:{self.image_tag(layer, target)}"
+    def image_ref(self, name: str, target: str) -> str:
+        return f"{self.image_repository}:{self.image_tag(name, target)}"
 
 
 def load_pins(path: Path) -> Pins:

@@ -16,7 +16,8 @@ from rich.table import Table
 from epstack import predict
 from epstack.command import PINS, SubParsers, pins_path
 from epstack.errors import BadInput
-from epstack.pins import LAYERS, load_pins
+from epstack.layers import LAYER_NAMES
+from epstack.pins import load_pins
 from epstack.suggest import did_you_mean
 
 
@@ -28,7 +29,7 @@ def cmd_pins_check(args: argparse.Namespace, console: Console) -> int:
         return 0
     table = Table("target", "layer", "image")
     for target in pins.targets:
-        for layer in LAYERS:
+        for layer in LAYER_NAMES:
             table.add_row(escape(target), layer, escape(pins.image_ref(layer, target)))
     console.print(table)
     console.print(

@@ -18,82 +18,40 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import shlex
 import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
+from epstack import imagepaths
 from epstack.aws.ecr import EcrRegistry
-from epstack.checkrow import FAILED
+from epstack.build import BUILD_REPORT
+from epstack.buildmanifest import BUILD_MANIFEST, BuildManifest, ManifestImage
+from epstack.checkrow import Check
 from epstack.command import PINS, SubParsers, path_arg, pins_path
 from epstack.engine import DockerEngine
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
-from epstack.inputs import read_text
+from epstack.guard import GUARD_REPORT
+from epstack.layers import LAYER_NAMES, TOP
 from epstack.output import write_file
-from epstack.pins import LAYERS, Layer, Pins, load_pins
+from epstack.pins import Pins, load_pins
 from epstack.registry import ECR_HOST, LoopbackRegistry, Registry, is_loopback, split_registry
 from epstack.render import source_revision
 from epstack.standin import STANDIN_LABEL
 
 GUARD_SCRIPT = (
-    'rc=0; /opt/epstack/scripts/guard-layer.sh "$EPSTACK_GUARD_LAYER" >&2 || rc=$?; '
-    'cat "/opt/epstack/reports/$EPSTACK_GUARD_LAYER.json" || exit 3; exit "$rc"'
+    f'rc=0; {imagepaths.SCRIPTS}/guard-layer.sh "$EPSTACK_GUARD_LAYER" >&2 || rc=$?; '
+    f'cat "{imagepaths.REPORTS}/$EPSTACK_GUARD_LAYER.json" || exit 3; exit "$rc"'
 )
-MANIFEST_VERSION = 1
 DEFAULT_OUT = Path("build/codebuild")
-
-
-@dataclass(frozen=True, kw_only=True)
-class GuardRow:
-    layer: str
-    component: str
-    expected: str
-    found: str
-    verdict: str
-    detail: str = ""
-
-    @property
-    def failed(self) -> bool:
-        return self.verdict in FAILED
-
-
-@dataclass(frozen=True, kw_only=True)
-class ManifestImage:
-    """One image of the build: where it went and what it was built from."""
-
-    layer: str
-    stage: str
-    tag: str  # local reference, repository:tag
-    uri: str  # registry reference by tag ("" when not pushed)
-    digest: str  # manifest digest in the registry ("" when not pushed)
-    pins_hash: str  # 12 hex of the layer's pins (the tag's suffix)
-    standin: bool
-    pushed: bool
-    guard_ok: bool
-    guard_checks: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class BuildManifest:
-    version: int
-    target: str
-    registry: str
-    source_revision: str
-    pins_sha256: str
-    images: tuple[ManifestImage, ...]
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
 
 
 @dataclass(frozen=True, kw_only=True)
 class LabelledImage:
     tag: str
-    layer: Layer
+    layer: str
     stage: str
     target: str
     guard_layer: str
@@ -114,23 +72,16 @@ def registry_for(host: str) -> Registry:
 
 def read_build_report(path: Path) -> tuple[str, list[str]]:
     """(target, built tags in build order) from `epstack build --report`."""
-    text = read_text(path, what="a build report (epstack build --report)")
-    try:
-        data = json.loads(text)
-        target, built = str(data["target"]), [str(image["ref"]) for image in data["built"]]
-    except (ValueError, KeyError, TypeError):
-        raise BadInput(
-            f"{path}: not an epstack build report; fix: write it with epstack build --report"
-        ) from None
-    if not built:
+    report = BUILD_REPORT.read(path)
+    if not report.built:
         raise BadInput(f"{path}: the build made no image; fix: look at the build's log")
-    return target, built
+    return report.target, [image.ref for image in report.built]
 
 
 def inspect_built(engine: DockerEngine, tag: str) -> LabelledImage:
     labels = engine.labels(tag)
     layer = labels.get("io.epstack.layer", "")
-    if layer not in LAYERS:
+    if layer not in LAYER_NAMES:
         raise BadInput(f"{tag}: no io.epstack.layer label; fix: publish images that epstack build made")
     return LabelledImage(
         tag=tag,
@@ -142,26 +93,19 @@ def inspect_built(engine: DockerEngine, tag: str) -> LabelledImage:
     )
 
 
-def guard_image(engine: DockerEngine, image: LabelledImage, console: Console) -> list[GuardRow]:
+def guard_image(engine: DockerEngine, image: LabelledImage, console: Console) -> tuple[Check, ...]:
     console.rule(f"guard {image.guard_layer} in {image.tag}")
     code, out = engine.run_check(image.tag, "/bin/bash", ["-c", GUARD_SCRIPT])
-    try:
-        checks: list[dict[str, Any]] = json.loads(out)["checks"]
-    except (ValueError, KeyError, TypeError):
-        raise CommandFailed(f"{image.tag}: the guard wrote no report (exit {code})") from None
-    rows = [
-        GuardRow(
-            **{k: str(c.get(k, "")) for k in ("layer", "component", "expected", "found", "verdict", "detail")}
-        )
-        for c in checks
-    ]
+    if not out.strip():
+        raise CommandFailed(f"{image.tag}: the guard wrote no report (exit {code})")
+    rows = GUARD_REPORT.loads(out, f"{image.tag}: the guard's report").checks
     if code not in (0, 1) or (code == 1) != any(row.failed for row in rows):
         raise CommandFailed(f"{image.tag}: the guard exited {code} with a report that does not say why")
     return rows
 
 
-def junit(results: dict[str, list[GuardRow]]) -> str:
-    """One suite per image, one case per guard row; mismatch/missing fail, skipped skips."""
+def junit(results: dict[str, tuple[Check, ...]]) -> str:
+    """One suite per image, one case per guard row; a failing verdict fails, skipped skips."""
     suites = ET.Element("testsuites", name="epstack guard")
     for tag, rows in results.items():
         suite = ET.SubElement(
@@ -255,7 +199,6 @@ def publish(
     for image in to_push:
         pushed[image.tag] = push_image(engine, backend, namespace=namespace, tag=image.tag, console=console)
     manifest = BuildManifest(
-        version=MANIFEST_VERSION,
         target=target,
         registry=registry,
         source_revision=source_revision(),
@@ -277,7 +220,7 @@ def publish(
         ),
     )
     top_uri, top_digest = pushed[images[-1].tag]
-    write_file(out / "build-manifest.json", manifest.to_json(), what="the build manifest")
+    write_file(out / "build-manifest.json", BUILD_MANIFEST.dumps(manifest), what="the build manifest")
     write_file(out / "image.env", exports(top_uri, top_digest), what="image.env")
     return manifest
 
@@ -362,7 +305,7 @@ def register(subparsers: SubParsers) -> None:
     pull_parser.add_argument("--registry", required=True, help="HOST[:PORT][/NAMESPACE]")
     pull_parser.add_argument("--target", help="target whose image to pull (default DEFAULT_TARGET)")
     pull_parser.add_argument(
-        "--layer", choices=LAYERS, default="sglang", help="which layer's image (default sglang)"
+        "--layer", choices=LAYER_NAMES, default=TOP.name, help=f"which layer's image (default {TOP.name})"
     )
     pull_parser.add_argument("--image", help="REPOSITORY:TAG instead of --target and --layer")
     pull_parser.add_argument(

@@ -1,4 +1,5 @@
-"""Render the Jinja2 templates in images/ into a self-contained build context, deterministically.
+"""Render the Jinja2 templates (images/, epstack.resources) into a self-contained build context,
+deterministically.
 
 Output (DIR):
   docker-bake.json             every image of every target, for `cd DIR && docker buildx bake`
@@ -26,27 +27,23 @@ import jinja2
 from rich.console import Console
 from rich.markup import escape
 
-from epstack import __version__
+from epstack import __version__, imagepaths, resources
 from epstack.cmd import output_if_ok
 from epstack.command import LOCKS, PINS, SubParsers, path_arg, pins_path
 from epstack.errors import BadInput
 from epstack.fabric import COMMON_IMAGE_ENV, FABRICS
+from epstack.layers import LAYERS, SERVED, TOP, Layer, layer_named
 from epstack.lock import lock_specs, stale_locks
 from epstack.lockfile import UV_BOOTSTRAP, LockFile, entry_text, lock_path, locks_dir, read_lock
 from epstack.output import check_output, replace_output
-from epstack.pins import LAYERS, Layer, Pins, load_pins
+from epstack.pins import Pins, load_pins
 from epstack.resolve import INSTALL_FLAGS
 from epstack.sources import context_files as sources_context
-from epstack.stack import CUDA_JIT_TOOLKIT, DEEPEP_PATCH_KEYS, in_sglang_family
+from epstack.stack import CUDA_JIT_TOOLKIT, in_sglang_family
 from epstack.standin import render_files as standin_files
 from epstack.standin import standin_for
 
 DEFAULT_OUT = "build/render"
-REPO_ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES = REPO_ROOT / "images"
-IMAGE_SCRIPTS = REPO_ROOT / "scripts" / "image"
-# The script folders the Dockerfiles COPY from (image layers and the CUDA stand-in).
-CONTEXT_SCRIPTS = ("image", "standin")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,8 +74,9 @@ class RenderPlan:
         return [image for image in self.images if image.target == target]
 
 
-def source_date(env: dict[str, str] | None = None) -> datetime:
-    """SOURCE_DATE_EPOCH, else the time of the last commit, else the epoch: never 'now'."""
+def source_date(env: dict[str, str] | None = None, *, repository: Path | None = None) -> datetime:
+    """SOURCE_DATE_EPOCH, else the time of the last commit of `repository` (the pins file's folder;
+    default the working directory), else the epoch: never 'now'."""
     env = dict(os.environ) if env is None else env
     if "SOURCE_DATE_EPOCH" in env:
         value = env["SOURCE_DATE_EPOCH"]
@@ -91,17 +89,18 @@ def source_date(env: dict[str, str] | None = None) -> datetime:
                 f"SOURCE_DATE_EPOCH={value!r} is not a time (seconds since 1970, decimal digits only, "
                 "before the year 10000); fix: set it to e.g. the last commit's `git log -1 --format=%ct`"
             ) from None
-    commit_time = _git("log", "-1", "--format=%ct")
+    commit_time = _git(repository, "log", "-1", "--format=%ct")
     return datetime.fromtimestamp(int(commit_time) if commit_time.isdigit() else 0, tz=UTC)
 
 
-def source_revision() -> str:
-    """The git commit the templates come from, or 'unknown' outside a checkout."""
-    return _git("rev-parse", "HEAD") or "unknown"
+def source_revision(repository: Path | None = None) -> str:
+    """The git commit of `repository` (the pins file's folder; default the working directory), or
+    'unknown' outside a checkout."""
+    return _git(repository, "rev-parse", "HEAD") or "unknown"
 
 
-def _git(*args: str) -> str:
-    return (output_if_ok("git", "-C", str(REPO_ROOT), *args) or "").strip()
+def _git(repository: Path | None, *args: str) -> str:
+    return (output_if_ok("git", "-C", str(repository or "."), *args) or "").strip()
 
 
 def plan_render(
@@ -111,23 +110,19 @@ def plan_render(
     `locks`: the lock folder (default $EPSTACK_LOCKS or ./locks). A missing lock is BadInput; a stale
     one is rendered and named in the plan (`epstack build` refuses it)."""
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
+        loader=resources.template_loader(),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
         autoescape=False,
     )
-    files: dict[str, bytes] = {}
-    for script in sorted(p for p in IMAGE_SCRIPTS.parent.glob("*/*") if p.parent.name in CONTEXT_SCRIPTS):
-        files[f"scripts/{script.parent.name}/{script.name}"] = script.read_bytes()
-    for path in _package_sources():
-        files[f"src/{path.relative_to(REPO_ROOT).as_posix()}"] = path.read_bytes()
-    # One sources/ for every target: the EFA installer of an EFA target, and every fabric's patches.
-    efa_target = next((t for t in pins.targets if t.endswith("-efa")), pins.targets[0])
-    values = pins.model_dump(by_alias=True)
-    deepep = pins.layer_pins("deepep", efa_target) | {key: values[key] for key in DEEPEP_PATCH_KEYS.values()}
-    files.update(sources_context(sources, pins.layer_pins("base", efa_target), deepep))
+    files = resources.context_scripts()
+    files.update({f"src/{name}": data for name, data in resources.tool_sources().items()})
+    # One sources/ for every target: the downloads and git sources of each target's layers.
+    base = {key: value for t in pins.targets for key, value in pins.layer_pins("base", t).items()}
+    deepep = {key: value for t in pins.targets for key, value in pins.layer_pins("deepep", t).items()}
+    files.update(sources_context(sources, base, deepep))
     standin = standin_for(pins)
     for name, text in standin_files(pins).items():
         files[f"standin/{name}"] = text.encode()
@@ -151,6 +146,7 @@ def plan_render(
             "arch": target.rsplit("-", 1)[0],
             "fabric": fabric,
             "fabric_env": FABRICS[fabric].image_env(pins.gin_type(fabric)),
+            "fabric_install": FABRICS[fabric].install_template,
             "common_env": COMMON_IMAGE_ENV,
             "images": {image.stage: image for image in target_images},
             "base_packages": tuple(pins.base_packages),
@@ -159,11 +155,12 @@ def plan_render(
             "cuda_home": pins.cuda_home,
             "cuda_jit_copies": cuda_jit_copies(pins.cuda_home),
             "epstack_version": __version__,
+            "paths": imagepaths,
         }
         for layer in LAYERS:
-            files[f"targets/{target}/{layer}.pins.env"] = _layer_pins_file(pins, layer, target).encode()
-            text = env.get_template(f"{layer}/Dockerfile.j2").render(context)
-            files[f"targets/{target}/{layer}.Dockerfile"] = text.encode()
+            stem = f"targets/{target}/{layer.name}"
+            files[f"{stem}.pins.env"] = _layer_pins_file(pins, layer.name, target).encode()
+            files[f"{stem}.Dockerfile"] = env.get_template(layer.template).render(context).encode()
         images.extend(target_images)
     files["epstack-render.json"] = _json_bytes(
         {"default_target": pins.default_target, "images": [vars(image) for image in images]}
@@ -186,15 +183,6 @@ def cuda_jit_copies(cuda_home: str) -> list[tuple[tuple[str, ...], str]]:
         else:
             files.setdefault(part.rsplit("/", 1)[0], []).append(f"{cuda_home}/{part}")
     return [(tuple(paths), f"{cuda_home}/{parent}/") for parent, paths in files.items()] + folders
-
-
-def _package_sources() -> list[Path]:
-    """The epstack package and its build metadata, copied so images can install the guard."""
-    sources = [REPO_ROOT / "pyproject.toml", REPO_ROOT / "constraints.txt"]
-    sources += sorted(
-        p for p in (REPO_ROOT / "epstack").rglob("*") if p.is_file() and "__pycache__" not in p.parts
-    )
-    return sources
 
 
 def _lock_files(pins: Pins, directory: Path) -> dict[str, str]:
@@ -225,7 +213,7 @@ def _sglang_install_steps(lock: LockFile) -> dict[str, str]:
     }
 
 
-def _layer_pins_file(pins: Pins, layer: Layer, target: str) -> str:
+def _layer_pins_file(pins: Pins, layer: str, target: str) -> str:
     """What the image of `layer` was pinned to: the guard's expectations inside that image. Only the
     layer's own keys and those below, so an upper pin never changes (or rebuilds) a lower image."""
     lines = [f"# {layer} layer of {target}, rendered from pins.env by epstack; read by `epstack guard`."]
@@ -234,76 +222,56 @@ def _layer_pins_file(pins: Pins, layer: Layer, target: str) -> str:
 
 
 def _target_images(pins: Pins, target: str, *, created: datetime, revision: str) -> list[ImageSpec]:
-    """The four images of a target, bottom-up: devel and base (base layer), deepep, sglang."""
-    base_ref = pins.image_ref("base", target)
-    devel_ref = base_ref.replace(":base-", ":devel-", 1)
-    deepep_ref = pins.image_ref("deepep", target)
+    """The images of a target, bottom-up: each stage of each layer (epstack.layers), each built on the
+    images of the layer below (<STAGE>_IMAGE build arguments)."""
+    images: list[ImageSpec] = []
+    for layer in LAYERS:
+        below_images = [image for image in images if image.layer == layer.on]
+        for stage in layer.stages:
+            images.append(
+                ImageSpec(
+                    name=f"{target}-{stage}",
+                    target=target,
+                    layer=layer.name,
+                    stage=stage,
+                    dockerfile=f"targets/{target}/{layer.name}.Dockerfile",
+                    tag=_stage_ref(pins, layer, stage, target),
+                    labels=_labels(pins, layer, stage, target, created=created, revision=revision),
+                    args={f"{image.stage.upper()}_IMAGE": image.tag for image in below_images},
+                    depends_on=tuple(image.name for image in below_images),
+                )
+            )
+    return images
 
-    def labels(
-        layer: Layer, stage: str, top: bool, base_image: str = pins.cuda_runtime_image
-    ) -> dict[str, str]:
-        """Pins and base digest on every layer; created and revision on the top one only, so a
-        new commit changes no lower image (and rebuilds nothing below the top)."""
-        pinned = pins.layer_pins(layer, target)
-        result = {
-            "org.opencontainers.image.title": f"epstack {layer} ({target})",
-            "org.opencontainers.image.vendor": "epstack",
-            "org.opencontainers.image.version": pins.image_tag(layer, target),
-            "org.opencontainers.image.base.name": base_image.split("@", maxsplit=1)[0],
-            "org.opencontainers.image.base.digest": base_image.split("@")[1],
-            "io.epstack.target": target,
-            "io.epstack.layer": layer,
-            "io.epstack.stage": stage,
-        }
-        if top:
-            result["org.opencontainers.image.created"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
-            result["org.opencontainers.image.revision"] = revision
-        result.update({f"io.epstack.pin.{key.lower()}": value for key, value in sorted(pinned.items())})
-        return result
 
-    directory = f"targets/{target}"
-    return [
-        ImageSpec(
-            name=f"{target}-devel",
-            target=target,
-            layer="base",
-            stage="devel",
-            dockerfile=f"{directory}/base.Dockerfile",
-            tag=devel_ref,
-            labels=labels("base", "devel", False, pins.cuda_devel_image),
-        ),
-        ImageSpec(
-            name=f"{target}-base",
-            target=target,
-            layer="base",
-            stage="base",
-            dockerfile=f"{directory}/base.Dockerfile",
-            tag=base_ref,
-            labels=labels("base", "base", False),
-        ),
-        ImageSpec(
-            name=f"{target}-deepep",
-            target=target,
-            layer="deepep",
-            stage="deepep",
-            dockerfile=f"{directory}/deepep.Dockerfile",
-            tag=deepep_ref,
-            labels=labels("deepep", "deepep", False),
-            args={"DEVEL_IMAGE": devel_ref, "BASE_IMAGE": base_ref},
-            depends_on=(f"{target}-devel", f"{target}-base"),
-        ),
-        ImageSpec(
-            name=f"{target}-sglang",
-            target=target,
-            layer="sglang",
-            stage="sglang",
-            dockerfile=f"{directory}/sglang.Dockerfile",
-            tag=pins.image_ref("sglang", target),
-            labels=labels("sglang", "sglang", True),
-            args={"DEEPEP_IMAGE": deepep_ref},
-            depends_on=(f"{target}-deepep",),
-        ),
-    ]
+def _stage_ref(pins: Pins, layer: Layer, stage: str, target: str) -> str:
+    """The layer's image reference, its stage's name in place of the layer's (epstack:devel-cu13.0-...)."""
+    ref = pins.image_ref(layer.name, target)
+    return ref.replace(f":{layer.name}-", f":{stage}-", 1)
+
+
+def _labels(
+    pins: Pins, layer: Layer, stage: str, target: str, *, created: datetime, revision: str
+) -> dict[str, str]:
+    """Pins and base digest on every layer; created and revision on the top one only, so a new commit
+    changes no lower image (and rebuilds nothing below the top)."""
+    base_image = pins.cuda_devel_image if stage == layer.devel_stage else pins.cuda_runtime_image
+    result = {
+        "org.opencontainers.image.title": f"epstack {layer.name} ({target})",
+        "org.opencontainers.image.vendor": "epstack",
+        "org.opencontainers.image.version": pins.image_tag(layer.name, target),
+        "org.opencontainers.image.base.name": base_image.split("@", maxsplit=1)[0],
+        "org.opencontainers.image.base.digest": base_image.split("@")[1],
+        "io.epstack.target": target,
+        "io.epstack.layer": layer.name,
+        "io.epstack.stage": stage,
+    }
+    if layer is TOP:
+        result["org.opencontainers.image.created"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
+        result["org.opencontainers.image.revision"] = revision
+    pinned = pins.layer_pins(layer.name, target)
+    result.update({f"io.epstack.pin.{key.lower()}": value for key, value in sorted(pinned.items())})
+    return result
 
 
 def _bake(images: list[ImageSpec], default_target: str) -> dict[str, object]:
@@ -316,7 +284,6 @@ def _bake(images: list[ImageSpec], default_target: str) -> dict[str, object]:
             "dockerfile": image.dockerfile,
             "target": image.stage,
             "tags": [image.tag],
-            "labels": image.labels,
         }
         if image.args:
             entry["args"] = image.args
@@ -325,8 +292,8 @@ def _bake(images: list[ImageSpec], default_target: str) -> dict[str, object]:
         targets[image.name] = entry
     return {
         "group": {
-            "default": {"targets": [f"{default_target}-sglang"]},
-            "all": {"targets": [image.name for image in images if image.layer == "sglang"]},
+            "default": {"targets": [f"{default_target}-{TOP.stages[-1]}"]},
+            "all": {"targets": [image.name for image in images if layer_named(image.layer) in SERVED]},
         },
         "target": targets,
     }
@@ -336,10 +303,13 @@ def _json_bytes(data: object) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
-def output_directory(out: str, pins_path: Path, *, sources: Path | None = None) -> Path:
-    """Where a render may go (epstack.output rules): never the checkout, an input, or others' files."""
-    inputs = [TEMPLATES, IMAGE_SCRIPTS.parent, REPO_ROOT / "epstack", REPO_ROOT / "locks", pins_path]
-    return check_output(out, checkout=REPO_ROOT, inputs=[*inputs, *([sources] if sources else [])])
+def output_directory(
+    out: str, pins_path: Path, *, sources: Path | None = None, locks: Path | None = None
+) -> Path:
+    """Where a render may go (epstack.output rules): never the pins file's checkout, an input (the
+    package and its resources, the locks, the pins, the sources), or others' files."""
+    inputs = [*resources.inputs(), locks_dir(locks), pins_path, *([sources] if sources else [])]
+    return check_output(out, checkout=pins_path.parent, inputs=inputs)
 
 
 def write_plan(plan: RenderPlan, out: Path) -> None:
@@ -358,10 +328,14 @@ def tree_digest(root: Path) -> str:
 
 def cmd_render(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
-    out = output_directory(args.out, path, sources=args.sources)
+    out = output_directory(args.out, path, sources=args.sources, locks=args.locks)
     pins = load_pins(path)
     plan = plan_render(
-        pins, created=source_date(), revision=source_revision(), sources=args.sources, locks=args.locks
+        pins,
+        created=source_date(repository=path.parent),
+        revision=source_revision(path.parent),
+        sources=args.sources,
+        locks=args.locks,
     )
     write_plan(plan, out)
     console.print(f"rendered {len(plan.files)} files for {len(pins.targets)} targets into {escape(str(out))}")

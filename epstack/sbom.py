@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -23,18 +23,22 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from epstack.closure import DEEP_EP, DEEP_EP_LAYERS, built_deep_ep, manifest_path
+from epstack import imagepaths
+from epstack.closure import DEEP_EP
 from epstack.cmd import run
 from epstack.command import LOCKS, PINS, SubParsers, path_arg, pins_path
+from epstack.deepepmanifest import DEEPEP_MANIFEST, manifest_path
 from epstack.errors import BadInput
+from epstack.fabric import EFA
 from epstack.inputs import read_text
-from epstack.lockfile import LAYER_LOCKS, lock_path, locks_dir, read_lock
+from epstack.layers import LAYER_NAMES, layer_named, venv_locks
+from epstack.lockfile import lock_path, locks_dir, read_lock
 from epstack.output import write_file
 from epstack.pinsfile import read_pins_file
 from epstack.sources import parse_patches
 from epstack.stack import cuda_wheels
 
-SBOM_DIR = Path("/opt/epstack/sbom")
+SBOM_DIR = Path(imagepaths.SBOM)
 GDRCOPY_LIB = Path("/opt/gdrcopy/lib")
 
 
@@ -76,7 +80,7 @@ def python_parts(layer: str, locks: Path, manifest: Path) -> tuple[list[Part], d
     """The layer's locked distributions (and the built deep_ep) and the sha256 of each lock file."""
     parts: dict[str, Part] = {}
     files = {}
-    for name in LAYER_LOCKS[layer]:
+    for name in venv_locks(layer):
         lock = read_lock(locks, name)
         if lock is None:
             raise BadInput(f"{lock_path(locks, name)}: no such lock; fix: run in an epstack image")
@@ -93,51 +97,46 @@ def python_parts(layer: str, locks: Path, manifest: Path) -> tuple[list[Part], d
                     properties=(("epstack:lock", lock_path(locks, name).name),),
                 ),
             )
-    if layer in DEEP_EP_LAYERS:
+    if layer_named(layer).holds_deep_ep:
         parts[DEEP_EP] = deep_ep_part(manifest)
     return list(parts.values()), files
 
 
 def deep_ep_part(manifest: Path) -> Part:
     """The deep_ep wheel built from DeepEP's commit, with its fmt submodule and patches as pedigree."""
-    try:
-        source = json.loads(manifest.read_text())
-    except (OSError, ValueError) as exc:
-        raise BadInput(
-            f"{manifest}: cannot read the DeepEP manifest ({exc}); fix: build the deepep layer"
-        ) from None
-    wheel = manifest.parent / str(source.get("wheel", ""))
-    repo = str(source["repo"]).removesuffix(".git")
-    commits = [(str(source["commit"]), repo)]
-    if source.get("fmt_commit"):
-        commits.append((str(source["fmt_commit"]), "https://github.com/fmtlib/fmt"))
+    source = DEEPEP_MANIFEST.read(manifest)
+    wheel = manifest.parent / source.wheel
+    repo = source.repo.removesuffix(".git")
+    commits = [(source.commit, repo)]
+    if source.fmt_commit:
+        commits.append((source.fmt_commit, "https://github.com/fmtlib/fmt"))
     owner_name = "/".join(repo.split("/")[-2:]).lower()
     return Part(
         name=DEEP_EP,
-        version=built_deep_ep(manifest) or str(source["commit"])[:12],
+        version=source.wheel_version or source.commit[:12],
         kind="library",
-        purl=f"pkg:github/{owner_name}@{source['commit']}",
+        purl=f"pkg:github/{owner_name}@{source.commit}",
         sha256=sha256_file(wheel) if wheel.is_file() else "",
         group="native",
         properties=(
-            ("epstack:torch_cuda_arch_list", str(source.get("torch_cuda_arch_list", ""))),
-            ("epstack:source", str(source.get("source", ""))),
-            ("epstack:wheel", str(source.get("wheel", ""))),
+            ("epstack:torch_cuda_arch_list", source.torch_cuda_arch_list),
+            ("epstack:source", source.source),
+            ("epstack:wheel", source.wheel),
         ),
         commits=tuple(commits),
-        patches=tuple(_patches(source.get("patches", []))),
+        patches=tuple(_patches(source.patches)),
     )
 
 
-def _patches(entries: object) -> list[tuple[str, str]]:
+def _patches(entries: Iterable[str]) -> list[tuple[str, str]]:
     """The manifest's patch series (DEEPEP_PATCHES_<FABRIC>) as deepep.build writes it, each
     `URL#sha256=HEX`, as (file name, sha256); an entry of another form keeps its text and no hash."""
     patches = []
-    for entry in entries if isinstance(entries, list) else []:
+    for entry in entries:
         try:
-            (patch,) = parse_patches(str(entry))
+            (patch,) = parse_patches(entry)
         except ValueError:
-            patches.append((str(entry), ""))
+            patches.append((entry, ""))
         else:
             patches.append((patch.file, patch.sha256))
     return patches
@@ -172,7 +171,7 @@ def native_parts(pins: dict[str, str], layer: str) -> list[Part]:
                 properties=(("epstack:file", str(library or "not found")),),
             )
         )
-    if layer in DEEP_EP_LAYERS:
+    if layer_named(layer).holds_deep_ep:  # GDRCopy is built with DeepEP, in the deepep layer
         library = next(iter(sorted(GDRCOPY_LIB.glob("libgdrapi.so*"))), None)
         parts.append(
             Part(
@@ -186,7 +185,7 @@ def native_parts(pins: dict[str, str], layer: str) -> list[Part]:
                 commits=((pins["GDRCOPY_REF"], "https://github.com/NVIDIA/gdrcopy"),),
             )
         )
-    if pins.get("FABRIC") == "efa":
+    if pins.get("FABRIC") == EFA.name:
         parts += [
             Part(
                 name="aws-efa-installer",
@@ -259,7 +258,7 @@ def cmd_sbom(args: argparse.Namespace, console: Console) -> int:
         return 1 if errors else 0
     layer = args.layer or os.environ.get("EPSTACK_GUARD_LAYER", "")
     pins_file = pins_path(args.pins)
-    if layer not in LAYER_LOCKS or not pins_file.name:
+    if layer not in LAYER_NAMES or not pins_file.name:
         raise BadInput(
             "epstack sbom: no --layer or --pins (nor EPSTACK_GUARD_LAYER, EPSTACK_PINS); fix: pass both"
         )
@@ -284,7 +283,7 @@ def register(subparsers: SubParsers) -> None:
     parser = subparsers.add_parser(
         "sbom", parents=[PINS, LOCKS], help="write this image's CycloneDX SBOM (run inside an image)"
     )
-    parser.add_argument("--layer", choices=tuple(LAYER_LOCKS), help="default $EPSTACK_GUARD_LAYER")
+    parser.add_argument("--layer", choices=LAYER_NAMES, help="default $EPSTACK_GUARD_LAYER")
     parser.add_argument("--target", default="", help="the target the image was built for")
     parser.add_argument("--version", default="", help="the image's tag (its pins hash at the end)")
     parser.add_argument("--base-image", default="", help="NAME:TAG@sha256:... the image is built FROM")

@@ -23,6 +23,7 @@ from rich.markup import escape
 
 from epstack.command import SubParsers, path_arg
 from epstack.errors import BadInput
+from epstack.fabric import FABRICS
 
 # In the build context: sources/<layer>/, one folder per layer that takes sources, each always present
 # (a manifest at least), so a Dockerfile can COPY it whatever the folder held.
@@ -86,7 +87,7 @@ def parse_patches(value: str) -> tuple[Patch, ...]:
 
 def fabric_patches(pinned: Mapping[str, str], fabric: str) -> tuple[Patch, ...]:
     """The patches a deepep layer of `fabric` applies (its DEEPEP_PATCHES_<FABRIC> pin)."""
-    return parse_patches(pinned.get(f"DEEPEP_PATCHES_{fabric.upper()}", "none"))
+    return parse_patches(pinned.get(FABRICS[fabric].patches_key, "none"))
 
 
 def git_sources(pinned: Mapping[str, str]) -> tuple[GitSource, ...]:
@@ -201,7 +202,7 @@ def context_files(
     if folder is not None:
         found["base"] = {i.file: _installer(folder, i) for i in installers(base)}
         found["deepep"] = {s.archive: _archive(folder, s) for s in git_sources(deepep)}
-        for fabric in ("efa", "ib"):
+        for fabric in FABRICS:
             found["deepep"] |= {p.file: patch_bytes(folder, p) for p in fabric_patches(deepep, fabric)}
     files: dict[str, bytes] = {}
     for layer, entries in found.items():

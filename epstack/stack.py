@@ -124,34 +124,11 @@ CUDA_JIT_TOOLKIT: tuple[tuple[str, str], ...] = (
     ("targets/x86_64-linux/lib/stubs/", "libcuda.so for FlashInfer's -lcuda, and the driver stub"),
 )
 
-# Each pins.env key's layer: a layer is built from its own keys and those of the layers below, so a
-# pin moves its own layer and everything above it, never what is below. The base layer comes from
-# package registries only (PyPI, the Ubuntu archive, the EFA installer); the deepep layer holds
-# everything built from a git commit (DeepEP, its fmt submodule, GDRCopy), which needs GitHub or a
-# sources folder.
-LAYER_PIN_KEYS: dict[str, tuple[str, ...]] = {
-    "base": (
-        *("CUDA_VERSION", "CUDA_DEVEL_IMAGE", "CUDA_RUNTIME_IMAGE", "CUDA_MINOR_EXCEPTIONS"),
-        *("UBUNTU_SNAPSHOT", "PYTHON_VERSION"),
-        *("UV_VERSION", "TORCH_VERSION", "TORCH_CUDA_TAG", "NCCL_VERSION", "NVSHMEM_VERSION"),
-    ),
-    "deepep": ("GDRCOPY_VERSION", "GDRCOPY_REF", "DEEPEP_REPO", "DEEPEP_REF", "DEEPEP_FMT_REF"),
-    "sglang": ("SGLANG_VERSION",),
-}
-# DeepEP patches are pinned per fabric (DEEPEP_PATCHES_EFA, _IB) and belong to the deepep layer of
-# that fabric's targets.
-DEEPEP_PATCH_KEYS = {"efa": "DEEPEP_PATCHES_EFA", "ib": "DEEPEP_PATCHES_IB"}
 # Patches (by sha256) that read NCCL GIN signals in GDAKI's memory layout: right only where the
 # fabric's pinned GIN type is GDAKI (docs/deepep-patches.md; DeepEP PR #706 on the proxy layout).
 PATCHES_NEEDING_GDAKI = {
     "fbde7fef0cd154a090f3a150a55bb0300c4c364800f485cf27361031bb25c961": "vLLM's GIN barrier patch",
 }
-# Fabric pins belong to the base layer of that fabric's targets only.
-FABRIC_PIN_KEYS: dict[str, tuple[str, ...]] = {
-    "efa": ("EFA_INSTALLER_VERSION", "EFA_INSTALLER_SHA256", "AWS_OFI_NCCL_VERSION", "EFA_GIN_TYPE"),
-    "ib": ("RDMA_CORE_VERSION", "IB_GIN_TYPE"),
-}
-
 
 @dataclass(frozen=True, kw_only=True)
 class ImageTarget:

@@ -5,16 +5,21 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import socket
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from epstack import resources
+from epstack.deepepmanifest import DEEPEP_MANIFEST, DeepepManifest, LinkedLibrary
 from epstack.engine import DockerEngine
 from epstack.errors import EnvironmentProblem
 from epstack.smoke import cli, preflight
@@ -83,6 +88,17 @@ def check_golden(text: str, golden: Path) -> None:
     assert text == golden.read_text()
 
 
+def copy_checkout(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of pins.env and of the folders render reads (templates, scripts, the package) in root,
+    which render refuses to write over in place of the real ones (epstack.resources.inputs)."""
+    folders = [root / name for name in ("images", "scripts", "epstack")]
+    for folder in folders:
+        shutil.copytree(REPO / folder.name, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PINS, root / "pins.env")
+    monkeypatch.setattr(resources, "inputs", lambda: folders)
+    return root
+
+
 def pins_variant(tmp_path: Path, **changes: str) -> Path:
     """pins.env with some keys replaced (value '' deletes the line), written under tmp_path."""
     lines = []
@@ -112,6 +128,7 @@ STUB = """
 import json, os, subprocess, sys, time
 from pathlib import Path
 sys.path.insert(0, {repo!r})
+from epstack.smoke.result import RankResult
 from epstack.smoke.stage import StageWriter
 run_dir = Path(sys.argv[sys.argv.index("--run-dir") + 1])
 rank = int(os.environ["RANK"])
@@ -125,7 +142,7 @@ for name in ("start", "import", "init", "buffer", "route", "dispatch", "combine"
 if os.environ.get("STUB_FAIL_RANK") == str(rank):
     sys.exit(3)
 if rank == 0:
-    ranks = [{{"rank": r, "status": "pass", "checks": []}} for r in range(int(os.environ["WORLD_SIZE"]))]
+    ranks = [RankResult(rank=r, status="pass").to_json() for r in range(int(os.environ["WORLD_SIZE"]))]
     (run_dir / "all_ranks.json").write_text(json.dumps(ranks))
 child.kill()
 stage.enter("done")
@@ -192,4 +209,30 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path.mkdir()
     monkeypatch.syspath_prepend(str(path))
     importlib.invalidate_caches()
+    return path
+
+
+DEEPEP_WHEEL = "deep_ep-2.0.0+local-cp312-cp312-linux_x86_64.whl"
+
+
+def deepep_manifest(**changes: Any) -> DeepepManifest:
+    """A deep_ep source manifest as `epstack deepep build` writes it, with `changes`."""
+    built = DeepepManifest(
+        repo="https://github.com/deepseek-ai/DeepEP.git",
+        commit="d" * 40,
+        fmt_commit="f" * 40,
+        torch_cuda_arch_list="9.0a",
+        source="archive DeepEP.tar.gz",
+        patches=(),
+        nccl=LinkedLibrary(root="/nccl", library="/nccl/lib/libnccl.so.2", version="2.30.7"),
+        nvshmem_root="/nvshmem",
+        cc="/usr/bin/gcc",
+        cxx="/usr/bin/g++",
+        wheel=DEEPEP_WHEEL,
+    )
+    return replace(built, **changes)
+
+
+def write_deepep_manifest(path: Path, **changes: Any) -> Path:
+    path.write_text(DEEPEP_MANIFEST.dumps(deepep_manifest(**changes)))
     return path

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from epstack import closure
 from epstack.errors import BadInput
 from epstack.guard import check_closure
 from epstack.lockfile import expected_distributions
-from tests.conftest import REPO
+from tests.conftest import REPO, write_deepep_manifest
 
 LOCKS = REPO / "locks"
 WHEEL = "deep_ep-2.0.0+local-cp312-cp312-linux_x86_64.whl"
@@ -30,10 +29,7 @@ def site(tmp_path: Path, versions: dict[str, str]) -> Path:
 
 
 def manifest(tmp_path: Path) -> Path:
-    path = tmp_path / "deepep-source.json"
-    path.write_text(json.dumps({"repo": "https://github.com/deepseek-ai/DeepEP.git", "commit": "d" * 40,
-                                "wheel": WHEEL}))  # fmt: skip
-    return path
+    return write_deepep_manifest(tmp_path / "deepep-source.json", wheel=WHEEL)
 
 
 def locked(layer: str) -> dict[str, str]:
@@ -91,7 +87,7 @@ def test_locks_that_disagree_are_bad_input(tmp_path: Path) -> None:
 
 
 def test_only_the_venv_counts(tmp_path: Path) -> None:
-    """Distributions elsewhere on sys.path (epstack's tool in /opt/epstack/tool) are not the venv's."""
+    """Distributions elsewhere on sys.path (epstack's tool in imagepaths.TOOL) are not the venv's."""
     inside = site(tmp_path / "venv", {"torch": "2.14.1"})
     site(tmp_path / "tool", {"rich": "15.0.0"})
     assert closure.installed([str(inside)]) == {"torch": "2.14.1"}

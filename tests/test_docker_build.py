@@ -15,16 +15,17 @@ import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rich.console import Console
 
-from epstack import cdx
+from epstack import cdx, imagepaths
 from epstack.build import BuildReport, build_target, export_sboms, standin_ref
 from epstack.cli import main
 from epstack.engine import DockerEngine
-from epstack.lockfile import LAYER_LOCKS, read_lock
+from epstack.guard import GUARD_REPORT, GuardReport
+from epstack.layers import venv_locks
+from epstack.lockfile import read_lock
 from epstack.pins import load_pins
 from epstack.render import plan_render, source_date, write_plan
 from epstack.standin import STANDIN_LABEL, standin_for
@@ -134,11 +135,11 @@ def test_devel_and_base_are_built_guarded_and_labelled(built: BuildReport, engin
         STANDIN_LABEL in labels and labels["org.opencontainers.image.base.name"] == standin_for(pins).runtime
     )
     reports = docker(
-        engine, "run", "--rm", "--entrypoint", "cat", base, "/opt/epstack/reports/base.json"
+        engine, "run", "--rm", "--entrypoint", "cat", base, f"{imagepaths.REPORTS}/base.json"
     ).stdout
-    rows = {row["component"]: row for row in json.loads(reports)["checks"]}
-    assert rows["NCCL (loaded)"]["found"] == pins.nccl_version, "the wheel's NCCL, not the system decoy"
-    assert rows["CUDA runtime/driver"]["verdict"] == "skipped"
+    rows = {row.component: row for row in GUARD_REPORT.loads(reports, f"{base}: base.json").checks}
+    assert rows["NCCL (loaded)"].found == pins.nccl_version, "the wheel's NCCL, not the system decoy"
+    assert rows["CUDA runtime/driver"].verdict == "skipped"
 
 
 def test_the_base_image_runs_its_guard_at_start(built: BuildReport, engine: DockerEngine) -> None:
@@ -173,11 +174,11 @@ def test_the_base_image_holds_the_jits_toolchains_and_cudas_libraries_once(
         "/usr/local/cuda/targets/x86_64-linux/lib/libcudart.so.13",
         "/usr/local/cuda/targets/x86_64-linux/lib/stubs/libcuda.so",
     ]
-    rows = {row["component"]: row for row in guard_report(engine, ref(built, "base"), "base")["checks"]}
+    rows = {row.component: row for row in guard_report(engine, ref(built, "base"), "base").checks}
     for component in ("nvcc (CUDA_HOME)", "NVVM (CUDA_HOME)", "CUDA headers (CUDA_HOME)", "nvidia-nvjitlink"):
-        assert rows[component]["verdict"] == "ok" and rows[component]["found"].startswith("13.0"), component
+        assert rows[component].verdict == "ok" and rows[component].found.startswith("13.0"), component
     launcher = rows["JIT Triton launcher"]
-    assert launcher["verdict"] == "ok" and "gcc" in launcher["found"], "built at image build time, no GPU"
+    assert launcher.verdict == "ok" and "gcc" in launcher.found, "built at image build time, no GPU"
 
 
 def test_the_entrypoint_reads_the_builds_jit_report_and_refuses_another_cuda_home(
@@ -202,7 +203,7 @@ def test_a_toolchain_that_cannot_compile_fails_the_build_with_the_compilers_erro
         engine,
         tmp_path,
         f"FROM {ref(built, 'base')}\nRUN rm /usr/include/python3.12/Python.h\n"
-        "RUN /opt/epstack/scripts/guard-layer.sh base\n",
+        f"RUN {imagepaths.SCRIPTS}/guard-layer.sh base\n",
         "epstack-test/no-python-headers",
     )
     assert result.returncode != 0
@@ -228,7 +229,7 @@ def test_a_drifting_layer_fails_its_build_with_the_table(
         engine,
         tmp_path,
         f"FROM {ref(built, 'base')}\nRUN uv pip install {DRIFT}\n"
-        "RUN /opt/epstack/scripts/guard-layer.sh base\n",
+        f"RUN {imagepaths.SCRIPTS}/guard-layer.sh base\n",
         "epstack-test/drift-fails",
     )
     assert result.returncode != 0
@@ -363,33 +364,33 @@ def test_the_sglang_image_proves_every_jit_toolchain_for_its_arch(
     sampling module (nvcc, then the -lcudart -lcuda link); DeepGEMM and DeepEP name the device call
     that keeps them for a GPU host, and the compiler they will run."""
     image = ref(built, "sglang")
-    rows = {row["component"]: row for row in guard_report(engine, image, "sglang")["checks"]}
+    rows = {row.component: row for row in guard_report(engine, image, "sglang").checks}
     for component in ("JIT Triton launcher", "JIT Triton kernel", "JIT FlashInfer"):
-        assert rows[component]["verdict"] == "ok", rows[component]
+        assert rows[component].verdict == "ok", rows[component]
     kernel, flashinfer = rows["JIT Triton kernel"], rows["JIT FlashInfer"]
-    assert kernel["expected"] == "compiles for 9.0a" and "ptxas 12.9 for sm_90" in kernel["found"]
-    assert flashinfer["found"] == "nvcc 13.0.88 (/usr/local/cuda/bin/nvcc)"
+    assert kernel.expected == "compiles for 9.0a" and "ptxas 12.9 for sm_90" in kernel.found
+    assert flashinfer.found == "nvcc 13.0.88 (/usr/local/cuda/bin/nvcc)"
     for component in ("JIT DeepGEMM", "JIT DeepEP"):
         assert (
-            rows[component]["verdict"] == "skipped" and "cudaGetDeviceProperties" in rows[component]["detail"]
+            rows[component].verdict == "skipped" and "cudaGetDeviceProperties" in rows[component].detail
         )
-        assert "/usr/local/cuda/bin/nvcc" in rows[component]["found"]
-    assert rows["nvidia-cuda-nvcc"]["found"] == "13.0.88" and rows["nvidia-cuda-nvcc"]["verdict"] == "ok"
-    assert rows["CUDA major of distributions"]["verdict"] == "ok"
+        assert "/usr/local/cuda/bin/nvcc" in rows[component].found
+    assert rows["nvidia-cuda-nvcc"].found == "13.0.88" and rows["nvidia-cuda-nvcc"].verdict == "ok"
+    assert rows["CUDA major of distributions"].verdict == "ok"
 
 
 # ---- locks: the venv is exactly the lock; a drift the pins cannot see, the lock names -----------
 
 
-def guard_report(engine: DockerEngine, image: str, layer: str) -> dict[str, Any]:
-    text = docker(engine, "run", "--rm", "--entrypoint", "cat", image, f"/opt/epstack/reports/{layer}.json")
-    report: dict[str, Any] = json.loads(text.stdout)
-    return report
+def guard_report(engine: DockerEngine, image: str, layer: str) -> GuardReport:
+    path = f"{imagepaths.REPORTS}/{layer}.json"
+    text = docker(engine, "run", "--rm", "--entrypoint", "cat", image, path)
+    return GUARD_REPORT.loads(text.stdout, f"{image}: {path}")
 
 
 def locked(layer: str) -> set[str]:
     names = set()
-    for name in LAYER_LOCKS[layer]:
+    for name in venv_locks(layer):
         lock = read_lock(REPO / "locks", name)
         assert lock is not None
         names |= {p.name for p in lock.resolution.packages}
@@ -400,15 +401,15 @@ def assert_exactly_locked(engine: DockerEngine, image: str, layer: str, built_ex
     """The guard's distribution count equals the locks' (plus the deep_ep wheel built from its commit)."""
     report = guard_report(engine, image, layer)
     count = len(locked(layer)) + built_extra
-    rows = {row["component"]: row for row in report["checks"]}
+    rows = {row.component: row for row in report.checks}
     summary = rows["Python distributions"]
-    assert (summary["expected"], summary["found"], summary["verdict"]) == (
+    assert (summary.expected, summary.found, summary.verdict) == (
         f"{count} locked",
         f"{count} installed",
         "ok",
     )
-    distributions = report["distributions"]
-    assert len(distributions) == count and {d["verdict"] for d in distributions} == {"ok"}
+    distributions = report.distributions
+    assert len(distributions) == count and {d.verdict for d in distributions} == {"ok"}
 
 
 def test_the_base_layer_installs_exactly_its_lock(built: BuildReport, engine: DockerEngine) -> None:
@@ -446,7 +447,7 @@ def test_a_drift_the_lock_catches_and_the_pins_do_not(
         engine,
         tmp_path,
         f"FROM {ref(built, 'base')}\nRUN uv pip install --no-deps {TRANSITIVE_DRIFT}\n"
-        "RUN /opt/epstack/scripts/guard-layer.sh base\n",
+        f"RUN {imagepaths.SCRIPTS}/guard-layer.sh base\n",
         "epstack-test/transitive-drift",
     )
     assert result.returncode != 0
@@ -477,7 +478,7 @@ def test_an_sglang_transitive_drift_is_named(
         engine,
         tmp_path,
         f"FROM {ref(built, 'sglang')}\nRUN uv pip install --no-deps flashinfer-python==0.7.1\n"
-        "RUN /opt/epstack/scripts/guard-layer.sh sglang\n",
+        f"RUN {imagepaths.SCRIPTS}/guard-layer.sh sglang\n",
         "epstack-test/sglang-drift",
     )
     assert result.returncode != 0

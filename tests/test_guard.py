@@ -16,6 +16,7 @@ import pytest
 
 from epstack.cli import main
 from epstack.guard import (
+    GUARD_REPORT,
     LIBSTDCXX_FIX,
     check_deep_ep_owner,
     check_deep_ep_source,
@@ -31,7 +32,7 @@ from epstack.guard import (
 )
 from epstack.loaded import nccl_version
 from epstack.pins import load_pins
-from tests.conftest import PINS, REPO, pins_variant, write_dist
+from tests.conftest import PINS, REPO, pins_variant, write_deepep_manifest, write_dist
 
 FIXTURES = Path(__file__).with_name("fixtures") / "guard"
 SHA = "d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb"
@@ -76,9 +77,9 @@ def test_without_the_stack_exits_1_listing_every_missing_component(
 ) -> None:
     report_path = tmp_path / "out" / "r.json"
     assert main(["guard", "--pins", str(PINS), "--json", str(report_path)]) == 1
-    report = json.loads(report_path.read_text())
-    assert report["ok"] is False and report["layer"] == "all" and report["pins"] == str(PINS)
-    verdicts = {check["component"]: check["verdict"] for check in report["checks"]}
+    report = GUARD_REPORT.read(report_path)
+    assert report.ok is False and report.layer == "all" and report.pins == PINS
+    verdicts = {check.component: check.verdict for check in report.checks}
     # The test extras bring torch's CPU build for the smoke's reference: then torch is there but wrong.
     torch_rows = {"torch", "torch CUDA"}
     cpu_torch = importlib.util.find_spec("torch") is not None
@@ -118,7 +119,7 @@ def test_without_the_stack_exits_1_listing_every_missing_component(
 def test_layer_base_checks_the_base_and_below(tmp_path: Path, no_stack: None) -> None:
     report_path = tmp_path / "r.json"
     assert main(["guard", "--pins", str(PINS), "--layer", "base", "--json", str(report_path)]) == 1
-    layers = {check["layer"] for check in json.loads(report_path.read_text())["checks"]}
+    layers = {check.layer for check in GUARD_REPORT.read(report_path).checks}
     assert layers == {"python", "base"}
 
 
@@ -129,14 +130,14 @@ def test_layer_pins_file_needs_the_keys_of_its_layer(
     layer_file.write_text("CUDA_VERSION=13.0.3\nNCCL_VERSION=2.30.7\nNVSHMEM_VERSION=3.4.5\n")
     report_path = tmp_path / "r.json"
     assert main(["guard", "--pins", str(layer_file), "--layer", "python", "--json", str(report_path)]) == 1
-    rows = {c["component"]: c for c in json.loads(report_path.read_text())["checks"]}
+    rows = {c.component: c for c in GUARD_REPORT.read(report_path).checks}
     assert set(rows) == {
         "nvidia-nccl-cu13",
         "nvidia-nvshmem-cu13",
         "NVSHMEM (headers)",
         "CUDA major of distributions",
     }
-    assert rows["nvidia-nccl-cu13"]["expected"] == "2.30.7"
+    assert rows["nvidia-nccl-cu13"].expected == "2.30.7"
     capsys.readouterr()
     assert main(["guard", "--pins", str(layer_file), "--layer", "deepep"]) == 2
     assert "no TORCH_VERSION, which guard --layer base needs" in capsys.readouterr().err
@@ -147,7 +148,7 @@ def test_a_cuda_12_layer_checks_the_cu12_wheels(tmp_path: Path) -> None:
     layer_file.write_text("CUDA_VERSION=12.9.1\nNCCL_VERSION=2.30.7\nNVSHMEM_VERSION=3.4.5\n")
     report_path = tmp_path / "r.json"
     main(["guard", "--pins", str(layer_file), "--layer", "python", "--json", str(report_path)])
-    rows = [c["component"] for c in json.loads(report_path.read_text())["checks"]]
+    rows = [c.component for c in GUARD_REPORT.read(report_path).checks]
     assert rows[:2] == ["nvidia-nccl-cu12", "nvidia-nvshmem-cu12"]
 
 
@@ -320,13 +321,23 @@ def test_deep_ep_source_manifest(tmp_path: Path) -> None:
     pins = load_pins(PINS)
     manifest = tmp_path / "deepep-source.json"
     assert check_deep_ep_source(pins, manifest).verdict == "missing"
-    source = {"repo": pins.deepep_repo, "commit": SHA, "torch_cuda_arch_list": "9.0a"}
-    manifest.write_text(json.dumps(source))
+    write_deepep_manifest(manifest, repo=pins.deepep_repo, commit=SHA)
     assert check_deep_ep_source(pins, manifest).verdict == "ok"
-    manifest.write_text(json.dumps({**source, "commit": "dd758ca" + "0" * 33}))
+    write_deepep_manifest(manifest, repo=pins.deepep_repo, commit="dd758ca" + "0" * 33)
     assert check_deep_ep_source(pins, manifest).verdict == "mismatch"
     manifest.write_text("{not json")
     assert check_deep_ep_source(pins, manifest).found == "unreadable manifest"
+
+
+def test_a_manifest_of_an_older_epstack_fails_the_source_row_and_says_why(tmp_path: Path) -> None:
+    """A manifest without a schema (as epstack wrote them before) is unreadable, named with its fix."""
+    pins = load_pins(PINS)
+    manifest = tmp_path / "deepep-source.json"
+    manifest.write_text(json.dumps({"repo": pins.deepep_repo, "commit": SHA, "torch_cuda_arch_list": "9.0a"}))
+    check = check_deep_ep_source(pins, manifest)
+    assert (check.found, check.verdict) == ("unreadable manifest", "mismatch")
+    assert check.detail.startswith(f"{manifest}: no schema, so not a deep_ep source manifest")
+    assert "fix: rebuild the deepep layer" in check.detail
 
 
 def test_nvshmem_headers_are_read_not_the_wheel_metadata(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@ environment variables, special files and signals. For every input: an exit code 
 no traceback, and nothing changed outside the output directory.
 
 The commands run in-process (main(argv)) inside a sandbox: a copy of the checkout's inputs that
-render reads from, as the current directory, so no generated path can reach the repository."""
+render refuses to write over, as the current directory, so no generated path can reach the repository."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from epstack import pinscli, render
+from epstack import pinscli
 from epstack.cli import main
 from epstack.errors import EXIT_CODES
 from epstack.render import tree_digest
-from tests.conftest import PINS, REPO
+from tests.conftest import PINS, REPO, copy_checkout
 
 PIN_LINES = [line for line in PINS.read_text().splitlines() if "=" in line and not line.startswith("#")]
 KEYS = [line.split("=", 1)[0] for line in PIN_LINES]
@@ -31,15 +31,8 @@ KEYS = [line.split("=", 1)[0] for line in PIN_LINES]
 
 @pytest.fixture
 def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A copy of the checkout's inputs as the current directory, render pointed at it."""
-    root = tmp_path / "checkout"
-    for name in ("images", "scripts", "epstack"):
-        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pins.env", "pyproject.toml", "constraints.txt"):
-        shutil.copy(REPO / name, root / name)
-    monkeypatch.setattr(render, "REPO_ROOT", root)
-    monkeypatch.setattr(render, "TEMPLATES", root / "images")
-    monkeypatch.setattr(render, "IMAGE_SCRIPTS", root / "scripts" / "image")
+    """A copy of the checkout's inputs as the current directory (tests.conftest.copy_checkout)."""
+    root = copy_checkout(tmp_path / "checkout", monkeypatch)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764374400")
     monkeypatch.delenv("EPSTACK_PINS", raising=False)
     monkeypatch.chdir(root)

@@ -14,8 +14,9 @@ import pytest
 
 from epstack.cli import main
 from epstack.errors import CommandFailed
+from epstack.layers import venv_locks
 from epstack.lock import lock_specs, relock, stale_locks
-from epstack.lockfile import LAYER_LOCKS, entry_text, parse_lock, read_lock
+from epstack.lockfile import entry_text, parse_lock, read_lock
 from epstack.pins import load_pins
 from epstack.resolve import Pinned, Resolution, Unresolvable
 from epstack.stack import CUDA_RELEASE_WHEELS, DEEP_EP_PROVIDERS, ImageTarget
@@ -37,7 +38,7 @@ def test_the_committed_locks_are_fresh_and_hashed(capsys: pytest.CaptureFixture[
         resolution = committed(spec.name)
         assert resolution.packages and all(p.hashes for p in resolution.packages), spec.name
         assert all(h.startswith("sha256:") for p in resolution.packages for h in p.hashes)
-    assert set(LAYER_LOCKS["sglang"]) == {"base", "sglang"}
+    assert set(venv_locks("sglang")) == {"base", "sglang"}
 
 
 def test_the_locks_hold_the_pins_and_no_other_deep_ep() -> None:

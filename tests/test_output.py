@@ -1,14 +1,13 @@
 """render/build write only where they may, and replace their own output atomically.
 
-The refusals run against a copy of the checkout (the render module pointed at it), so a regression
-here destroys a temporary copy, not the repository.
+The refusals run against a copy of the checkout (epstack.resources.inputs pointed at it), so a
+regression here destroys a temporary copy, not the repository.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,24 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from epstack import render
 from epstack.cli import main
 from epstack.output import MARKER
 from epstack.render import tree_digest
-from tests.conftest import PINS, REPO, pins_variant
+from tests.conftest import PINS, REPO, copy_checkout, pins_variant
 
 
 @pytest.fixture
 def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the checkout's inputs, with render reading its templates and scripts from there."""
-    root = tmp_path / "checkout"
-    for name in ("images", "scripts", "epstack"):
-        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pins.env", "pyproject.toml", "constraints.txt"):
-        shutil.copy(REPO / name, root / name)
-    monkeypatch.setattr(render, "REPO_ROOT", root)
-    monkeypatch.setattr(render, "TEMPLATES", root / "images")
-    monkeypatch.setattr(render, "IMAGE_SCRIPTS", root / "scripts" / "image")
+    """A copy of the checkout's inputs as the current directory, taken for the package's folders."""
+    root = copy_checkout(tmp_path / "checkout", monkeypatch)
     monkeypatch.chdir(root)
     return root
 

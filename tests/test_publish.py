@@ -4,7 +4,6 @@ guard inside each image, push, digest read back, pull by digest; stand-ins never
 from __future__ import annotations
 
 import hashlib
-import json
 import subprocess
 import urllib.error
 import urllib.request
@@ -14,7 +13,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from epstack.build import build_target, standin_ref, write_build_report
+from epstack.build import BuildReport, BuiltImage, build_target, standin_ref, write_build_report
+from epstack.buildmanifest import BUILD_MANIFEST
 from epstack.cli import main
 from epstack.engine import DockerEngine
 from epstack.pins import load_pins
@@ -103,13 +103,12 @@ def test_push_guards_pushes_and_pull_comes_back_by_digest(
     ]
     assert main(args) == 0, capsys.readouterr().err
     tag = standin_ref(load_pins(PINS).image_ref("base", TARGET))
-    manifest = json.loads((out / "build-manifest.json").read_text())
-    devel, image = manifest["images"]
-    assert devel["stage"] == "devel" and not devel["pushed"], "--push top: the base image only"
+    devel, image = BUILD_MANIFEST.read(out / "build-manifest.json").images
+    assert devel.stage == "devel" and not devel.pushed, "--push top: the base image only"
     repository, image_tag = f"epstack-cb/{tag.split(':')[0]}", tag.split(":")[1]
-    assert image["uri"] == f"{registry}/{repository}:{image_tag}" and image["pushed"] and image["standin"]
-    assert image["digest"] == manifest_digest(registry, repository, image_tag)
-    assert image["pins_hash"] == load_pins(PINS).layer_hash("base", TARGET) and image_tag.endswith(
+    assert image.uri == f"{registry}/{repository}:{image_tag}" and image.pushed and image.standin
+    assert image.digest == manifest_digest(registry, repository, image_tag)
+    assert image.pins_hash == load_pins(PINS).layer_hash("base", TARGET) and image_tag.endswith(
         image["pins_hash"]
     )
     suites = {
@@ -155,7 +154,8 @@ def test_a_failing_guard_pushes_nothing(
     )
     try:
         bad_report = tmp_path / "report.json"
-        bad_report.write_text(json.dumps({"target": TARGET, "built": [{"ref": drifted}]}))
+        drifted_image = BuiltImage(ref=drifted, layer="base", stage="base", seconds=0.0, size=0)
+        write_build_report(bad_report, BuildReport(target=TARGET, standin=None, built=[drifted_image]))
         out = tmp_path / "out"
         args = [
             "publish",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from epstack import imagepaths
 from epstack.cli import main
 from epstack.lockfile import read_lock
 from epstack.pins import load_pins
@@ -129,7 +130,7 @@ def test_every_layer_installs_exactly_its_lock(rendered: Path) -> None:
         for lock in ("base", "deepep-build", "sglang"):
             copied = rendered / f"targets/{target}/locks/{lock}.txt"
             assert copied.read_bytes() == (REPO / "locks" / f"{lock}.txt").read_bytes()
-    script = "/opt/epstack/scripts/install-python-packages.sh"
+    script = imagepaths.SCRIPTS / "install-python-packages.sh"
     for layer, locks in (
         ("base", ["base"]),
         ("deepep", ["deepep-build"]),
@@ -137,7 +138,7 @@ def test_every_layer_installs_exactly_its_lock(rendered: Path) -> None:
     ):
         text = (rendered / f"targets/hopper-efa/{layer}.Dockerfile").read_text()
         installs = [line.strip(" &\\") for line in text.splitlines() if f"{script} /" in line]
-        assert installs == [f"{script} /opt/epstack/locks/{lock}.txt {flags}" for lock in locks]
+        assert installs == [f"{script} {imagepaths.LOCKS}/{lock}.txt {flags}" for lock in locks]
     sglang = read_lock(REPO / "locks", "sglang")
     assert sglang is not None
     versions = sglang.resolution.versions

@@ -12,7 +12,7 @@ from epstack import cdx
 from epstack.cli import main
 from epstack.pins import load_pins
 from epstack.sbom import ImageFacts, native_parts, os_parts, python_parts
-from tests.conftest import PINS, REPO
+from tests.conftest import PINS, REPO, write_deepep_manifest
 
 LOCKS = REPO / "locks"
 DPKG = "bash\t5.2.21-2ubuntu4\tamd64\nlibc6\t2.39-0ubuntu8.6\tamd64\nca-certificates\t20240203\tall\n"
@@ -23,15 +23,14 @@ PATCH_SHA = "ab" * 32
 def manifest(tmp_path: Path) -> Path:
     wheel = tmp_path / "deep_ep-2.0.0+local-cp312-cp312-linux_x86_64.whl"
     wheel.write_bytes(b"a built wheel")
-    path = tmp_path / "deepep-source.json"
-    path.write_text(json.dumps({
-        "repo": "https://github.com/deepseek-ai/DeepEP.git", "commit": load_pins(PINS).deepep_ref,
-        "fmt_commit": load_pins(PINS).deepep_fmt_ref, "wheel": wheel.name,
-        "torch_cuda_arch_list": "9.0a", "source": "archive DeepEP.tar.gz",
+    return write_deepep_manifest(
+        tmp_path / "deepep-source.json",
+        commit=load_pins(PINS).deepep_ref,
+        fmt_commit=load_pins(PINS).deepep_fmt_ref,
+        wheel=wheel.name,
         # As epstack deepep build writes it (str(sources.Patch)).
-        "patches": [f"https://example.org/patches/0001-efa-qp-cap.patch#sha256={PATCH_SHA}"],
-    }))  # fmt: skip
-    return path
+        patches=(f"https://example.org/patches/0001-efa-qp-cap.patch#sha256={PATCH_SHA}",),
+    )
 
 
 def facts(tmp_path: Path, target: str = "hopper-efa", standin: str = "") -> ImageFacts:

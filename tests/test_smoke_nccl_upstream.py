@@ -11,6 +11,7 @@ from epstack.loaded import decode_nccl_version, mapped_libraries
 from epstack.smoke.config import DEFAULT_SHAPE, SmokeConfig, resolve_shape
 from epstack.smoke.nccl import NcclInfo
 from epstack.smoke.report import aggregate, ratios
+from epstack.smoke.result import Bench, OpFigures, RankResult, Stats
 from epstack.smoke.upstream import EXPECTED_MODES, parse
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "elastic" / "results"
@@ -89,20 +90,18 @@ def test_shapes_and_validation() -> None:
 
 
 def test_aggregate_and_ratio() -> None:
-    def figs(gbps: float, mean_gbps: float) -> dict[str, object]:
-        us = {"median": 100.0, "p10": 99.0, "p90": 101.0, "mean": 100.0, "min": 98.0, "max": 120.0, "n": 50}
-        return {
-            "bytes": 1e6,
-            "kernel_gbps": gbps,
-            "kernel_mean_gbps": mean_gbps,
-            "call_gbps": gbps / 2,
-            "kernel_us": us,
-            "call_us": us,
-        }
+    def figs(gbps: float, mean_gbps: float) -> OpFigures:
+        us = Stats(median=100.0, p10=99.0, p90=101.0, mean=100.0, min=98.0, max=120.0, n=50)
+        return OpFigures(bytes=1e6, kernel_gbps=gbps, kernel_mean_gbps=mean_gbps, call_gbps=gbps / 2,
+                         kernel_us=us, call_us=us)  # fmt: skip
+
+    def bench(fp8: OpFigures, combine: OpFigures) -> Bench:
+        return Bench(dispatch_fp8=fp8, dispatch_bf16=figs(1, 1), combine=combine)
 
     ranks = [
-        {"bench": {"dispatch_fp8": figs(580, 570), "combine": figs(600, 600)}},
-        {"bench": {"dispatch_fp8": figs(590, 580), "combine": figs(610, 606)}},
+        RankResult(rank=0, bench=bench(figs(580, 570), figs(600, 600))),
+        RankResult(rank=1, bench=bench(figs(590, 580), figs(610, 606))),
+        RankResult(rank=2, status="killed"),  # no figures: not in the mean
     ]
     summary = aggregate(ranks)
     assert summary["dispatch_fp8"]["kernel_gbps_min"] == 580

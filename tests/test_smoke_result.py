@@ -1,14 +1,17 @@
 """The worker's typed results serialize to exactly the rank documents the report, the benchmarks and
-the committed H200 results read: same keys, all the way down."""
+the committed H200 results read (same keys, all the way down, and a schema), and read back the same."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from epstack.errors import BadInput
 from epstack.smoke.result import (
+    RANK_RESULT,
     Bench,
     BufferFacts,
     CaseCheck,
@@ -92,8 +95,23 @@ def test_a_full_rank_result_has_the_keys_of_the_h200_run() -> None:
     with_all_ranks = RankResult(
         **(vars(rank) | {"nccl": NcclFacts(**(vars(rank.nccl) | {"all_ranks": ["2.30.7"]}))})
     )
-    assert keys(with_all_ranks.to_json()) == keys(committed)
+    assert keys(with_all_ranks.to_json()) == keys(committed) | {".schema"}
     assert with_all_ranks.passed
+
+
+def test_a_rank_result_reads_back_as_written() -> None:
+    rank = full_result()
+    assert RANK_RESULT.parse(rank.to_json(), "rank0.json") == rank
+    failed = RankResult(rank=1, status="error", error="RuntimeError: x", stage="init")
+    assert RANK_RESULT.parse(json.loads(json.dumps(failed.to_json())), "rank1.json") == failed
+
+
+def test_a_rank_result_of_an_older_epstack_is_bad_input(tmp_path: Path) -> None:
+    """The committed H200 ranks predate the schema: read back, they are refused in one line."""
+    path = tmp_path / "all_ranks.json"
+    path.write_text(json.dumps(json.loads(H200_SMOKE.read_text())["ranks"]))
+    with pytest.raises(BadInput, match=r"^.*all_ranks.json: \[0\]: no schema, so not a smoke rank result"):
+        RANK_RESULT.read_list(path)
 
 
 def test_figures_are_microseconds_and_gbps_from_the_median() -> None:
@@ -118,6 +136,7 @@ def test_a_failed_rank_keeps_what_its_stages_found() -> None:
     rank.status, rank.error, rank.stage = "environment", "EnvironmentError_: loaded NCCL 2.28.9 ...", "import"
     document = rank.to_json()
     assert set(document) == {
+        "schema",
         "rank",
         "world_size",
         "local_rank",

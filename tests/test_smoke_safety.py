@@ -18,6 +18,7 @@ from epstack.errors import BAD_INPUT, CHECK_FAILED, ENVIRONMENT, OK
 from epstack.smoke import preflight
 from epstack.smoke.__main__ import main as smoke_main
 from epstack.smoke.preflight import Found, require
+from epstack.smoke.result import RANK_RESULT
 from epstack.smoke.stage import HANG_RANK_ENV, HANG_STAGE_ENV
 from tests.conftest import REPO
 from tests.test_smoke_supervise import _gone
@@ -96,7 +97,7 @@ def test_a_reused_run_dir_never_reports_the_previous_run(
     )
     data = json.loads(report.read_text())
     assert data["verdict"] == "fail"
-    assert all(rank.get("status") != "pass" for rank in data["ranks"])
+    assert all(RANK_RESULT.parse(rank, report).status != "pass" for rank in data["ranks"])
     assert (run_dir / "mine.txt").read_text() == "not the smoke's"
 
 

@@ -55,12 +55,13 @@ for phase in "$@"; do
         bash scripts/gpu/install-nccl.sh --pins pins.env --src "$(ls "$srcs"/nccl-*.tar.gz)" --arch 90 \
             --prefix /opt/nccl 2>&1 | tee -a "$out/install.log" | tail -n 3
         note "install: DeepEP (epstack deepep build)"
-        cmd=("$py" -m epstack deepep build --pins pins.env --arch 9.0 --sources "$srcs"
-             --wheel-dir /opt/epstack/wheels)
+        # Where an image keeps the wheel, so the guard finds its manifest as in an image.
+        wheels=$("$py" -c 'from epstack.imagepaths import WHEELS; print(WHEELS)')
+        cmd=("$py" -m epstack deepep build --pins pins.env --arch 9.0 --sources "$srcs" --wheel-dir "$wheels")
         echo "+ ${cmd[*]}" >>"$out/run.log"
         "${cmd[@]}" 2>&1 | tee -a "$out/install.log" | tail -n 3
-        "$py" -m pip install --quiet --no-deps --force-reinstall /opt/epstack/wheels/deep_ep-*.whl
-        cp /opt/epstack/wheels/deepep-source.json "$out/"
+        "$py" -m pip install --quiet --no-deps --force-reinstall "$wheels"/deep_ep-*.whl
+        cp "$wheels/deepep-source.json" "$out/"
         # DeepEP's own tests (the upstream phases) run from its tree.
         mkdir -p /opt/src && tar -xzf "$(ls "$srcs"/DeepEP-*.tar.gz)" -C /opt/src
         note "install: done"

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from epstack import imagepaths
 from epstack.cluster.image import ImageRef
 from epstack.cluster.profiles import ServePlan, serve_plan
 from epstack.cluster.serve import DIST_INIT_PORT, HEALTH_PATH, HTTP_PORT, serve_env, sglang_command
@@ -23,7 +24,7 @@ from epstack.smoke.launch import DEFAULT_PORT
 JobKind = Literal["elastic-smoke", "serve"]
 JOB_KINDS: tuple[JobKind, ...] = ("elastic-smoke", "serve")
 # images/base/Dockerfile.j2's ENTRYPOINT: the guard, then the command (pyxis does not run it itself).
-IMAGE_ENTRYPOINT = "/opt/epstack/scripts/entrypoint.sh"
+IMAGE_ENTRYPOINT = str(imagepaths.SCRIPTS / "entrypoint.sh")
 SMOKE_REPORT = "/tmp/epstack-smoke-elastic.json"
 SMOKE_TIMEOUT_S = 900
 
@@ -104,11 +105,12 @@ def make_job(
         raise BadInput(f"--fabric {fabric}: fix: use one of {', '.join(FABRICS)}")
     facts = FABRICS[fabric]
     if nodes > 1 and not facts.gin_ok(pins.nccl_version):
+        others = [name for name, other in FABRICS.items() if other.gin_ok(pins.nccl_version)]
         raise BadInput(
             f"--fabric {fabric} --nodes {nodes}: DeepEP V2 crosses nodes only through NCCL GIN, and "
             f"GIN over {facts.title} needs NCCL >= {facts.gin_min_nccl} ({facts.gin_floor_source}); "
             f"pins.env has NCCL_VERSION={pins.nccl_version}; fix: raise NCCL_VERSION, use "
-            f"--fabric {'ib' if fabric == 'efa' else 'efa'}, or --nodes 1"
+            f"{''.join(f'--fabric {name}, ' for name in others)}or --nodes 1"
         )
     if profile is not None and kind == "elastic-smoke":
         serve_plan(profile, nodes=nodes, gpus_per_node=gpus_per_node)  # same checks as serve
@@ -133,7 +135,7 @@ def make_job(
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         fabric=facts,
-        fabric_devices=fabric_devices or (gpus_per_node if fabric == "efa" else 1),
+        fabric_devices=fabric_devices or (gpus_per_node if facts.device_per_gpu else 1),
         serve=plan,
         smoke_profile=profile if kind == "elastic-smoke" else None,
     )

@@ -41,6 +41,7 @@ from epstack.smoke import report as report_mod
 from epstack.smoke import upstream as upstream_mod
 from epstack.smoke.classify import classify
 from epstack.smoke.config import DEFAULT_NUM_TOKENS, PRESETS, SmokeConfig, resolve_shape
+from epstack.smoke.result import RANK_RESULT, RankResult
 from epstack.smoke.supervise import RankCommand, Supervised, supervise
 
 # How a rank is started; the CPU tests put a stub rank here (no torch, no GPU).
@@ -165,12 +166,12 @@ def _deep_ep_interposition() -> list[str] | None:
         return None
 
 
-def _diagnose(sup: Supervised, ranks: list[dict[str, Any]]) -> tuple[int, list[dict[str, Any]]]:
+def _diagnose(sup: Supervised, ranks: list[RankResult]) -> tuple[int, list[dict[str, Any]]]:
     """Exit code and findings from how the ranks ended and what they wrote."""
     findings: list[dict[str, Any]] = []
     for r in ranks:
-        if r.get("finding"):
-            findings.append(r["finding"] | {"rank": r.get("rank"), "error": r.get("error", "")})
+        if r.finding:
+            findings.append(r.finding | {"rank": r.rank, "error": r.error or ""})
     for o in sup.outcomes:
         if o.signal_name == "SIGSEGV":
             symbols = _deep_ep_interposition()
@@ -189,21 +190,22 @@ def _diagnose(sup: Supervised, ranks: list[dict[str, Any]]) -> tuple[int, list[d
         return ENVIRONMENT, findings
     if sup.timed_out or not sup.ok:
         return CHECK_FAILED, findings
-    return (OK if all(r.get("status") == "pass" for r in ranks) else CHECK_FAILED), findings
+    return (OK if all(r.status == "pass" for r in ranks) else CHECK_FAILED), findings
 
 
-def _ranks_from(run_dir: Path, sup: Supervised) -> list[dict[str, Any]]:
+def _ranks_from(run_dir: Path, sup: Supervised) -> list[RankResult]:
+    """Every rank's result: gathered by rank 0, else each rank's own file, with how it ended."""
     gathered = run_dir / "all_ranks.json"
     if gathered.is_file():
-        ranks: list[dict[str, Any]] = json.loads(gathered.read_text())
-        return ranks
+        return RANK_RESULT.read_list(gathered)
     out = []
     for o in sup.outcomes:
         path = run_dir / f"rank{o.rank}.json"
-        data = json.loads(path.read_text()) if path.is_file() else {"rank": o.rank}
-        data.setdefault("status", "killed" if o.killed else f"exit {o.returncode}")
-        data["stage"] = o.stage
-        out.append(data)
+        result = RANK_RESULT.read(path) if path.is_file() else RankResult(rank=o.rank)
+        if result.status is None:
+            result.status = "killed" if o.killed else f"exit {o.returncode}"
+        result.stage = o.stage
+        out.append(result)
     return out
 
 
@@ -254,8 +256,9 @@ def _config(args: argparse.Namespace, world_size: int) -> SmokeConfig:
 
 def _run_ranks(
     cfg: SmokeConfig, launch: launch_mod.Launch, run_dir: Path, timeout_s: float, console: Console
-) -> tuple[int, dict[str, Any]]:
-    """Start this node's ranks under the supervisor; the exit code and the report's rank sections."""
+) -> tuple[int, list[RankResult], dict[str, Any]]:
+    """Start this node's ranks under the supervisor; the exit code, the ranks' results and the
+    report's rank sections."""
     cfg_path = run_dir / "config.json"
     cfg.dump(cfg_path)
     base_env = dict(os.environ) | {"PYTHONUNBUFFERED": "1"}
@@ -277,7 +280,7 @@ def _run_ranks(
         )
     if not sup.ok:
         console.print(f"[red]{escape(sup.reason)}[/]")
-    return code, {
+    return code, ranks, {
         "supervisor": {
             "reason": sup.reason,
             "timed_out": sup.timed_out,
@@ -293,7 +296,7 @@ def _run_ranks(
                 for o in sup.outcomes
             ],
         },
-        "ranks": ranks,
+        "ranks": [rank.to_json() for rank in ranks],
         "summary": report_mod.aggregate(ranks),
         "findings": findings,
     }
@@ -367,8 +370,9 @@ def cmd_elastic(args: argparse.Namespace, console: Console) -> int:
         "run_dir": str(run_dir),
     }
     code = OK
+    ranks: list[RankResult] = []
     if not args.upstream_only:
-        code, sections = _run_ranks(cfg, launch, run_dir, args.timeout, console)
+        code, ranks, sections = _run_ranks(cfg, launch, run_dir, args.timeout, console)
         report |= sections
     if args.upstream_tests:
         upstream_code, sections = _run_upstream(args, launch, run_dir, report.get("summary", {}), console)
@@ -376,7 +380,7 @@ def cmd_elastic(args: argparse.Namespace, console: Console) -> int:
     report["verdict"], report["exit_code"] = VERDICTS.get(code, "fail"), code
     if launch.rank == 0:
         write_file(args.json, json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", what="--json")
-        if report.get("ranks"):
-            console.print(report_mod.table(report))
+        if ranks:
+            console.print(report_mod.table(report["verdict"], ranks))
         console.print(f"report: {escape(str(args.json))}")
     return code

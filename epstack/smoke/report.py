@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
+from epstack.smoke.result import RankResult
 from epstack.smoke.upstream import UpstreamResult
 
 OPS = ("dispatch_fp8", "dispatch_bf16", "combine")
@@ -14,24 +15,24 @@ OPS = ("dispatch_fp8", "dispatch_bf16", "combine")
 UPSTREAM_OP = {"dispatch_fp8": "dispatch", "combine": "combine"}
 
 
-def aggregate(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def aggregate(ranks: list[RankResult]) -> dict[str, Any]:
     """Per operation: each rank's GB/s and µs, and their mean and minimum over ranks."""
     out: dict[str, Any] = {}
     for op in OPS:
-        figures = [r["bench"][op] for r in ranks if op in r.get("bench", {})]
+        figures = [r.bench.ops[op] for r in ranks if r.bench is not None]
         if not figures:
             continue
         out[op] = {
             "ranks": len(figures),
-            "bytes_per_rank": [f["bytes"] for f in figures],
-            "kernel_gbps_per_rank": [f["kernel_gbps"] for f in figures],
-            "kernel_gbps_mean": statistics.fmean(f["kernel_gbps"] for f in figures),
-            "kernel_gbps_min": min(f["kernel_gbps"] for f in figures),
-            "kernel_mean_gbps_mean": statistics.fmean(f["kernel_mean_gbps"] for f in figures),
-            "kernel_us_median_per_rank": [f["kernel_us"]["median"] for f in figures],
-            "kernel_us_spread_per_rank": [[f["kernel_us"]["p10"], f["kernel_us"]["p90"]] for f in figures],
-            "call_gbps_mean": statistics.fmean(f["call_gbps"] for f in figures),
-            "call_us_median_per_rank": [f["call_us"]["median"] for f in figures],
+            "bytes_per_rank": [f.bytes for f in figures],
+            "kernel_gbps_per_rank": [f.kernel_gbps for f in figures],
+            "kernel_gbps_mean": statistics.fmean(f.kernel_gbps for f in figures),
+            "kernel_gbps_min": min(f.kernel_gbps for f in figures),
+            "kernel_mean_gbps_mean": statistics.fmean(f.kernel_mean_gbps for f in figures),
+            "kernel_us_median_per_rank": [f.kernel_us.median for f in figures],
+            "kernel_us_spread_per_rank": [[f.kernel_us.p10, f.kernel_us.p90] for f in figures],
+            "call_gbps_mean": statistics.fmean(f.call_gbps for f in figures),
+            "call_us_median_per_rank": [f.call_us.median for f in figures],
         }
     return out
 
@@ -49,7 +50,7 @@ def ratios(summary: dict[str, Any], upstream: UpstreamResult | None) -> dict[str
     return out
 
 
-def table(report: dict[str, Any]) -> Table:
+def table(verdict: str, ranks: list[RankResult]) -> Table:
     t = Table(
         "rank",
         "status",
@@ -57,25 +58,19 @@ def table(report: dict[str, Any]) -> Table:
         "dispatch fp8",
         "dispatch bf16",
         "combine",
-        title=f"epstack smoke elastic: {report['verdict']}",
+        title=f"epstack smoke elastic: {verdict}",
     )
-    for r in report["ranks"]:
-        checks = r.get("checks", [])
-        ok = sum(c["dispatch"] == "ok" and c["combine"] == "ok" for c in checks)
-        bench = r.get("bench", {})
-
-        def cell(op: str, b: dict[str, Any] = bench) -> str:
-            if op not in b:
-                return "-"
-            f = b[op]
-            return f"{f['kernel_gbps']:.0f} GB/s {f['kernel_us']['median']:.1f} µs"
-
+    for r in ranks:
+        checks = r.checks or []
+        figures = r.bench.ops if r.bench is not None else {}
+        cells = [
+            f"{f.kernel_gbps:.0f} GB/s {f.kernel_us.median:.1f} µs" if (f := figures.get(op)) else "-"
+            for op in OPS
+        ]
         t.add_row(
-            str(r.get("rank", "?")),
-            str(r.get("status", r.get("stage", "?"))),
-            f"{ok}/{len(checks)}",
-            cell("dispatch_fp8"),
-            cell("dispatch_bf16"),
-            cell("combine"),
+            str(r.rank),
+            r.status or r.stage or "?",
+            f"{sum(c.ok for c in checks)}/{len(checks)}",
+            *cells,
         )
     return t

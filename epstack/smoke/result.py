@@ -1,16 +1,18 @@
 """What one rank of the elastic smoke found, stage by stage, as typed values. Pure: no torch.
 
 The worker fills a RankResult as its stages end; `to_json()` is the rank<N>.json document (and the
-report's "ranks" entries), with the keys the report, the benchmarks and the committed results use.
-A rank that fails keeps what the stages before the failure found.
+report's "ranks" entries), with the keys the report, the benchmarks and the committed results use,
+and RANK_RESULT reads it back. A rank that fails keeps what the stages before the failure found.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+from epstack.document import Schema
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +145,11 @@ class Bench:
     dispatch_bf16: OpFigures
     combine: OpFigures
 
+    @property
+    def ops(self) -> dict[str, OpFigures]:
+        """Each operation's figures by its name."""
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
 
 @dataclass(kw_only=True)
 class RankResult:
@@ -181,4 +188,13 @@ class RankResult:
         }
         if self.nccl is not None and self.nccl.all_ranks is None:
             del document["nccl"]["all_ranks"]
-        return document
+        return RANK_RESULT.body(document)
+
+
+RANK_RESULT = Schema(
+    name="smoke-rank",
+    version=1,
+    model=RankResult,
+    what="a smoke rank result (rank<N>.json)",
+    fix="run `epstack smoke elastic` of this epstack again",
+)

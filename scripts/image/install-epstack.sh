@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Install epstack itself (the guard) into /opt/epstack/tool, outside the application venv, and put
+# Install epstack itself (the guard) into $EPSTACK_HOME/tool, outside the application venv, and put
 # an `epstack` command on PATH. The command runs the application's Python with the tool appended to
 # sys.path: it inspects the application's packages and libraries, and never replaces one of them.
 # Usage: install-epstack.sh SOURCE_DIR
 set -euo pipefail
 
 src=$1
+tool=${EPSTACK_HOME}/tool
 "${VIRTUAL_ENV}/bin/uv" pip install --quiet --python "${VIRTUAL_ENV}/bin/python" \
-  --constraint "${src}/constraints.txt" --target /opt/epstack/tool "${src}"
+  --constraint "${src}/constraints.txt" --target "${tool}" "${src}"
 rm -rf "${src}"
-mkdir -p /opt/epstack/bin
-cat > /opt/epstack/bin/epstack <<'WRAPPER'
+mkdir -p "${EPSTACK_HOME}/bin"
+cat > "${EPSTACK_HOME}/bin/epstack" <<WRAPPER
 #!/bin/sh
-exec "${VIRTUAL_ENV:-/opt/epstack/venv}/bin/python" -c 'import sys; sys.path.append("/opt/epstack/tool"); from epstack.cli import main; sys.exit(main())' "$@"
+exec "\${VIRTUAL_ENV:-${VIRTUAL_ENV}}/bin/python" -c 'import sys; sys.path.append("${tool}"); from epstack.cli import main; sys.exit(main())' "\$@"
 WRAPPER
-chmod 755 /opt/epstack/bin/epstack
-echo "epstack: $(/opt/epstack/bin/epstack --version) in /opt/epstack/tool"
+chmod 755 "${EPSTACK_HOME}/bin/epstack"
+echo "epstack: $("${EPSTACK_HOME}/bin/epstack" --version) in ${tool}"

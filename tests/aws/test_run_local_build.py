@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from epstack.buildmanifest import BUILD_MANIFEST
 from epstack.cli import main
 from epstack.engine import DockerEngine
 from tests.conftest import PINS, REPO
@@ -67,12 +68,12 @@ def test_build_yml_builds_guards_pushes_and_pulls_back_by_the_exported_digest(
     assert (report["group"], report["status"], report["failures"]) == ("epstack-guard", "SUCCEEDED", 0)
     assert report["tests"] >= 3
     assert sorted(run["artifacts"]["primary"]) == ["build-manifest.json", "build-report.json", "image.env"]
-    manifest = json.loads((out / "artifacts" / "build-manifest.json").read_text())
-    top = manifest["images"][-1]
-    assert (top["uri"], top["digest"], top["pushed"]) == (uri, digest, True)
-    assert all(not image["pushed"] for image in manifest["images"][:-1]), "EPSTACK_PUSH=top pushes one image"
+    manifest = BUILD_MANIFEST.read(out / "artifacts" / "build-manifest.json")
+    top = manifest.images[-1]
+    assert (top.uri, top.digest, top.pushed) == (uri, digest, True)
+    assert all(not image.pushed for image in manifest.images[:-1]), "EPSTACK_PUSH=top pushes one image"
     suites = ET.parse(OUT / "guard-junit.xml").getroot().findall("testsuite")
-    assert [s.get("name") for s in suites] == [image["tag"] for image in manifest["images"]]
+    assert [s.get("name") for s in suites] == [image.tag for image in manifest.images]
 
     # pull back by the exported digest
     ref = f"{uri.rsplit(':', 1)[0]}@{digest}"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from epstack.buildmanifest import BUILD_MANIFEST, BuildManifest, ManifestImage
 from epstack.cli import main
 from epstack.cluster.image import parse_image
 from epstack.pins import load_pins
@@ -74,24 +75,30 @@ def test_bad_flags(capsys: pytest.CaptureFixture[str], tmp_path: Path, args: lis
     assert text in _bad(capsys, tmp_path, *SERVE, *args)
 
 
-def _manifest(tmp_path: Path, images: object) -> Path:
+def _image(tag: str, digest: str = DIGEST, *, pushed: bool = True) -> ManifestImage:
+    """An image of build-manifest.json as `epstack publish` writes it."""
+    layer = tag.split("-", 1)[0]
+    uri, digest = (f"{REGISTRY}:{tag}", digest) if pushed else ("", "")
+    return ManifestImage(layer=layer, stage=layer, tag=f"epstack:{tag}", uri=uri, digest=digest,
+                         pins_hash=tag[-12:], standin=False, pushed=pushed, guard_ok=True,
+                         guard_checks=20)  # fmt: skip
+
+
+def _manifest(tmp_path: Path, *images: ManifestImage) -> Path:
     path = tmp_path / "build-manifest.json"
-    path.write_text(json.dumps(images))
+    manifest = BuildManifest(target="hopper-ib", registry=REGISTRY, source_revision="0" * 40,
+                             pins_sha256="0" * 64, images=images)  # fmt: skip
+    path.write_text(BUILD_MANIFEST.dumps(manifest))
     return path
 
 
 def test_manifest_gives_the_image_built_from_these_pins(tmp_path: Path) -> None:
+    """The image tagged as these pins tag it, by digest; another layer's image and an image that was
+    not pushed are left alone."""
     tag = load_pins(PINS).image_tag("sglang", "hopper-ib")
-    other = "sha256:" + "1" * 64
-    manifest = _manifest(
-        tmp_path,
-        {
-            "images": [
-                {"ref": f"{REGISTRY}:{tag.replace('sglang', 'deepep', 1)}", "digest": other},
-                {"repository": REGISTRY, "tag": tag, "digest": DIGEST},
-            ]
-        },
-    )
+    deepep = tag.replace("sglang", "deepep", 1)
+    manifest = _manifest(tmp_path, _image(deepep, pushed=False), _image(deepep, "sha256:" + "1" * 64),
+                         _image(tag))  # fmt: skip
     text = render(tmp_path, *SERVE[1:], "--fabric", "ib", "--manifest", str(manifest))
     images = {c["image"] for o in load_all(text) if o["kind"] == "LeaderWorkerSet"
               for t in ("leaderTemplate", "workerTemplate")
@@ -99,66 +106,40 @@ def test_manifest_gives_the_image_built_from_these_pins(tmp_path: Path) -> None:
     assert images == {f"{REGISTRY}:{tag}@{DIGEST}"}
 
 
-def test_publish_manifest_format(tmp_path: Path) -> None:
-    """build-manifest.json as `epstack publish` writes it: local tag, registry uri, digest per image;
-    an image that was not pushed has no digest and is skipped."""
-    pins = load_pins(PINS)
-    tag = pins.image_tag("sglang", "hopper-ib")
-    images = [
-        {
-            "layer": "deepep",
-            "stage": "deepep",
-            "tag": f"epstack:{tag.replace('sglang', 'deepep', 1)}",
-            "uri": "",
-            "digest": "",
-            "pins_hash": "0" * 12,
-            "standin": False,
-            "pushed": False,
-        },
-        {
-            "layer": "sglang",
-            "stage": "sglang",
-            "tag": f"epstack:{tag}",
-            "uri": f"{REGISTRY}:{tag}",
-            "digest": DIGEST,
-            "pins_hash": pins.layer_hash("sglang", "hopper-ib"),
-            "standin": False,
-            "pushed": True,
-            "guard_ok": True,
-            "guard_checks": 20,
-        },
-    ]
-    manifest = _manifest(
-        tmp_path, {"version": 1, "target": "hopper-ib", "registry": REGISTRY, "images": images}
-    )
-    text = render(tmp_path, *SERVE[1:], "--fabric", "ib", "--manifest", str(manifest))
-    assert f"{REGISTRY}:{tag}@{DIGEST}" in text
+def test_a_manifest_without_the_image_of_these_pins(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    manifest = _manifest(tmp_path, _image("sglang-0.5.23-other"))
+    line = _bad(capsys, tmp_path, *SERVE, "--fabric", "ib", "--manifest", str(manifest))
+    assert f"{manifest}: no image tagged sglang-0.5.23-" in line
 
 
 @pytest.mark.parametrize(
     ("content", "text"),
     [
-        ([{"ref": f"{REGISTRY}:other", "digest": DIGEST}], "no image tagged sglang-0.5.23-"),
-        ([{"ref": f"{REGISTRY}:x"}], "needs 'uri' (or 'ref')"),
-        ({"images": []}, "no images list"),
-        ([{"ref": f"{REGISTRY}:x@sha256:{'2' * 64}", "digest": DIGEST}], "disagree"),
+        # The tolerant format read before build manifests had a schema: refused, with the fix.
+        ({"images": [{"ref": f"{REGISTRY}:x", "digest": DIGEST}]}, "no schema, so not a build manifest"),
+        ({"schema": "build-manifest/9", "images": []}, "schema 'build-manifest/9' unknown, this epstack"),
+        ({"schema": "build-manifest/1", "target": "t"}, "registry: field required; fix:"),
+        ("not json", "not JSON (Expecting value, line 1)"),
     ],
 )
 def test_bad_manifest(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: object, text: str) -> None:
-    manifest = _manifest(tmp_path, content)
+    manifest = tmp_path / "build-manifest.json"
+    manifest.write_text(content if isinstance(content, str) else json.dumps(content))
     line = _bad(capsys, tmp_path, *SERVE, "--fabric", "ib", "--manifest", str(manifest))
-    assert text in line and str(manifest) in line
+    assert line.startswith(f"error: {manifest}: ") and text in line
 
 
 def test_missing_manifest(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     line = _bad(capsys, tmp_path, *SERVE, "--fabric", "ib", "--manifest", str(tmp_path / "none.json"))
-    assert "none.json: no such file; fix: pass the path of the build manifest" in line
+    assert "none.json: no such file; fix: pass the path of a build manifest" in line
 
 
 def test_a_fifo_manifest_is_refused_not_waited_on(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo.json")
     line = _bad(capsys, tmp_path, *SERVE, "--fabric", "ib", "--manifest", str(tmp_path / "fifo.json"))
-    assert "fifo.json: a FIFO, not the build manifest" in line
+    assert "fifo.json: a FIFO, not a build manifest" in line
 
 
 def test_print_command_is_only_for_serve(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
