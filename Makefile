@@ -46,7 +46,7 @@ unit: $(BIN)/epstack
 	$(BIN)/pytest -m "not docker and not network and not gpu"
 
 schema: $(BIN)/epstack
-	$(BIN)/python -c "from epstack.pins import SCHEMA_PATH, pins_json_schema; SCHEMA_PATH.write_text(pins_json_schema())"
+	$(BIN)/python -c "from epstack.pins.load import SCHEMA_PATH, pins_json_schema; SCHEMA_PATH.write_text(pins_json_schema())"
 
 constraints: $(BIN)/epstack
 	{ sed -n 1,2p constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^epstack' \

@@ -31,10 +31,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from epstack.build import BuildReport, build_target
-from epstack.engine import DockerEngine
-from epstack.pins import load_pins
-from epstack.render import plan_render, source_date, source_revision, write_plan
+from epstack.image.build import BuildReport, build_target
+from epstack.image.engine import DockerEngine
+from epstack.image.render import plan_render, source_date, source_revision, write_plan
+from epstack.pins.load import load_pins
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "images.json"

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from epstack.resolve import uv_bin
+from epstack.python.resolve import uv_bin
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "pins_predict.json"

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from epstack.distinfo import Dist
+    from epstack.python.distinfo import Dist
 
 # warn: works, with a limit named (never fails); skipped: nothing to check, the reason given.
 Verdict = Literal["ok", "mismatch", "missing", "extra", "fail", "warn", "skipped", "override (pinned)"]

@@ -1,6 +1,6 @@
 """The `epstack` command line. Each command lives in its own module with `register(subparsers)`;
 only the chosen command's module is imported (the images' entrypoint runs `epstack guard` at every
-container start), and every command ends through epstack.command.execute and its exit-code table."""
+container start), and every command ends through epstack.commands.common.execute and its exit-code table."""
 
 from __future__ import annotations
 
@@ -13,29 +13,29 @@ from rich.console import Console
 from rich.markup import escape
 
 from epstack import __version__
-from epstack.command import execute as execute_command
-from epstack.command import parse
+from epstack.commands.common import execute as execute_command
+from epstack.commands.common import parse
 
 LOG_WIDTH = 160
 
 # Each top-level command and the module whose register(subparsers) adds it.
 COMMANDS: dict[str, str] = {
-    "pins": "epstack.pinscli",
-    "render": "epstack.render",
-    "build": "epstack.build",
-    "guard": "epstack.guard",
-    "jit": "epstack.jitprobe",
-    "lock": "epstack.lock",
-    "sbom": "epstack.sbom",
-    "deepep": "epstack.deepep",
-    "nccl": "epstack.nccl",
-    "sources": "epstack.sources",
-    "doctor": "epstack.doctor",
-    "smoke": "epstack.smoke.cli",
-    "cluster": "epstack.cluster.cli",
-    "publish": "epstack.publish",
-    "codebuild": "epstack.aws.cli",
-    "ecr": "epstack.aws.cli",
+    "pins": "epstack.commands.pins",
+    "render": "epstack.image.render",
+    "build": "epstack.image.build",
+    "guard": "epstack.guard.run",
+    "jit": "epstack.guard.jitprobe",
+    "lock": "epstack.python.lock",
+    "sbom": "epstack.image.sbom",
+    "deepep": "epstack.image.deepep",
+    "nccl": "epstack.guard.nccl",
+    "sources": "epstack.image.sources",
+    "doctor": "epstack.doctor.report",
+    "smoke": "epstack.commands.smoke",
+    "cluster": "epstack.commands.cluster",
+    "publish": "epstack.image.publish",
+    "codebuild": "epstack.commands.aws",
+    "ecr": "epstack.commands.aws",
 }
 
 

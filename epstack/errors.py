@@ -1,5 +1,5 @@
 """One error hierarchy and one exit-code table for every command (the smoke included); errors become
-exit codes only in epstack.command.execute, which every entry point runs through."""
+exit codes only in epstack.commands.common.execute, which every entry point runs through."""
 
 from __future__ import annotations
 

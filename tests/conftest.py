@@ -19,10 +19,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from epstack import resources
-from epstack.deepepmanifest import DEEPEP_MANIFEST, DeepepManifest, LinkedLibrary
-from epstack.engine import DockerEngine
+from epstack.commands import smoke as cli
 from epstack.errors import EnvironmentProblem
-from epstack.smoke import cli, preflight
+from epstack.image.deepepmanifest import DEEPEP_MANIFEST, DeepepManifest, LinkedLibrary
+from epstack.image.engine import DockerEngine
+from epstack.smoke import preflight
 from epstack.smoke.stage import HANG_STAGE_ENV
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,9 +10,9 @@ from typing import get_args
 import pytest
 
 from epstack.checkrow import FAILED, Check, Verdict
-from epstack.doctor import Report, format_table
-from epstack.guard import GUARD_REPORT, GuardReport
-from epstack.publish import junit
+from epstack.doctor.report import Report, format_table
+from epstack.guard.run import GUARD_REPORT, GuardReport
+from epstack.image.publish import junit
 
 FAILING = ("mismatch", "missing", "extra", "fail")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from epstack.cli import main
-from epstack.pins import SCHEMA_PATH, pins_json_schema
+from epstack.pins.load import SCHEMA_PATH, pins_json_schema
 from tests.conftest import PINS, REPO, pins_variant, venv_tool
 
 

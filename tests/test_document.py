@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from epstack import closure
-from epstack.build import BUILD_REPORT, BuildReport, BuiltImage, write_build_report
-from epstack.buildmanifest import BUILD_MANIFEST, BuildManifest, ManifestImage
 from epstack.checkrow import Check
-from epstack.deepepmanifest import DEEPEP_MANIFEST
 from epstack.document import Schema
 from epstack.errors import BadInput
-from epstack.guard import GUARD_REPORT, GuardReport
-from epstack.publish import read_build_report
-from epstack.sbom import deep_ep_part
-from epstack.standin import Standin
+from epstack.guard.run import GUARD_REPORT, GuardReport
+from epstack.image.build import BUILD_REPORT, BuildReport, BuiltImage, write_build_report
+from epstack.image.buildmanifest import BUILD_MANIFEST, BuildManifest, ManifestImage
+from epstack.image.deepepmanifest import DEEPEP_MANIFEST
+from epstack.image.publish import read_build_report
+from epstack.image.sbom import deep_ep_part
+from epstack.image.standin import Standin
+from epstack.python import closure
 from tests.conftest import deepep_manifest, write_deepep_manifest
 
 

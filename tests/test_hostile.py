@@ -19,10 +19,10 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from epstack import pinscli
 from epstack.cli import main
+from epstack.commands import pins as pinscli
 from epstack.errors import EXIT_CODES
-from epstack.render import tree_digest
+from epstack.image.render import tree_digest
 from tests.conftest import PINS, REPO, copy_checkout
 
 PIN_LINES = [line for line in PINS.read_text().splitlines() if "=" in line and not line.startswith("#")]
@@ -382,7 +382,7 @@ def test_ctrl_c_is_130_in_one_line(
 
 SIGTERM_MID_COMMAND = """
 import os, signal, sys, time
-import epstack.pinscli as pinscli
+import epstack.commands.pins as pinscli
 pinscli.load_pins = lambda path: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(30))
 from epstack.cli import main
 sys.exit(main(["pins", "check"]))

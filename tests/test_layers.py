@@ -8,10 +8,11 @@ import pytest
 
 from epstack import layers
 from epstack.fabric import FABRICS
-from epstack.guard import SCOPE_CHECKS
+from epstack.guard.run import SCOPE_CHECKS
+from epstack.image.render import plan_render, source_date
 from epstack.layers import BASE, DEEPEP, GuardScope, guard_scopes, up_to, venv_locks
-from epstack.pins import Pins, load_pins
-from epstack.render import plan_render, source_date
+from epstack.pins.load import load_pins
+from epstack.pins.model import Pins
 from tests.conftest import PINS
 
 # What a target itself decides (its name, archs and fabric), not a layer.

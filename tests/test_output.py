@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from epstack.cli import main
+from epstack.image.render import tree_digest
 from epstack.output import MARKER
-from epstack.render import tree_digest
 from tests.conftest import PINS, REPO, copy_checkout, pins_variant
 
 

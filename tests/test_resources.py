@@ -9,11 +9,11 @@ import sysconfig
 from pathlib import Path
 
 from epstack import imagepaths
-from epstack.render import source_revision
+from epstack.image.render import source_revision
 from tests.conftest import PINS, REPO, venv_tool
-from tests.test_render import GOLDEN, REVISION
+from tests.image.test_render import GOLDEN, REVISION
 
-CREATED_EPOCH = "1795910400"  # tests.test_render.CREATED
+CREATED_EPOCH = "1795910400"  # tests.image.test_render.CREATED
 
 
 def test_image_paths_are_spelled_only_in_imagepaths() -> None:

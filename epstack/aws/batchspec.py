@@ -7,7 +7,7 @@ smoke depends on its own target's build, and only on it.
 
 from __future__ import annotations
 
-from epstack.pins import Pins
+from epstack.pins.model import Pins
 
 BUILD_BUILDSPEC = "buildspecs/build.yml"
 SMOKE_BUILDSPEC = "buildspecs/smoke.yml"

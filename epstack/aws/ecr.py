@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from epstack.aws.clients import Backoff, ecr_client, error_code, region
 from epstack.errors import BadInput, EnvironmentProblem
-from epstack.registry import ECR_HOST, MANIFEST_TYPES, config_of, is_loopback
+from epstack.image.registry import ECR_HOST, MANIFEST_TYPES, config_of, is_loopback
 
 if TYPE_CHECKING:
     from mypy_boto3_ecr import ECRClient

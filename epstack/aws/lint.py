@@ -20,7 +20,7 @@ from typing import Any
 
 from epstack.aws.buildspec import Document, Finding, load_document, schema_findings
 from epstack.errors import BadInput, EpstackError
-from epstack.pins import Pins
+from epstack.pins.model import Pins
 from epstack.stack import DEEP_EP_PROVIDERS
 
 SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|PRIVATE_KEY|API_KEY|ACCESS_KEY|CREDENTIAL)", re.I)

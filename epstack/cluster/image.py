@@ -1,7 +1,7 @@
 """Image references by digest: from --image, or the build manifest's entry for the pins' image.
 
 A cluster job names its image only as REPOSITORY[:TAG]@sha256:<64 hex>, so every node runs the bytes
-that were built and tested. The build manifest (`build-manifest.json`, epstack.buildmanifest, what
+that were built and tested. The build manifest (`build-manifest.json`, epstack.image.buildmanifest, what
 `epstack publish` writes in the CodeBuild work) gives each pushed image's registry `uri` and `digest`;
 images never pushed are skipped. The image whose tag is the one the pins give it is the one used.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from epstack.buildmanifest import BUILD_MANIFEST
 from epstack.errors import BadInput
-from epstack.oci import parse_reference
+from epstack.image.buildmanifest import BUILD_MANIFEST
+from epstack.image.oci import parse_reference
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,7 +3,7 @@
 A Job is platform-neutral: its command takes the node's rank and node 0's host as expressions the
 platform fills in (Kubernetes `$(VAR)`, a shell's "$VAR"), its environment is the fabric's job
 environment (when it crosses nodes) plus the job's own. epstack.cluster.k8s and .slurm turn it into
-manifests; the launcher variables they add come from epstack.launchenv.
+manifests; the launcher variables they add come from epstack.smoke.launchenv.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from epstack.cluster.profiles import ServePlan, serve_plan
 from epstack.cluster.serve import DIST_INIT_PORT, HEALTH_PATH, HTTP_PORT, serve_env, sglang_command
 from epstack.errors import BadInput
 from epstack.fabric import FABRICS, Fabric
-from epstack.pins import Pins
+from epstack.pins.model import Pins
 from epstack.smoke.launch import DEFAULT_PORT
 
 JobKind = Literal["elastic-smoke", "serve"]

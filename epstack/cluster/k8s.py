@@ -4,7 +4,7 @@ pre-pull DaemonSet. Plain dicts, in a fixed key order, written out by yamltext.
 Every pod: the image by digest, nvidia.com/gpu, /dev/shm as a memory emptyDir, IPC_LOCK (DeepEP and
 NCCL pin memory; Kubernetes has no memlock setting, the capability lifts the limit), and, when the job
 crosses nodes, the fabric's device resource, its huge pages and its environment. The launcher
-variables come from epstack.launchenv, the fabric facts from epstack.fabric.
+variables come from epstack.smoke.launchenv, the fabric facts from epstack.fabric.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from epstack import launchenv as V
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import Job
+from epstack.smoke import launchenv as V
 
 Obj = dict[str, Any]
 K8S_VERSION = "1.34"  # the Kubernetes version the manifests are validated against (kubernetes-validate)

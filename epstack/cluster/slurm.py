@@ -13,9 +13,9 @@ import shlex
 from pathlib import PurePosixPath
 
 from epstack import __version__
-from epstack import launchenv as V
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import IMAGE_ENTRYPOINT, Job
+from epstack.smoke import launchenv as V
 
 
 def squashfs_path(directory: str, image: ImageRef) -> str:

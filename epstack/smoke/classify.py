@@ -79,7 +79,7 @@ _RULES = (
     ),
     _Rule(
         # A rank killed by SIGSEGV; with libstdc++ symbols exported from deep_ep/_C.so the JIT's
-        # std::regex reaches the wrong codecvt and crashes (see epstack.loaded.interposed_symbols).
+        # std::regex reaches the wrong codecvt and crashes (see epstack.guard.loaded.interposed_symbols).
         key="libstdcxx-interposition",
         pattern=re.compile(r"deep_ep/_C\.so exports libstdc\+\+ symbols"),
         summary="deep_ep/_C.so defines and exports libstdc++ symbols (built with a second g++); "

@@ -4,7 +4,7 @@ Order: torchrun (it sets RANK/WORLD_SIZE/LOCAL_RANK), then Slurm (SLURM_PROCID),
 LeaderWorkerSet (LWS_WORKER_INDEX), then a Kubernetes indexed Job (JOB_COMPLETION_INDEX), else no
 launcher (`--nproc-per-node N`: the smoke starts the ranks itself). Under a launcher, each started
 process supervises `nproc` ranks (1 unless --nproc-per-node asks one task per node to start several).
-Every variable name comes from epstack.launchenv, which the cluster jobs use too.
+Every variable name comes from epstack.smoke.launchenv, which the cluster jobs use too.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from epstack import launchenv as V
 from epstack.errors import BadInput
+from epstack.smoke import launchenv as V
 
 DEFAULT_PORT = 29500
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from epstack.loaded import decode_nccl_version, library_version, mapped_libraries
+from epstack.guard.loaded import decode_nccl_version, library_version, mapped_libraries
 from epstack.stack import DEEPEP_V2_MIN_NCCL, release
 
 

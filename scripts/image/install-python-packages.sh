@@ -3,7 +3,7 @@
 # against its hashes, none of their requirements resolved again (the lock is the whole closure).
 # Usage: install-python-packages.sh LOCK UV_INSTALL_FLAGS...
 #   LOCK              a lock from locks/ (epstack lock), copied into the image by its Dockerfile
-#   UV_INSTALL_FLAGS  rendered from epstack.resolve.INSTALL_FLAGS (--require-hashes --no-deps ...)
+#   UV_INSTALL_FLAGS  rendered from epstack.python.resolve.INSTALL_FLAGS (--require-hashes --no-deps ...)
 # Expects VIRTUAL_ENV in the environment. A new venv gets uv first: pip installs the base lock's uv
 # entry (uv-bootstrap.txt beside LOCK) with its hashes, wheel only; pip and uv are in the base lock.
 set -euo pipefail

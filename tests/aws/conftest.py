@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from moto.server import ThreadedMotoServer
 
-from epstack.pins import Pins, load_pins
+from epstack.pins.load import load_pins
+from epstack.pins.model import Pins
 from tests.conftest import PINS
 
 REGION = "us-east-1"

@@ -23,11 +23,11 @@ import pytest
 from botocore.exceptions import ReadTimeoutError
 from botocore.stub import ANY, Stubber
 
-from epstack.aws import cli as aws_cli
 from epstack.aws import codebuild
 from epstack.aws.clients import Backoff
 from epstack.aws.codebuild import BATCH_BUILDSPEC, LogCursor, StartRequest
 from epstack.cli import main
+from epstack.commands import aws as aws_cli
 from epstack.errors import EnvironmentProblem
 from tests.conftest import PINS, REPO
 

@@ -14,7 +14,7 @@ from epstack.aws.buildspec import SCHEMA_PATH, load_buildspec, load_document, sc
 from epstack.aws.lint import lint as lint_files
 from epstack.cli import main
 from epstack.errors import BadInput
-from epstack.pins import Pins
+from epstack.pins.model import Pins
 from tests.conftest import PINS, REPO
 
 SHIPPED = sorted((REPO / "buildspecs").glob("*.yml"))

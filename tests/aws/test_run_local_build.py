@@ -5,7 +5,7 @@ IMAGE_DIGEST, and the image comes back by that digest.
 
 Cost: the same target and render as the Docker build tests, so BuildKit's cache serves the build;
 EPSTACK_PUSH=top pushes one image. EPSTACK_PREDICT=no skips `pins predict` (a resolve against PyPI,
-20 s and more, once over 120 s here; tests/test_predict.py covers it)."""
+20 s and more, once over 120 s here; tests/python/test_predict.py covers it)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from epstack.buildmanifest import BUILD_MANIFEST
 from epstack.cli import main
-from epstack.engine import DockerEngine
+from epstack.image.buildmanifest import BUILD_MANIFEST
+from epstack.image.engine import DockerEngine
 from tests.conftest import PINS, REPO
 
 pytestmark = [pytest.mark.docker, pytest.mark.network, pytest.mark.slow]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from epstack.buildmanifest import BUILD_MANIFEST, BuildManifest, ManifestImage
 from epstack.cli import main
 from epstack.cluster.image import parse_image
-from epstack.pins import load_pins
+from epstack.image.buildmanifest import BUILD_MANIFEST, BuildManifest, ManifestImage
+from epstack.pins.load import load_pins
 from tests.cluster.conftest import DIGEST, IMAGE, REGISTRY, load_all, render
 from tests.conftest import PINS
 

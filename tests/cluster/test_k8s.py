@@ -9,9 +9,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from epstack import launchenv as V
 from epstack.cluster.k8s import LWS_API
 from epstack.fabric import FABRICS
+from epstack.smoke import launchenv as V
 from epstack.smoke.launch import detect
 from tests.cluster.conftest import (
     DIGEST,
@@ -24,7 +24,7 @@ from tests.cluster.conftest import (
 )
 from tests.cluster.validation import images_of, validate_object
 
-# Every variable name epstack.launchenv knows: the launcher reads no other.
+# Every variable name epstack.smoke.launchenv knows: the launcher reads no other.
 LAUNCHER_NAMES = {value for key, value in vars(V).items() if key.isupper() and isinstance(value, str)}
 CASES = list(itertools.product(("elastic-smoke", "serve"), ("job", "lws"), ("efa", "ib"), (1, 2)))
 

@@ -15,7 +15,7 @@ import pytest
 
 from epstack.cluster.profiles import A2A_BACKENDS, PROFILES, serve_plan
 from epstack.cluster.serve import SGLANG_ENTRY, sglang_command
-from epstack.pinsfile import read_pins_file
+from epstack.pins.file import read_pins_file
 from tests.cluster import sglang_env
 from tests.cluster.conftest import load_all, pins_for, render, render_args
 from tests.conftest import PINS

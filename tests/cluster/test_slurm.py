@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from epstack import launchenv as V
 from epstack.cluster.image import parse_image
 from epstack.cluster.jobs import IMAGE_ENTRYPOINT
 from epstack.cluster.slurm import enroot_commands, squashfs_path
+from epstack.smoke import launchenv as V
 from epstack.smoke.launch import detect
 from tests.cluster.conftest import DIGEST, IMAGE, check_cluster_golden, pins_for, render, render_args
 from tests.conftest import REPO, venv_tool

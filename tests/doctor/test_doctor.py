@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from epstack.cli import main
-from epstack.doctor import main as doctor_main
+from epstack.doctor.report import main as doctor_main
 from tests.conftest import PINS, REPO, pins_variant
 from tests.doctor.hosts import GPU_NO_NIC, HEALTHY_EFA, HEALTHY_IB, NO_GPU, Host, Nic, build
 
@@ -167,7 +167,8 @@ def test_stdlib_only_entry_point(tmp_path: Path) -> None:
     root = build(tmp_path / "root", GPU_NO_NIC)
     blocked = "import sys\nfor m in ('pydantic', 'rich', 'jinja2', 'packaging'): sys.modules[m] = None\n"
     argv = ["--root", str(root), "--pins", str(PINS), "--json", str(tmp_path / "r.json")]
-    code = blocked + f"from epstack.doctor import main\nsys.exit(main({argv!r}))"
+    run = f"import runpy\nsys.argv[1:] = {argv!r}\nrunpy.run_module('epstack.doctor', run_name='__main__')"
+    code = blocked + run
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False
     )

@@ -1,0 +1,258 @@
+"""`epstack codebuild lint|run-local|start|batchspec` and `epstack ecr login|digest|promote`."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from epstack.aws.batchspec import render_batchspec
+from epstack.aws.buildspec import load_buildspec
+from epstack.aws.clients import Backoff, codebuild_client, logs_client
+from epstack.aws.codebuild import StartRequest, Watch, check_privileged, start
+from epstack.aws.ecr import ecr_for, login, parse_ecr_image
+from epstack.aws.lint import LintFailed, lint, lint_or_raise
+from epstack.aws.runner import parse_overrides, run_local
+from epstack.aws.secrets import aws_secrets
+from epstack.cmd import output_if_ok
+from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, seconds
+from epstack.errors import BadInput
+from epstack.image.engine import DockerEngine
+from epstack.image.registry import LoopbackRegistry, is_loopback
+from epstack.inputs import read_text
+from epstack.output import check_output
+from epstack.pins.load import load_pins
+
+
+def _git(source: Path, *args: str) -> str:
+    out = output_if_ok("git", "-C", source, *args)
+    return out.strip() if out is not None else ""
+
+
+def _source_root(path: Path) -> Path:
+    """The directory CodeBuild would check out: the git work tree holding the buildspec, else cwd."""
+    top = _git(path.resolve().parent, "rev-parse", "--show-toplevel")
+    return Path(top) if top else Path.cwd()
+
+
+def cmd_lint(args: argparse.Namespace, console: Console) -> int:
+    pins = load_pins(pins_path(args.pins))
+    source = args.source or _source_root(args.files[0])
+    findings = lint(args.files, pins, source=source.resolve())
+    for finding in findings:
+        console.print(f"[red]{escape(str(finding))}[/]")
+    if findings:
+        raise LintFailed(f"{len(findings)} problems in {len(args.files)} buildspecs")
+    console.print(f"[green]{len(args.files)} buildspecs ok[/] ({', '.join(str(f) for f in args.files)})")
+    return 0
+
+
+def cmd_run_local(args: argparse.Namespace, console: Console) -> int:
+    source = (args.source or _source_root(args.file)).resolve()
+    pins = pins_path(args.pins)
+    out = check_output(
+        str(args.out or source / "build" / "codebuild-local"), checkout=source, inputs=[args.file, pins]
+    )
+    lint_or_raise([args.file], load_pins(pins), source=source)
+    spec = load_buildspec(args.file)
+    overrides = parse_overrides(
+        args.env,
+        on_error=lambda item: BadInput(f"--env {item}: not NAME=VALUE; fix: --env EPSTACK_TARGET=hopper-ib"),
+    )
+    if args.registry:
+        if not is_loopback(args.registry.split("/", 1)[0]):
+            raise BadInput(f"--registry {args.registry}: only loopback for run-local; fix: 127.0.0.1:PORT")
+        LoopbackRegistry(host=args.registry.split("/", 1)[0]).ping()
+        overrides["EPSTACK_REGISTRY"] = args.registry
+    pending = (set(spec.parameter_store) | set(spec.secrets_manager)) - set(overrides)
+    secrets = None
+    if pending:
+        secrets = aws_secrets(Backoff(log=console.print))
+    result = run_local(
+        spec,
+        source=source,
+        out=out,
+        overrides=overrides,
+        secrets=secrets,
+        console=console,
+    )
+    for phase in result.phases:
+        style = {"SUCCEEDED": "green", "FAILED": "red"}.get(phase.status, "yellow")
+        where = f" at {args.file}:{phase.failed_line}: {phase.failed_command}" if phase.failed_command else ""
+        console.print(f"{phase.name}: [{style}]{phase.status}[/]{escape(where)}")
+    for name, value in result.exported_variables.items():
+        console.print(f"exported {name}={escape(value)}")
+    console.print(f"build {result.status}" + (f" ({result.upload_error})" if result.upload_error else ""))
+    return 0 if result.status == "SUCCEEDED" else 1
+
+
+def _pins_sha256(source: Path, pins: Path, revision: str) -> str:
+    resolved = pins.resolve()
+    if not resolved.is_relative_to(source):
+        raise BadInput(f"{pins}: not in the checkout {source}, which CodeBuild builds; fix: use its pins.env")
+    relative = resolved.relative_to(source).as_posix()
+    committed = output_if_ok("git", "-C", source, "show", f"{revision}:{relative}")
+    if committed is None:
+        raise BadInput(f"{pins}: not in commit {revision[:12]}; fix: commit it, or pass --source-version")
+    if committed != pins.read_text():
+        raise BadInput(
+            f"{pins}: differs from commit {revision[:12]}, which CodeBuild builds; fix: commit and push it"
+        )
+    return hashlib.sha256(committed.encode()).hexdigest()
+
+
+def cmd_start(args: argparse.Namespace, console: Console) -> int:
+    path = pins_path(args.pins)
+    pins = load_pins(path)
+    if args.target:
+        pins.target(args.target, path)
+    source = _source_root(path)
+    revision = args.source_version or _git(source, "rev-parse", "HEAD")
+    if not revision:
+        raise BadInput("no source version: not a git checkout; fix: --source-version COMMIT")
+    request = StartRequest(
+        project=args.project,
+        source_version=revision,
+        target=None if args.batch else (args.target or pins.default_target),
+        pins_sha256=_pins_sha256(source, path, revision),
+    )
+    backoff = Backoff(log=console.print)
+    client = codebuild_client(args.region)
+    if request.target:
+        check_privileged(client, args.project, backoff)
+    build_id = start(client, request, backoff)
+    what = f"target {request.target}" if request.target else f"batch over {', '.join(pins.targets)}"
+    console.print(
+        f"started {build_id} ({what}, source {revision[:12]}, token {request.idempotency_token()[:12]})"
+    )
+    if not args.watch:
+        return 0
+    watch = Watch(
+        codebuild=client,
+        logs=logs_client(args.region),
+        backoff=backoff,
+        out=lambda line: console.print(escape(line)),
+        poll=args.poll,
+    )
+    status = watch.build(build_id) if request.target else watch.batch(build_id)
+    return 0 if status == "SUCCEEDED" else 1
+
+
+def cmd_batchspec(args: argparse.Namespace, console: Console) -> int:
+    text = render_batchspec(load_pins(pins_path(args.pins)))
+    if args.check:
+        if read_text(args.check, what="a batch buildspec") != text:
+            raise LintFailed(
+                f"{args.check} differs from pins.env; fix: epstack codebuild batchspec > {args.check}"
+            )
+        console.print(f"[green]{args.check} matches pins.env[/]")
+        return 0
+    print(text, end="")
+    return 0
+
+
+def cmd_ecr_login(args: argparse.Namespace, console: Console) -> int:
+    def docker_login(registry: str, user: str, password: str) -> None:
+        DockerEngine.find().login(registry, user, password)
+
+    login(args.registry, ecr=None, docker_login=docker_login, log=console.print)
+    return 0
+
+
+def cmd_ecr_digest(args: argparse.Namespace, console: Console) -> int:
+    image = parse_ecr_image(args.image)
+    digest = ecr_for(image, Backoff(log=console.print)).digest(image)
+    if digest is None:
+        raise BadInput(f"{args.image}: no such tag; fix: check the tag (aws ecr list-images)")
+    print(digest)
+    return 0
+
+
+def cmd_ecr_promote(args: argparse.Namespace, console: Console) -> int:
+    source, destination = parse_ecr_image(args.source), parse_ecr_image(args.destination)
+    ecr_for(source, Backoff(log=console.print)).promote(source, destination, log=console.print)
+    return 0
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add `codebuild` and `ecr` to the top-level subcommands."""
+    codebuild = subparsers.add_parser("codebuild", help="lint, run locally, start and watch CodeBuild builds")
+    commands = codebuild.add_subparsers(dest="codebuild_command", required=True, metavar="SUBCOMMAND")
+
+    lint_parser = commands.add_parser(
+        "lint", parents=[PINS], help="check buildspecs: the 0.2 schema and the project's rules"
+    )
+    lint_parser.add_argument("files", nargs="+", type=path_arg, metavar="FILE")
+    lint_parser.add_argument(
+        "--source", type=path_arg, help="source root for batch buildspec paths (default: git root)"
+    )
+    lint_parser.set_defaults(func=cmd_lint)
+
+    run = commands.add_parser(
+        "run-local", parents=[PINS], help="run a buildspec's phases here, as CodeBuild would"
+    )
+    run.add_argument("file", type=path_arg, metavar="FILE")
+    run.add_argument(
+        "--registry",
+        metavar="127.0.0.1:PORT",
+        help="a loopback registry standing in for ECR (EPSTACK_REGISTRY)",
+    )
+    run.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a variable (like start-build)",
+    )
+    run.add_argument("--source", type=path_arg, help="source directory (default: the buildspec's git root)")
+    run.add_argument(
+        "--out", type=path_arg, help="run.json, build.log, artifacts/ (default SOURCE/build/codebuild-local)"
+    )
+    run.set_defaults(func=cmd_run_local)
+
+    start_parser = commands.add_parser(
+        "start", parents=[PINS], help="start a build (or a batch of every target) and follow it"
+    )
+    start_parser.add_argument("--project", required=True, help="CodeBuild project name")
+    which = start_parser.add_mutually_exclusive_group()
+    which.add_argument("--target", help="target to build (default DEFAULT_TARGET)")
+    which.add_argument(
+        "--batch", action="store_true", help="every target, then each one's smoke (buildspecs/batch.yml)"
+    )
+    start_parser.add_argument(
+        "--watch", action="store_true", help="print phases and logs; exit with the build's status"
+    )
+    start_parser.add_argument("--source-version", help="commit to build (default HEAD)")
+    start_parser.add_argument("--region", help="AWS region (default AWS_REGION)")
+    start_parser.add_argument(
+        "--poll", type=seconds, default=5.0, help="seconds between status reads (default 5)"
+    )
+    start_parser.set_defaults(func=cmd_start)
+
+    batch = commands.add_parser(
+        "batchspec", parents=[PINS], help="print buildspecs/batch.yml rendered from pins.env"
+    )
+    batch.add_argument(
+        "--check", type=path_arg, metavar="FILE", help="exit 1 unless FILE equals the rendering"
+    )
+    batch.set_defaults(func=cmd_batchspec)
+
+    ecr = subparsers.add_parser("ecr", help="Amazon ECR: login, digest of a tag, promote by manifest")
+    ecr_commands = ecr.add_subparsers(dest="ecr_command", required=True, metavar="SUBCOMMAND")
+    login_parser = ecr_commands.add_parser(
+        "login", help="docker login to an ECR registry (GetAuthorizationToken)"
+    )
+    login_parser.add_argument(
+        "registry", help="ACCOUNT.dkr.ecr.REGION.amazonaws.com[/NS] (loopback: nothing to do)"
+    )
+    login_parser.set_defaults(func=cmd_ecr_login)
+    digest = ecr_commands.add_parser("digest", help="print the digest a tag names")
+    digest.add_argument("image", metavar="IMAGE:TAG")
+    digest.set_defaults(func=cmd_ecr_digest)
+    promote = ecr_commands.add_parser("promote", help="point DST's tag at SRC's manifest (same digest)")
+    promote.add_argument("source", metavar="SRC")
+    promote.add_argument("destination", metavar="DST")
+    promote.set_defaults(func=cmd_ecr_promote)

@@ -1,0 +1,188 @@
+"""`epstack cluster render` and `epstack cluster pull`; wire with `register(subparsers)`.
+
+Exit 0 written, 2 bad input (one line naming the flag or file and the fix; nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from epstack.cluster import k8s, slurm
+from epstack.cluster.image import ImageRef, image_for_tag, parse_image
+from epstack.cluster.jobs import JOB_KINDS, Job, make_job
+from epstack.cluster.profiles import A2A_BACKENDS, PROFILES
+from epstack.cluster.yamltext import dump_all
+from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, positive_int
+from epstack.errors import BadInput
+from epstack.fabric import FABRICS
+from epstack.output import write_file
+from epstack.pins.load import load_pins
+from epstack.pins.model import Pins
+
+DEFAULT_SQUASHFS_DIR = "/var/tmp/epstack"
+
+
+def _target(pins: Pins, args: argparse.Namespace) -> tuple[str, str]:
+    """(image target such as hopper-efa, fabric): --arch and --fabric over DEFAULT_TARGET's."""
+    default_arch, default_fabric = pins.default_target.rsplit("-", 1)
+    arch = args.arch or default_arch
+    fabric = args.fabric or default_fabric
+    target = f"{arch}-{fabric}"
+    if target not in pins.targets:
+        raise BadInput(
+            f"--arch {arch} --fabric {fabric}: {target} is not a target; fix: use one of "
+            f"{', '.join(pins.targets)}"
+        )
+    return target, fabric
+
+
+def _image(pins: Pins, target: str, args: argparse.Namespace) -> ImageRef:
+    if args.image and args.manifest:
+        raise BadInput("--image and --manifest: fix: pass one of them")
+    if args.image:
+        return parse_image(args.image)
+    if args.manifest:
+        return image_for_tag(args.manifest, pins.image_tag("sglang", target))
+    raise BadInput(
+        "no image; fix: pass --image REPOSITORY[:TAG]@sha256:<64 hex> or --manifest BUILD_MANIFEST.json"
+    )
+
+
+def _write(text: str, out: Path | None) -> None:
+    """stdout, or the file written whole, never half."""
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        write_file(out, text, what="--out")
+
+
+def _print_commands(job: Job) -> str:
+    plan = job.serve
+    assert plan is not None
+    env = " ".join(f"{key}={shlex.quote(value)}" for key, value in job.env().items())
+    out = [
+        f"# {plan.profile.name} on {job.nodes} node(s) x {job.gpus_per_node} GPU(s), {plan.a2a}: "
+        f"tp {plan.tp_size}, attn-dp {plan.attn_dp_size}, ep {plan.ep_size}; "
+        f"prefill {plan.prefill_tokens_per_rank} and decode {plan.decode_tokens_per_rank} tokens per rank"
+    ]
+    for rank in range(min(job.nodes, 2)):
+        command = job.command(node_rank=str(rank), leader=f"{job.name}-0")
+        out += [f"# node {rank}", f"{env} {shlex.join(command)}".strip()]
+    return "\n".join(out) + "\n"
+
+
+def cmd_render(args: argparse.Namespace, console: Console) -> int:
+    pins = load_pins(pins_path(args.pins))
+    target, fabric = _target(pins, args)
+    if args.print_command and args.job != "serve":
+        raise BadInput("--print-command: fix: use it with --job serve")
+    image = (
+        ImageRef(repository="IMAGE", tag="", digest="sha256:" + "0" * 64)
+        if args.print_command and not (args.image or args.manifest)
+        else _image(pins, target, args)
+    )
+    job = make_job(
+        kind=args.job,
+        pins=pins,
+        image=image,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        fabric=fabric,
+        name=args.name,
+        profile=args.profile,
+        a2a=args.a2a,
+        model_path=args.model_path,
+        fabric_devices=args.fabric_devices,
+    )
+    if args.print_command:
+        _write(_print_commands(job), args.out)
+        return 0
+    if args.target == "slurm":
+        text = slurm.sbatch_script(job, squashfs_dir=args.squashfs_dir, pins_target=target)
+    else:
+        settings = k8s.PodSettings(
+            shm_size=args.shm_size, memory=args.memory, rdma_resource=args.rdma_resource or ""
+        )
+        kind = args.k8s_kind or ("lws" if job.kind == "serve" else "job")
+        objects = (k8s.leader_worker_set if kind == "lws" else k8s.indexed_job)(job, settings)
+        text = dump_all(objects)
+    _write(text, args.out)
+    if args.out:
+        console.print(
+            f"wrote {args.out}: {job.kind} on {job.nodes} x {job.gpus_per_node} GPUs, {job.image.ref}"
+        )
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace, console: Console) -> int:
+    pins = load_pins(pins_path(args.pins))
+    target, _ = _target(pins, args)
+    image = _image(pins, target, args)
+    if args.target == "slurm":
+        text = slurm.enroot_pull_script(
+            image, nodes=args.nodes, squashfs_dir=args.squashfs_dir or DEFAULT_SQUASHFS_DIR
+        )
+    else:
+        selector = dict(item.split("=", 1) for item in args.node_selector)
+        text = dump_all([k8s.prepull_daemonset(image, node_selector=selector)])
+    _write(text, args.out)
+    return 0
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", choices=("k8s", "slurm"), required=True)
+    parser.add_argument("--arch", help="image arch, e.g. hopper (default: DEFAULT_TARGET's)")
+    parser.add_argument("--fabric", choices=tuple(FABRICS), help="default: DEFAULT_TARGET's")
+    parser.add_argument("--image", help="REPOSITORY[:TAG]@sha256:<64 hex>")
+    parser.add_argument("--manifest", type=path_arg, help="build manifest JSON: its image for these pins")
+    parser.add_argument("--squashfs-dir", default=None, help="slurm: node-local directory of pulled images")
+    parser.add_argument("--out", type=path_arg, help="write here (whole or not at all) instead of stdout")
+
+
+def _node_selector(text: str) -> str:
+    if "=" not in text or text.startswith("="):
+        raise argparse.ArgumentTypeError(f"{text!r}: write KEY=VALUE")
+    return text
+
+
+def register(subparsers: SubParsers) -> None:
+    cluster = subparsers.add_parser(
+        "cluster", help="Kubernetes and Slurm jobs by image digest"
+    ).add_subparsers(dest="cluster_command", required=True, metavar="SUBCOMMAND")
+    render = cluster.add_parser(
+        "render", parents=[PINS], help="a smoke or serve job as Kubernetes objects or an sbatch script"
+    )
+    _common(render)
+    render.add_argument("--job", choices=JOB_KINDS, required=True)
+    render.add_argument("--nodes", type=positive_int, required=True)
+    render.add_argument("--gpus-per-node", type=positive_int, required=True)
+    render.add_argument("--profile", choices=tuple(PROFILES), help="serve: model (default deepseek-v3)")
+    render.add_argument("--a2a", choices=A2A_BACKENDS, default="deepep_v2", help="MoE all-to-all backend")
+    render.add_argument("--model-path", help="serve: weights path or hub id (default: the profile's)")
+    render.add_argument("--name", help="job name (default epstack-smoke / epstack-serve)")
+    render.add_argument(
+        "--k8s-kind", choices=("job", "lws"), help="default: lws for serve, job for the smoke"
+    )
+    render.add_argument(
+        "--fabric-devices", type=positive_int, help="fabric devices per pod (default: EFA 1/GPU, IB 1)"
+    )
+    render.add_argument("--rdma-resource", help="RDMA device plugin resource (default rdma/ib for IB)")
+    render.add_argument("--shm-size", default="64Gi", help="/dev/shm size (default 64Gi)")
+    render.add_argument("--memory", default="256Gi", help="pod memory request (default 256Gi)")
+    render.add_argument("--print-command", action="store_true", help="serve: print node 0's and 1's commands")
+    render.set_defaults(func=cmd_render)
+
+    pull = cluster.add_parser(
+        "pull", parents=[PINS], help="pre-pull plan: a DaemonSet, or enroot imports on Slurm nodes"
+    )
+    _common(pull)
+    pull.add_argument("--nodes", type=positive_int, default=1, help="slurm: nodes to import on")
+    pull.add_argument(
+        "--node-selector", type=_node_selector, action="append", default=[], help="k8s: KEY=VALUE"
+    )
+    pull.set_defaults(func=cmd_pull)

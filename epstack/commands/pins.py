@@ -1,0 +1,65 @@
+"""`epstack pins check|get|predict`: the pins file as users and scripts read it.
+
+`pins get KEY...` is how the shell scripts (scripts/gpu, benchmarks) get a version: from the
+validated pins, never from a constant of their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from epstack.commands.common import PINS, SubParsers, pins_path
+from epstack.errors import BadInput
+from epstack.layers import LAYER_NAMES
+from epstack.pins.load import load_pins
+from epstack.python import predict
+from epstack.suggest import did_you_mean
+
+
+def cmd_pins_check(args: argparse.Namespace, console: Console) -> int:
+    path = pins_path(args.pins)
+    pins = load_pins(path)
+    if args.json:
+        print(json.dumps(pins.model_dump(by_alias=True), indent=2, sort_keys=True))
+        return 0
+    table = Table("target", "layer", "image")
+    for target in pins.targets:
+        for layer in LAYER_NAMES:
+            table.add_row(escape(target), layer, escape(pins.image_ref(layer, target)))
+    console.print(table)
+    console.print(
+        f"[green]{escape(str(path))}: ok[/] "
+        f"({len(pins.targets)} targets, default {escape(pins.default_target)})"
+    )
+    for caveat in pins.caveats:
+        console.print(f"[yellow]caveat:[/] {escape(caveat)}")
+    return 0
+
+
+def cmd_pins_get(args: argparse.Namespace, console: Console) -> int:
+    """Each KEY's validated value on its own line (ARCH_<NAME> as written, comma-separated)."""
+    path = pins_path(args.pins)
+    values = {key: str(value) for key, value in load_pins(path).as_env().items()}
+    for key in args.keys:
+        if key not in values:
+            raise BadInput(f"{key}: not a key of {path}; fix: {did_you_mean(key, values) or 'see README.md'}")
+        print(values[key])
+    return 0
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add `pins check`, `pins get` and `pins predict` to the top-level subcommands."""
+    pins = subparsers.add_parser("pins", help="check the pins file, read a pin, predict SGLang's moves")
+    commands = pins.add_subparsers(dest="pins_command", required=True, metavar="SUBCOMMAND")
+    check = commands.add_parser("check", parents=[PINS], help="validate pins.env and its compatibility rules")
+    check.add_argument("--json", action="store_true", help="print the validated pins as JSON")
+    check.set_defaults(func=cmd_pins_check)
+    get = commands.add_parser("get", parents=[PINS], help="print validated pins, one per line (for scripts)")
+    get.add_argument("keys", nargs="+", metavar="KEY", help="pins.env keys, e.g. NCCL_VERSION")
+    get.set_defaults(func=cmd_pins_get)
+    predict.register(commands)

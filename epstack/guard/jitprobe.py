@@ -1,0 +1,329 @@
+"""`epstack jit probe`: each JIT toolchain an image runs at first use compiles one real module, now.
+
+A process that serves SGLang compiles code the first time it needs it: Triton its C launcher (gcc,
+Python.h, libcuda.so.1) and each kernel (with its own ptxas), FlashInfer its modules (nvcc, ninja, a
+link with -lcudart -lcuda), DeepGEMM and DeepEP their kernels (nvcc). A toolchain missing a piece fails
+at the first request, on a GPU node. The probe compiles one module of each toolchain of a layer for
+the target's archs, each in a process of its own with an empty cache, timed, and writes the layer's
+report (imagepaths.REPORTS/jit-<layer>.json), which the guard turns into rows: the entrypoint
+compiles nothing. A failure is exit 1 with the compiler's own error. DeepGEMM and DeepEP read the GPU
+before they compile (each names the call): without one their row says so, and a GPU host proves them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from epstack import imagepaths
+from epstack.checkrow import Check
+from epstack.cmd import run
+from epstack.commands.common import SubParsers, path_arg, seconds
+from epstack.errors import BadInput, EpstackError
+from epstack.guard.jittoolchains import Compiled, epstack_python
+from epstack.inputs import read_text
+from epstack.layers import LAYER_NAMES
+from epstack.output import write_file
+from epstack.stack import GPU_ARCHS
+
+SCHEMA = 1
+REPORTS = Path(imagepaths.REPORTS)
+TIMEOUT_S = 1200.0
+# Environment variables that decide which compiler a toolchain runs: recorded by the probe, compared
+# by the guard (a container that sets another CUDA_HOME runs another compiler than the one proven).
+STEERING = (
+    *("CUDA_HOME", "CUDA_PATH", "CC", "CXX"),
+    *("TRITON_PTXAS_PATH", "FLASHINFER_NVCC", "EP_JIT_NVCC_COMPILER"),
+)
+Verdict = Literal["ok", "failed", "skipped"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Toolchain:
+    name: str  # the probe's name on the command line
+    title: str
+    layer: str  # the image layer that brings it (its guard shows the row)
+    module: str  # what the probe compiles
+    needs_gpu: str = ""  # why it cannot compile without a GPU: the call that reads the device
+
+
+TOOLCHAINS = (
+    Toolchain(
+        name="triton-launcher",
+        title="Triton launcher",
+        layer="base",
+        module="cuda_utils (triton/backends/nvidia/driver.c), as a process's first kernel launch builds it",
+    ),
+    Toolchain(
+        name="deepep",
+        title="DeepEP",
+        layer="deepep",
+        module="ElasticBuffer's dispatch and combine kernels (the elastic smoke on one rank)",
+        needs_gpu="its JIT puts the device's arch and SM count into each kernel "
+        "(csrc/jit/device_runtime.hpp: cudaGetDeviceProperties)",
+    ),
+    Toolchain(
+        name="triton-kernel",
+        title="Triton kernel",
+        layer="sglang",
+        module="a vector add, compiled to a cubin for each arch (and run, on a GPU)",
+    ),
+    Toolchain(
+        name="flashinfer",
+        title="FlashInfer",
+        layer="sglang",
+        module="sampling (flashinfer.jit.sampling), SGLang's default sampler (and sampling, on a GPU)",
+    ),
+    Toolchain(
+        name="deepgemm",
+        title="DeepGEMM",
+        layer="sglang",
+        module="bf16_gemm_nt, one kernel",
+        needs_gpu="every deep_jit Runtime reads the device's arch and SM count before it compiles "
+        "(deep_jit/backend/cuda/options.hpp: Device::get_prop, cudaGetDeviceProperties)",
+    ),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Probe:
+    """How one toolchain's compile went."""
+
+    toolchain: str
+    title: str
+    module: str
+    verdict: Verdict
+    compiler: str = ""  # the compiler the toolchain runs, as it chooses it
+    compiler_version: str = ""
+    seconds: float = 0.0
+    detail: str = ""  # the compiler's own error, or why it was skipped
+    steering: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JitReport:
+    layer: str
+    archs: tuple[str, ...]
+    probes: tuple[Probe, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(probe.verdict != "failed" for probe in self.probes)
+
+    def to_json(self) -> str:
+        document = {
+            "schema": SCHEMA,
+            "layer": self.layer,
+            "archs": list(self.archs),
+            "probes": [asdict(probe) for probe in self.probes],
+        }
+        return json.dumps(document, indent=2) + "\n"
+
+
+def report_path(layer: str) -> Path:
+    """Where the image keeps a layer's JIT report; EPSTACK_REPORTS names another folder."""
+    folder = Path(os.environ.get("EPSTACK_REPORTS") or REPORTS)
+    return folder / f"jit-{layer}.json"
+
+
+def read_report(path: Path) -> JitReport:
+    """A report the probe wrote; BadInput naming the file for anything else."""
+    try:
+        document = json.loads(read_text(path, what="a JIT probe report"))
+        if document.get("schema") != SCHEMA:
+            raise ValueError(f"schema {document.get('schema')!r}, not {SCHEMA}")
+        probes = tuple(Probe(**probe) for probe in document["probes"])
+        return JitReport(layer=document["layer"], archs=tuple(document["archs"]), probes=probes)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise BadInput(f"{path}: not a JIT probe report ({exc}); fix: `epstack jit probe` again") from None
+
+
+def _empty_caches(work: Path, archs: Sequence[str]) -> dict[str, str]:
+    """Every toolchain's cache in `work`: the probe compiles, never loads what an earlier run left."""
+    return {
+        "TRITON_CACHE_DIR": str(work / "triton"),
+        "FLASHINFER_WORKSPACE_BASE": str(work / "flashinfer"),
+        "FLASHINFER_CUDA_ARCH_LIST": " ".join(archs),
+        "DG_JIT_CACHE_DIR": str(work / "deep_gemm"),
+        "EP_JIT_CACHE_DIR": str(work / "deep_ep"),
+    }
+
+
+def run_probe(toolchain: Toolchain, archs: Sequence[str], timeout: float) -> Probe:
+    steering = {key: os.environ[key] for key in STEERING if key in os.environ}
+    base = Probe(
+        toolchain=toolchain.name,
+        title=toolchain.title,
+        module=toolchain.module,
+        verdict="ok",
+        steering=steering,
+    )
+    with tempfile.TemporaryDirectory(prefix=f"epstack-jit-{toolchain.name}-") as work:
+        child = epstack_python("epstack.guard.jittoolchains", "child_main")
+        env = {**os.environ, **_empty_caches(Path(work), archs)}
+        start = time.monotonic()
+        try:
+            result = run(*child, toolchain.name, work, *archs, env=env, timeout=timeout)
+        except EpstackError as exc:
+            elapsed = round(time.monotonic() - start, 1)
+            return replace(base, verdict="failed", detail=str(exc), seconds=elapsed)
+        elapsed = round(time.monotonic() - start, 1)
+    if result.returncode != 0:
+        return replace(base, verdict="failed", seconds=elapsed, detail=result.stderr.strip()[-4000:])
+    compiled = Compiled(**json.loads(result.stdout.strip().splitlines()[-1]))
+    if compiled.skipped:
+        detail = f"{compiled.skipped}: {toolchain.needs_gpu}; a GPU host proves it (`epstack jit probe`)"
+        return replace(
+            base,
+            verdict="skipped",
+            compiler=compiled.compiler,
+            compiler_version=compiled.version,
+            detail=detail,
+        )
+    return replace(base, compiler=compiled.compiler, compiler_version=compiled.version, seconds=elapsed)
+
+
+def probe_layer(layer: str, archs: Sequence[str], timeout: float = TIMEOUT_S) -> JitReport:
+    """Every toolchain of `layer` ("all": of every layer), in order."""
+    chosen = [t for t in TOOLCHAINS if layer in ("all", t.layer)]
+    return JitReport(
+        layer=layer, archs=tuple(archs), probes=tuple(run_probe(t, archs, timeout) for t in chosen)
+    )
+
+
+# ---- the guard's rows --------------------------------------------------------------------------
+
+
+def probe_rows(report: JitReport, env: Mapping[str, str]) -> list[Check]:
+    """One row per probe; a steering variable set otherwise than when the probe ran fails its row."""
+    rows = []
+    expected = f"compiles for {' '.join(report.archs)}" if report.archs else "compiles"
+    for probe in report.probes:
+        component = f"JIT {probe.title}"
+        changed = [key for key in STEERING if env.get(key) != probe.steering.get(key)]
+        if probe.verdict == "failed":
+            rows.append(
+                Check(
+                    component=component,
+                    expected=expected,
+                    found="failed",
+                    verdict="mismatch",
+                    detail=probe.detail.splitlines()[-1] if probe.detail else "",
+                )
+            )
+        elif changed:
+            was = ", ".join(f"{key}={probe.steering.get(key, '(unset)')}" for key in changed)
+            rows.append(
+                Check(
+                    component=component,
+                    expected=f"the compiler the build proved ({was})",
+                    found=", ".join(f"{key}={env.get(key, '(unset)')}" for key in changed),
+                    verdict="mismatch",
+                    detail="a JIT may now run another compiler; fix: restore it, or run "
+                    "`epstack jit probe` with it",
+                )
+            )
+        else:
+            found = f"{probe.compiler_version} ({probe.compiler})"
+            detail = probe.detail if probe.verdict == "skipped" else f"{probe.module}: {probe.seconds:g} s"
+            rows.append(
+                Check(
+                    component=component,
+                    expected=expected,
+                    found=found,
+                    verdict="skipped" if probe.verdict == "skipped" else "ok",
+                    detail=detail,
+                )
+            )
+    return rows
+
+
+def layer_rows(layer: str, env: Mapping[str, str]) -> list[Check]:
+    """The rows of a layer's JIT report; `skipped` where there is none (a bare host, an old image)."""
+    path = report_path(layer)
+    if not path.exists():
+        return [
+            Check(
+                component=f"JIT ({layer} layer)",
+                expected="a probe report",
+                found="none",
+                verdict="skipped",
+                detail=f"no {path}; fix: `epstack jit probe --layer {layer}`",
+            )
+        ]
+    return probe_rows(read_report(path), env)
+
+
+# ---- the command -------------------------------------------------------------------------------
+
+
+def _archs(values: Sequence[str] | None) -> tuple[str, ...]:
+    """--arch values, else the image's TORCH_CUDA_ARCH_LIST (its layer pins file, EPSTACK_PINS)."""
+    if values:
+        archs = tuple(values)
+    else:
+        pins = os.environ.get("EPSTACK_PINS")
+        listed = ""
+        if pins and Path(pins).is_file():
+            from epstack.pins.load import read_layer_pins  # noqa: PLC0415
+
+            listed = read_layer_pins(Path(pins)).get("TORCH_CUDA_ARCH_LIST", "")
+        archs = tuple(listed.split())
+    unknown = [arch for arch in archs if arch not in GPU_ARCHS]
+    if unknown:
+        raise BadInput(f"--arch {unknown[0]}: not a GPU architecture; fix: e.g. --arch 9.0a")
+    return archs
+
+
+def cmd_probe(args: argparse.Namespace, console: Console) -> int:
+    archs = _archs(args.arch)
+    if not archs and args.layer != "base":
+        raise BadInput(
+            "no arch to compile for: no --arch and no TORCH_CUDA_ARCH_LIST in $EPSTACK_PINS; fix: --arch 9.0a"
+        )
+    out = args.json or report_path(args.layer)
+    report = probe_layer(args.layer, archs, args.timeout)
+    table = Table(
+        "toolchain", "module", "compiler", "seconds", "verdict", title=f"epstack jit probe {args.layer}"
+    )
+    for probe in report.probes:
+        style = {"ok": "green", "failed": "red", "skipped": "yellow"}[probe.verdict]
+        table.add_row(
+            escape(probe.title),
+            escape(probe.module),
+            escape(f"{probe.compiler_version} ({probe.compiler})"),
+            f"{probe.seconds:g}",
+            f"[{style}]{probe.verdict}[/]",
+        )
+    console.print(table)
+    for probe in report.probes:
+        if probe.verdict != "ok":
+            console.print(f"[bold]{escape(probe.title)}[/] {probe.verdict}:\n{escape(probe.detail)}")
+    write_file(out, report.to_json(), what="the JIT probe report")
+    console.print(f"jit probe: {'ok' if report.ok else 'FAILED'}; report {escape(str(out))}")
+    return 0 if report.ok else 1
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add `jit probe` to the top-level subcommands."""
+    jit = subparsers.add_parser("jit", help="prove the JIT toolchains an image runs at first use")
+    actions = jit.add_subparsers(dest="action", required=True, metavar="ACTION")
+    probe = actions.add_parser("probe", help="compile one real module of each toolchain of a layer, now")
+    probe.add_argument("--layer", choices=(*LAYER_NAMES, "all"), default="all", help="default all")
+    probe.add_argument(
+        "--arch", action="append", help="GPU arch to compile for (repeatable; default: the image's)"
+    )
+    probe.add_argument("--json", type=path_arg, metavar="FILE", help="default: the image's jit-<layer>.json")
+    probe.add_argument("--timeout", type=seconds, default=TIMEOUT_S, help="seconds per toolchain")
+    probe.set_defaults(func=cmd_probe)

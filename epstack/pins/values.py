@@ -1,0 +1,204 @@
+"""The rules for one pin value, written once: the Pins model (pins.env) and the layer pins files in
+each image (read by the guard and the DeepEP builder) both validate with these. Each takes the text
+and returns the value, or raises ValueError("what is wrong; fix: how")."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime
+
+from packaging.version import InvalidVersion, Version
+
+from epstack import fabric
+from epstack.image.oci import parse_reference, repository_problem
+from epstack.image.sources import parse_patches
+from epstack.stack import GPU_ARCHS
+
+_RANGE = re.compile(r"[<>=!~^*,]|\s")
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+_ARCH = re.compile(r"^\d+\.\d+[af]?$")
+# ARCH_<NAME> keys: the name becomes part of every target, tag and bake target (lowercase, '-').
+ARCH_KEY = re.compile(r"^ARCH_([A-Z0-9]+(?:_[A-Z0-9]+)*)$")
+SNAPSHOT_FORMAT = "%Y%m%dT%H%M%SZ"
+# A distribution's canonical name (PEP 503): lowercase letters and digits joined by single -.
+_DISTRIBUTION = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+# Releases past the third that are all zero only respell the same version (2.30.7.0 is 2.30.7).
+_SIGNIFICANT_PARTS = 3
+
+
+def exact_version(value: str) -> str:
+    """One exact version in its one spelling: 2.30.7, never v2.30.7, 2.30.07, 2.30.7.0 or >=2.30.7."""
+    if _RANGE.search(value):
+        raise ValueError(
+            f"{value!r} is a range, not an exact version; fix: write the version alone, e.g. 1.2.3"
+        )
+    try:
+        version = Version(value)
+    except InvalidVersion:
+        raise ValueError(f"{value!r} is not a version; fix: write an exact version such as 1.2.3") from None
+    if version.local:
+        raise ValueError(
+            f"{value!r} carries a local tag; fix: write {version.public} and put the tag in its own key"
+        )
+    canonical = str(version)
+    release = version.release
+    if len(release) > _SIGNIFICANT_PARTS and not any(release[_SIGNIFICANT_PARTS:]):
+        head = ".".join(map(str, release[:_SIGNIFICANT_PARTS]))
+        canonical = head + canonical.removeprefix(".".join(map(str, release)))
+    if canonical != value:
+        raise ValueError(f"{value!r} is not written canonically; fix: write {canonical}")
+    return value
+
+
+def debian_version(value: str) -> str:
+    if _RANGE.search(value) or not re.match(r"^[0-9][A-Za-z0-9.+~:-]*$", value):
+        raise ValueError(f"{value!r} is not an exact Debian package version; fix: write e.g. 50.0-2ubuntu0.2")
+    return value
+
+
+def image_by_digest(value: str) -> str:
+    """NAME:TAG@sha256:<64 hex>, NAME with an optional registry host:port."""
+    if "@" not in value:
+        raise ValueError(f"{value!r} has no digest; fix: append @sha256:<64 hex> of the image you tested")
+    try:
+        reference = parse_reference(value)
+    except ValueError as exc:
+        raise ValueError(
+            f"{value!r} is not an image reference ({exc}); fix: write NAME:TAG@sha256:<64 hex>"
+        ) from None
+    if not reference.tag:
+        raise ValueError(
+            f"{value!r} has no tag; fix: write NAME:TAG@sha256:<64 hex>, the tag naming the CUDA"
+        )
+    return value
+
+
+def repository(value: str) -> str:
+    problem = repository_problem(value)
+    if problem:
+        raise ValueError(
+            f"{value!r}: {problem}; fix: write e.g. epstack or registry.example:5000/team/epstack"
+        )
+    return value
+
+
+def full_sha(value: str) -> str:
+    if not _SHA.match(value):
+        kind = "a short hash" if re.match(r"^[0-9a-f]{4,39}$", value) else "a branch or tag name"
+        raise ValueError(
+            f"{value!r} is {kind}; fix: write the full 40-hex commit SHA (git rev-parse {value})"
+        )
+    return value
+
+
+def snapshot(value: str) -> str:
+    """A real instant in snapshot.ubuntu.com's form, 20261115T000000Z."""
+    try:
+        if not re.match(r"^\d{8}T\d{6}Z$", value):
+            raise ValueError
+        datetime.strptime(value, SNAPSHOT_FORMAT)
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not a UTC instant YYYYMMDDTHHMMSSZ; fix: write e.g. 20261115T000000Z"
+        ) from None
+    return value
+
+
+def _members(value: str, what: str) -> tuple[str, ...]:
+    """A comma-separated list with no empty member and no duplicate."""
+    members = tuple(member.strip() for member in value.split(","))
+    if "" in members:
+        raise ValueError(
+            f"{value!r} has an empty member; fix: separate {what} by single commas, none at the ends"
+        )
+    seen = {m for i, m in enumerate(members) if m in members[:i]}
+    if seen:
+        raise ValueError(f"{value!r} lists {', '.join(sorted(seen))} twice; fix: name each {what} once")
+    return members
+
+
+def arch_list(value: str) -> tuple[str, ...]:
+    """9.0a,10.0a: GPU architectures nvcc knows (the CUDA version is checked between pins)."""
+    archs = _members(value, "arch")
+    for arch in archs:
+        if not _ARCH.match(arch) or arch not in GPU_ARCHS:
+            raise ValueError(
+                f"{arch!r} is not a GPU architecture; fix: write e.g. 9.0a or 10.0a, comma-separated"
+            )
+    return archs
+
+
+def fabric_list(value: str) -> tuple[str, ...]:
+    fabrics = _members(value, "fabric")
+    for name in fabrics:
+        if name not in fabric.FABRICS:
+            raise ValueError(f"{name!r} is not a fabric; fix: use {', '.join(fabric.FABRICS)}")
+    return fabrics
+
+
+def fabric_name(value: str) -> str:
+    if value not in fabric.FABRICS:
+        raise ValueError(f"{value!r} is not a fabric; fix: use one of {', '.join(fabric.FABRICS)}")
+    return value
+
+
+def patches(value: str) -> str:
+    """A DeepEP patch series (epstack.image.sources.parse_patches: URL#sha256, comma-separated, or none)."""
+    parse_patches(value)
+    return value
+
+
+def distribution_list(value: str) -> str:
+    """none, or distribution names, comma-separated (which names fit is a rule between pins)."""
+    for name in names(value):
+        if not _DISTRIBUTION.match(name):
+            raise ValueError(
+                f"{name!r} is not a distribution name; fix: write none, or names like nvidia-cuda-nvcc, "
+                "comma-separated"
+            )
+    return value
+
+
+def names(value: str) -> tuple[str, ...]:
+    """The members of a list value that may be none (checked by its validator): none -> ()."""
+    return () if value == "none" else _members(value, "name")
+
+
+def gin_type(name: str) -> Callable[[str], str]:
+    choices = fabric.FABRICS[name].gin_types
+
+    def check(value: str) -> str:
+        if value not in choices:
+            raise ValueError(
+                f"{value!r} is not a GIN type for {fabric.FABRICS[name].title}; "
+                f"fix: use one of {', '.join(choices)}"
+            )
+        return value
+
+    return check
+
+
+def pattern(regex: str, example: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if not re.match(regex, value):
+            raise ValueError(f"{value!r} is not of the form {example}; fix: write a value like {example}")
+        return value
+
+    return check
+
+
+def arch_key(name: str) -> str:
+    """hopper -> ARCH_HOPPER, the key a target's arch comes from."""
+    return "ARCH_" + name.upper().replace("-", "_")
+
+
+def arch_name(key: str) -> str:
+    """ARCH_<NAME> -> the target's arch part (ARCH_GRACE_HOPPER -> grace-hopper)."""
+    match = ARCH_KEY.match(key)
+    if not match:
+        raise ValueError(
+            f"{key} does not make a target name; fix: write ARCH_ and a name of letters and digits "
+            "joined by single underscores, e.g. ARCH_HOPPER"
+        )
+    return match.group(1).lower().replace("_", "-")

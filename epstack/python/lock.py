@@ -1,0 +1,374 @@
+"""`epstack lock`: the whole Python closure of every layer, resolved once by uv and committed in locks/.
+
+One lock per install step (lock_specs): `base` (torch, NCCL, NVSHMEM, and the venv's own pip and uv),
+`deepep-build` (what DeepEP's setup.py builds with, in a build stage only) and `sglang`. The deepep
+layer adds no PyPI distribution to the venv: its deep_ep wheel is built from DEEPEP_REF and recorded by
+its manifest. No Python input depends on the target, so every target shares these locks.
+
+Each upper lock is resolved with the lower ones as constraints, so nothing in a lower lock moves. The
+base lock is resolved with the whole stack in view (base and SGLang together first, the base pinned to
+that answer), since a base that the upper layer cannot hold would have to move under it. uv keeps
+every version of an existing lock that still holds (it reads the lock as its previous output), so a
+relock moves only what its changed inputs force, and `--upgrade PACKAGE[==VERSION]` only that package
+and what must move with it. A lock's header records its inputs and their digest: `--check` needs no
+index. Every new lock is installed dry-run with the images' flags before it is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from epstack.commands.common import LOCKS, PINS, SubParsers, pins_path
+from epstack.errors import BadInput, CommandFailed
+from epstack.output import write_file
+from epstack.pins.load import load_pins
+from epstack.pins.model import Pins
+from epstack.python.lockfile import (
+    LockFile,
+    inputs_digest,
+    lock_path,
+    locks_dir,
+    parse_lock,
+    pins_digest,
+    read_lock,
+    render_lock,
+)
+from epstack.python.resolve import RESOLVE_FLAGS, Resolution, check_installable, compile_requirements
+from epstack.stack import DEEP_EP_PROVIDERS, DEEPEP_BUILD_REQUIREMENTS, other_cuda_major
+
+Resolver = Callable[..., Resolution]
+Installable = Callable[..., None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockSpec:
+    """One install step's resolution: what it requires and how (the flags its install uses)."""
+
+    name: str  # locks/<name>.txt
+    requirements: tuple[str, ...]
+    overrides: tuple[str, ...] = ()
+    constraints: tuple[str, ...] = ()  # besides the locks below: the CUDA release wheels' minor
+    excludes: tuple[str, ...] = ()
+    below: tuple[str, ...] = ()  # locks whose pins constrain this one
+    own: tuple[str, ...] = ()  # distributions of the locks below that this one pins itself
+
+
+def lock_specs(pins: Pins) -> tuple[LockSpec, ...]:
+    """Bottom-up. The one home of what each layer's install requires (render copies the locks)."""
+    base = tuple(f"{name}=={version}" for name, version in pins.base_packages.items())
+    one_cuda = cuda_release_constraints(pins)
+    return (
+        # pip comes with `python -m venv`, uv bootstraps from it: both are locked like the rest.
+        LockSpec(
+            name="base",
+            requirements=(*base, f"uv=={pins.uv_version}", "pip"),
+            overrides=base,
+            constraints=one_cuda,
+        ),
+        # In DeepEP's build stage only; its setuptools is older than the one torch brings.
+        LockSpec(
+            name="deepep-build",
+            requirements=DEEPEP_BUILD_REQUIREMENTS,
+            below=("base",),
+            own=tuple(str(canonicalize_name(Requirement(r).name)) for r in DEEPEP_BUILD_REQUIREMENTS),
+        ),
+        LockSpec(
+            name="sglang",
+            requirements=(f"sglang=={pins.sglang_version}",),
+            overrides=base,
+            constraints=one_cuda,
+            excludes=(*DEEP_EP_PROVIDERS, *pins.wheels.foreign),
+            below=("base",),
+        ),
+    )
+
+
+def cuda_release_constraints(pins: Pins) -> tuple[str, ...]:
+    """One CUDA: each toolkit wheel versioned with the release at the pinned minor (nvidia-cuda-nvcc==13.0.*),
+    but those CUDA_MINOR_EXCEPTIONS names."""
+    release = pins.cuda_major_minor
+    return tuple(f"{name}=={release}.*" for name in pins.wheels.release if name not in pins.cuda_exceptions)
+
+
+def lock_inputs(spec: LockSpec, pins: Pins, lower: Mapping[str, Resolution]) -> dict[str, str]:
+    """What the resolution depends on, as the lock header records it."""
+    target = pins.image_target
+    inputs = {
+        "python": f"{target.python_version} {target.platform}",
+        "uv": f"{pins.uv_version} pip compile {' '.join(RESOLVE_FLAGS)}",
+        "requires": " ".join(spec.requirements),
+    }
+    if spec.overrides:
+        inputs["overrides"] = " ".join(spec.overrides)
+    if spec.constraints:
+        inputs["constraints"] = " ".join(spec.constraints)
+    if spec.excludes:
+        inputs["excludes"] = " ".join(spec.excludes)
+    for name in spec.below:
+        inputs[f"constrained-by {name}.txt"] = f"pins sha256 {pins_digest(lower[name])}"
+    return inputs
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stale:
+    name: str
+    path: Path
+    reasons: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.path}: stale ({'; '.join(self.reasons)})"
+
+
+def _differences(recorded: Mapping[str, str], current: Mapping[str, str]) -> tuple[str, ...]:
+    keys = dict.fromkeys([*recorded, *current])
+    return tuple(
+        f"{key}: {recorded.get(key, '-')} -> {current.get(key, '-')}"
+        for key in keys
+        if recorded.get(key) != current.get(key)
+    )
+
+
+def stale_locks(pins: Pins, directory: Path) -> list[Stale]:
+    """Every lock whose recorded inputs differ from what `pins` and the locks below give, without
+    resolving anything. A lock above a stale one is stale too: its constraints are about to change."""
+    stale: list[Stale] = []
+    resolved: dict[str, Resolution] = {}
+    for spec in lock_specs(pins):
+        path = lock_path(directory, spec.name)
+        lock = read_lock(directory, spec.name)
+        below_stale = [f"{name}.txt is stale" for name in spec.below if name not in resolved]
+        if lock is None:
+            stale.append(Stale(name=spec.name, path=path, reasons=("missing",)))
+            continue
+        if below_stale:
+            stale.append(Stale(name=spec.name, path=path, reasons=tuple(below_stale)))
+            continue
+        inputs = lock_inputs(spec, pins, resolved)
+        if lock.digest != inputs_digest(inputs):
+            reasons = _differences(lock.inputs, inputs) or ("its inputs-sha256 does not match its header",)
+            stale.append(Stale(name=spec.name, path=path, reasons=reasons))
+            continue
+        resolved[spec.name] = lock.resolution
+    return stale
+
+
+@dataclass(frozen=True, kw_only=True)
+class Move:
+    lock: str
+    package: str
+    before: str  # "" when added
+    after: str  # "" when removed
+
+
+@dataclass(kw_only=True)
+class LockRun:
+    """What a lock run resolved: the new lock files (unwritten), moves against the old ones, timings."""
+
+    locks: dict[str, LockFile] = field(default_factory=dict)
+    moves: list[Move] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    kept: list[str] = field(default_factory=list)
+
+
+def _moves(name: str, before: Resolution | None, after: Resolution) -> list[Move]:
+    old, new = (before.versions if before else {}), after.versions
+    return [
+        Move(lock=name, package=package, before=old.get(package, ""), after=new.get(package, ""))
+        for package in sorted({*old, *new})
+        if old.get(package) != new.get(package)
+    ]
+
+
+def _upgrade_name(upgrade: str) -> str:
+    try:
+        return str(canonicalize_name(Requirement(upgrade).name))
+    except InvalidRequirement:
+        raise BadInput(f"--upgrade {upgrade!r}: not PACKAGE or PACKAGE==VERSION") from None
+
+
+def relock(
+    pins: Pins,
+    directory: Path,
+    *,
+    upgrade: str | None = None,
+    resolver: Resolver = compile_requirements,
+    installable: Installable = check_installable,
+) -> LockRun:
+    """Resolve every lock that is stale, missing, holds `upgrade`, or sits over one that changed."""
+    specs = lock_specs(pins)
+    current = {spec.name: read_lock(directory, spec.name) for spec in specs}
+    todo = {stale.name for stale in stale_locks(pins, directory)}
+    upgrades: tuple[str, ...] = ()
+    if upgrade:
+        name = _upgrade_name(upgrade)
+        holders = {n for n, lock in current.items() if lock and name in lock.resolution.versions}
+        if not holders:
+            raise BadInput(
+                f"--upgrade {upgrade}: {name} is in no lock of {directory}; fix: name a locked one"
+            )
+        todo |= holders
+        upgrades = (upgrade,)
+    run = LockRun()
+    resolved: dict[str, Resolution] = {}
+    for spec in specs:
+        lock = current[spec.name]
+        inputs = lock_inputs(spec, pins, resolved)
+        if spec.name not in todo and lock is not None and lock.digest == inputs_digest(inputs):
+            resolved[spec.name] = lock.resolution
+            run.kept.append(spec.name)
+            continue
+        start = time.monotonic()
+        resolution = _resolve(
+            spec,
+            specs=specs,
+            pins=pins,
+            current=current,
+            resolved=resolved,
+            upgrades=upgrades,
+            resolver=resolver,
+        )
+        installable(resolution.text, pins.image_target)
+        run.seconds[spec.name] = time.monotonic() - start
+        resolved[spec.name] = resolution
+        run.locks[spec.name] = parse_lock(spec.name, render_lock(spec.name, inputs, resolution))
+        run.moves += _moves(spec.name, lock.resolution if lock else None, resolution)
+    return run
+
+
+def _preferences(*locks: LockFile | None) -> str:
+    pins = {p.name: p.pin for lock in locks if lock for p in lock.resolution.packages}
+    return "".join(f"{pin}\n" for pin in pins.values())
+
+
+def _resolve(
+    spec: LockSpec,
+    *,
+    specs: tuple[LockSpec, ...],
+    pins: Pins,
+    current: Mapping[str, LockFile | None],
+    resolved: Mapping[str, Resolution],
+    upgrades: tuple[str, ...],
+    resolver: Resolver,
+) -> Resolution:
+    target = pins.image_target
+    constraints = [p.pin for name in spec.below for p in resolved[name].packages if p.name not in spec.own]
+    constraints += spec.constraints
+    if not spec.below:
+        # The whole stack first (this lock and the top one), then this lock pinned to that answer.
+        top = specs[-1]
+        stack = resolver(
+            [*spec.requirements, *top.requirements],
+            target,
+            constraints=spec.constraints,
+            overrides=spec.overrides,
+            excludes=top.excludes,
+            preferences=_preferences(current[spec.name], current[top.name]),
+            upgrade=upgrades,
+            name="stack",
+        )
+        constraints = [p.pin for p in stack.packages]
+    lock = current[spec.name]
+    resolution = resolver(
+        spec.requirements,
+        target,
+        constraints=constraints,
+        overrides=spec.overrides,
+        excludes=spec.excludes,
+        preferences=lock.resolution.text if lock else "",
+        upgrade=upgrades,
+        name=spec.name,
+    )
+    foreign = [p for p in resolution.packages if other_cuda_major(p.name, pins.wheels.major)]
+    if foreign:
+        names = ", ".join(f"{p.name} (required by {', '.join(p.via) or 'the requirements'})" for p in foreign)
+        raise CommandFailed(
+            f"the {spec.name} lock would install {names} into a CUDA {pins.wheels.major} image; fix: if it "
+            "is never loaded there, add its name without -cuNN to CUDA_FLAVOURED_STEMS in epstack/stack.py "
+            "(the locks exclude it), else move CUDA_VERSION to its major"
+        )
+    return resolution
+
+
+def write_locks(run: LockRun, directory: Path) -> list[Path]:
+    """Write each new lock whole (a reader never sees half a file)."""
+    written = []
+    for name, lock in run.locks.items():
+        path = lock_path(directory, name)
+        write_file(path, lock.text, what=f"the {name} lock")
+        written.append(path)
+    return written
+
+
+def moves_table(moves: list[Move], title: str) -> Table:
+    table = Table("lock", "package", "before", "after", title=title)
+    for move in moves:
+        table.add_row(
+            escape(move.lock),
+            escape(move.package),
+            escape(move.before) or "[green](added)[/]",
+            escape(move.after) or "[red](removed)[/]",
+        )
+    return table
+
+
+def cmd_lock(args: argparse.Namespace, console: Console) -> int:
+    path = pins_path(args.pins)
+    directory = locks_dir(args.locks)
+    pins = load_pins(path)
+    if args.check:
+        stale = stale_locks(pins, directory)
+        for entry in stale:
+            console.print(f"[red]{escape(str(entry))}[/]")
+        if stale:
+            console.print(f"fix: epstack lock --pins {escape(str(path))} --locks {escape(str(directory))}")
+            return 1
+        console.print(f"[green]{escape(str(directory))}: every lock is fresh for {escape(str(path))}[/]")
+        return 0
+    start = time.monotonic()
+    run = relock(pins, directory, upgrade=args.upgrade)
+    written = write_locks(run, directory)
+    for name in run.kept:
+        console.print(f"{escape(str(lock_path(directory, name)))}: fresh, kept")
+    for written_path, (name, lock) in zip(written, run.locks.items(), strict=True):
+        console.print(
+            f"{escape(str(written_path))}: {len(lock.resolution.packages)} distributions "
+            f"in {run.seconds[name]:.1f} s"
+        )
+    if args.upgrade:
+        moved = _upgrade_name(args.upgrade)
+        others = [m for m in run.moves if m.package != moved]
+        title = f"--upgrade {args.upgrade}: {len(others)} other distributions move with it"
+        console.print(moves_table(run.moves, escape(title)))
+    elif run.moves:
+        console.print(moves_table(run.moves, "what moved"))
+    console.print(f"lock: {len(written)} written, {len(run.kept)} kept, {time.monotonic() - start:.1f} s")
+    return 0
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add `lock` to the top-level subcommands."""
+    parser = subparsers.add_parser(
+        "lock",
+        parents=[PINS, LOCKS],
+        help="resolve each layer's Python closure into locks/ with hashes (needs the index)",
+    )
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument(
+        "--check", action="store_true", help="exit 1 naming every stale lock; resolves nothing (offline)"
+    )
+    action.add_argument(
+        "--upgrade",
+        metavar="PACKAGE[==VERSION]",
+        help="move one locked package and print everything that moves with it",
+    )
+    parser.set_defaults(func=cmd_lock)

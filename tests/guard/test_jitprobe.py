@@ -1,0 +1,134 @@
+"""`epstack jit probe` and the guard rows it leaves: the report a build writes, read at container start.
+
+The toolchains themselves (Triton, FlashInfer, DeepGEMM, DeepEP) compile in the images' builds
+(tests/image/test_docker_build.py) and on a GPU host (benchmarks/elastic/); here, the probe's own process,
+its report and the rows, with a real child process where the test venv has no toolchain to import."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from epstack.cli import main
+from epstack.errors import BadInput
+from epstack.guard.jitprobe import (
+    STEERING,
+    JitReport,
+    Probe,
+    layer_rows,
+    probe_rows,
+    read_report,
+    report_path,
+)
+
+FLASHINFER = Probe(
+    toolchain="flashinfer",
+    title="FlashInfer",
+    module="sampling",
+    verdict="ok",
+    compiler="/usr/local/cuda/bin/nvcc",
+    compiler_version="nvcc 13.0.88",
+    seconds=111.5,
+    steering={"CUDA_HOME": "/usr/local/cuda"},
+)
+DEEPGEMM = Probe(
+    toolchain="deepgemm",
+    title="DeepGEMM",
+    module="bf16_gemm_nt",
+    verdict="skipped",
+    compiler="/usr/local/cuda/bin/nvcc",
+    compiler_version="nvcc 13.0.88",
+    detail="no GPU: it reads the device",
+    steering={"CUDA_HOME": "/usr/local/cuda"},
+)
+IMAGE_ENV = {"CUDA_HOME": "/usr/local/cuda", "PATH": "/usr/bin"}
+
+
+def test_rows_name_the_compiler_the_module_and_the_time() -> None:
+    ok, skipped = probe_rows(
+        JitReport(layer="sglang", archs=("9.0a",), probes=(FLASHINFER, DEEPGEMM)), IMAGE_ENV
+    )
+    assert (ok.component, ok.expected, ok.verdict) == ("JIT FlashInfer", "compiles for 9.0a", "ok")
+    assert "nvcc 13.0.88" in ok.found and "/usr/local/cuda/bin/nvcc" in ok.found and "111.5 s" in ok.detail
+    assert (skipped.verdict, skipped.detail) == ("skipped", "no GPU: it reads the device")
+    assert not skipped.failed
+
+
+def test_a_failed_compile_fails_its_row_with_the_compilers_last_line() -> None:
+    failed = Probe(**{**FLASHINFER.__dict__, "verdict": "failed",
+                      "detail": "ninja: build stopped\n/usr/bin/ld: cannot find -lcudart"})  # fmt: skip
+    (row,) = probe_rows(JitReport(layer="sglang", archs=("9.0a",), probes=(failed,)), IMAGE_ENV)
+    assert (row.found, row.verdict, row.detail) == ("failed", "mismatch", "/usr/bin/ld: cannot find -lcudart")
+
+
+@pytest.mark.parametrize(
+    ("env", "was", "now"),
+    [
+        ({"CUDA_HOME": "/opt/other-cuda"}, "CUDA_HOME=/usr/local/cuda", "CUDA_HOME=/opt/other-cuda"),
+        ({}, "CUDA_HOME=/usr/local/cuda", "CUDA_HOME=(unset)"),
+        ({**IMAGE_ENV, "CC": "/opt/gcc/bin/gcc"}, "CC=(unset)", "CC=/opt/gcc/bin/gcc"),
+    ],
+)
+def test_a_container_that_steers_another_compiler_fails_the_row(
+    env: dict[str, str], was: str, now: str
+) -> None:
+    """The mixed-toolchain case: the build proved one compiler, the container would run another."""
+    (row,) = probe_rows(JitReport(layer="sglang", archs=("9.0a",), probes=(FLASHINFER,)), env)
+    assert row.verdict == "mismatch" and was in row.expected and now in row.found
+    assert "epstack jit probe" in row.detail
+
+
+def test_steering_names_every_variable_the_jits_read() -> None:
+    assert {"CUDA_HOME", "CUDA_PATH", "CC", "CXX", "TRITON_PTXAS_PATH", "EP_JIT_NVCC_COMPILER"} <= set(
+        STEERING
+    )
+
+
+def test_a_report_round_trips_and_a_stranger_is_bad_input(tmp_path: Path) -> None:
+    report = JitReport(layer="sglang", archs=("9.0a", "10.0a"), probes=(FLASHINFER, DEEPGEMM))
+    path = tmp_path / "jit-sglang.json"
+    path.write_text(report.to_json())
+    assert read_report(path) == report
+    for text in ('{"schema": 2, "probes": []}', "[]", '{"schema": 1, "layer": "x"}', "not json"):
+        path.write_text(text)
+        with pytest.raises(BadInput, match="not a JIT probe report"):
+            read_report(path)
+
+
+def test_a_layer_without_a_report_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EPSTACK_REPORTS", str(tmp_path))
+    (row,) = layer_rows("deepep", IMAGE_ENV)
+    assert (row.verdict, row.found) == (
+        "skipped",
+        "none",
+    ) and "epstack jit probe --layer deepep" in row.detail
+    report_path("deepep").write_text(JitReport(layer="deepep", archs=("9.0a",), probes=(DEEPGEMM,)).to_json())
+    assert [r.component for r in layer_rows("deepep", IMAGE_ENV)] == ["JIT DeepGEMM"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is not None, reason="Triton is installed here")
+def test_a_toolchain_that_fails_fails_the_command_with_its_own_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The probe's own process fails (no Triton in the test venv): exit 1, the error in the log and the
+    report, the report written anyway (the build log and the image keep it)."""
+    out = tmp_path / "jit-base.json"
+    assert main(["jit", "probe", "--layer", "base", "--json", str(out)]) == 1
+    (probe,) = json.loads(out.read_text())["probes"]
+    assert probe["toolchain"] == "triton-launcher" and probe["verdict"] == "failed"
+    assert "No module named 'triton'" in probe["detail"]
+    assert "No module named 'triton'" in capsys.readouterr().err
+
+
+def test_arches_come_from_the_flag_or_the_images_pins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["jit", "probe", "--layer", "sglang", "--arch", "9.1x"]) == 2
+    assert "--arch 9.1x: not a GPU architecture" in capsys.readouterr().err
+    monkeypatch.delenv("EPSTACK_PINS", raising=False)
+    assert main(["jit", "probe", "--layer", "sglang", "--json", str(tmp_path / "r.json")]) == 2
+    assert "no arch to compile for" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists(), "bad input writes nothing"

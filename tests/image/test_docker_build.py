@@ -1,0 +1,487 @@
+"""Real images from the real templates on a real Docker engine: the CUDA stand-in and every layer on it.
+
+The module builds hopper-ib once, as `epstack build` does where nvidia/cuda cannot be pulled: the
+stand-in, then devel and base (from PyPI and the Ubuntu archive), then deepep and sglang when
+EPSTACK_TEST_SOURCES names a folder of `git archive` tarballs (GitHub is out of reach here).
+Images the tests make are removed at the end; the build's own images stay for `make image`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from epstack import imagepaths
+from epstack.cli import main
+from epstack.guard.run import GUARD_REPORT, GuardReport
+from epstack.image import cdx
+from epstack.image.build import BuildReport, build_target, export_sboms, standin_ref
+from epstack.image.engine import DockerEngine
+from epstack.image.render import plan_render, source_date, write_plan
+from epstack.image.standin import STANDIN_LABEL, standin_for
+from epstack.layers import venv_locks
+from epstack.pins.load import load_pins
+from epstack.python.lockfile import read_lock
+from tests.conftest import PINS, REPO, pins_variant
+
+pytestmark = pytest.mark.docker
+
+TARGET = "hopper-ib"
+SOURCES = os.environ.get("EPSTACK_TEST_SOURCES", "")
+# A pins file whose IMAGE_REPOSITORY differs, so a test build on a shared engine never retags others'
+# images (tags come from the pins hash); default pins.env.
+BUILD_PINS = Path(os.environ.get("EPSTACK_TEST_PINS") or PINS)
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def docker(engine: DockerEngine, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [engine.cli, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+    )
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, engine: DockerEngine) -> BuildReport:
+    pins = load_pins(BUILD_PINS)
+    sources = Path(SOURCES) if SOURCES else None
+    plan = plan_render(pins, created=source_date(), revision="test", sources=sources)
+    context = tmp_path_factory.mktemp("build") / "render"
+    write_plan(plan, context)
+    return build_target(
+        pins=pins, plan=plan, context=context, target=TARGET, engine=engine, console=Console()
+    )
+
+
+def ref(report: BuildReport, stage: str) -> str:
+    return next(image.ref for image in report.built if image.stage == stage)
+
+
+@pytest.fixture(scope="module")
+def made() -> Iterator[list[str]]:
+    """Images a test makes on top of the build's; removed when the module ends."""
+    images: list[str] = []
+    yield images
+    if images:
+        subprocess.run(["/usr/bin/docker", "rmi", "-f", *images], capture_output=True, check=False)
+
+
+def test_the_standin_stands_in_for_nvidia_cuda(built: BuildReport, engine: DockerEngine) -> None:
+    """Layout, tools and environment as NVIDIA's devel image has them, from the pinned CUDA release."""
+    pins = load_pins(BUILD_PINS)
+    standin = standin_for(pins)
+    assert built.standin == standin
+    script = (
+        "set -e; readlink /usr/local/cuda; readlink /usr/local/cuda/include; readlink /usr/local/cuda/lib64; "
+        "nvcc --version | grep -o 'release [0-9.]*'; cuobjdump --version | grep -c Copyright; "
+        "grep -aom1 'libcuda[.]so[.]1' /usr/local/cuda/lib64/stubs/libcuda.so; echo $LIBRARY_PATH; "
+        "test -f /usr/local/cuda/include/cccl/cuda/std/version; test -f /usr/local/cuda/include/cusparse.h; "
+        "cat /etc/ld.so.conf.d/000_cuda.conf; "
+        "test -e /usr/lib/x86_64-linux-gnu/libnccl.so.2 && echo system-nccl"
+    )
+    devel = docker(engine, "run", "--rm", standin.devel, "bash", "-c", script).stdout.split("\n")
+    assert devel[:9] == [
+        "cuda-13.0",
+        "targets/x86_64-linux/include",
+        "targets/x86_64-linux/lib",
+        "release 13.0",
+        "1",
+        "libcuda.so.1",
+        "/usr/local/cuda/lib64/stubs",
+        "/usr/local/cuda/targets/x86_64-linux/lib",
+        "system-nccl",
+    ]
+    runtime = docker(
+        engine,
+        "run",
+        "--rm",
+        standin.runtime,
+        "bash",
+        "-c",
+        "ls /usr/local/cuda/ /usr/local/cuda/targets/x86_64-linux/lib; which nvcc || true",
+    )
+    assert runtime.stdout.split() == [
+        "/usr/local/cuda/:",
+        "targets",
+        "/usr/local/cuda/targets/x86_64-linux/lib:",
+        "libcudart.so.13",
+    ], "NVIDIA's base flavour: cudart, no other library, no compiler"
+    labels = engine.labels(standin.devel)
+    assert "NVIDIA's PyPI wheels" in labels[STANDIN_LABEL]
+
+
+def test_devel_and_base_are_built_guarded_and_labelled(built: BuildReport, engine: DockerEngine) -> None:
+    pins = load_pins(BUILD_PINS)
+    assert [image.stage for image in built.built][:2] == ["devel", "base"]
+    base = ref(built, "base")
+    assert base == standin_ref(pins.image_ref("base", TARGET))
+    labels = engine.labels(base)
+    for key, value in pins.layer_pins("base", TARGET).items():
+        assert labels[f"io.epstack.pin.{key.lower()}"] == value
+    assert (
+        STANDIN_LABEL in labels and labels["org.opencontainers.image.base.name"] == standin_for(pins).runtime
+    )
+    reports = docker(
+        engine, "run", "--rm", "--entrypoint", "cat", base, f"{imagepaths.REPORTS}/base.json"
+    ).stdout
+    rows = {row.component: row for row in GUARD_REPORT.loads(reports, f"{base}: base.json").checks}
+    assert rows["NCCL (loaded)"].found == pins.nccl_version, "the wheel's NCCL, not the system decoy"
+    assert rows["CUDA runtime/driver"].verdict == "skipped"
+
+
+def test_the_base_image_runs_its_guard_at_start(built: BuildReport, engine: DockerEngine) -> None:
+    result = docker(engine, "run", "--rm", ref(built, "base"), "python", "-c", "print('served')")
+    assert result.stdout == "served\n"
+    assert "no NVIDIA driver in this container" in result.stderr
+    assert "guard: ok" in result.stderr
+
+
+def test_the_runtime_base_is_smaller_than_devel(built: BuildReport) -> None:
+    sizes = {image.stage: image.size for image in built.built}
+    assert sizes["base"] < sizes["devel"]
+
+
+def test_the_base_image_holds_the_jits_toolchains_and_cudas_libraries_once(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    """Python.h for Triton's launcher, the libcudart.so and stub libcuda.so FlashInfer links with, and
+    no CUDA library in CUDA_HOME but cudart (NVIDIA's base flavour): torch loads the venv's wheels."""
+    headers = "import os, sysconfig; print(os.path.isfile(sysconfig.get_path('include') + '/Python.h'))"
+    script = (
+        f'python -c "{headers}"; readlink -f /usr/local/cuda/lib64/libcudart.so; '
+        "find /usr/local/cuda/ -name 'lib*.so*' | sort"
+    )
+    found = docker(engine, "run", "--rm", "--entrypoint", "bash", ref(built, "base"), "-c", script).stdout
+    assert found.split() == [
+        "True",
+        "/usr/local/cuda-13.0/targets/x86_64-linux/lib/libcudart.so.13",
+        "/usr/local/cuda/nvvm/lib64/libnvvm.so",
+        "/usr/local/cuda/nvvm/lib64/libnvvm.so.4",
+        "/usr/local/cuda/targets/x86_64-linux/lib/libcudart.so",
+        "/usr/local/cuda/targets/x86_64-linux/lib/libcudart.so.13",
+        "/usr/local/cuda/targets/x86_64-linux/lib/stubs/libcuda.so",
+    ]
+    rows = {row.component: row for row in guard_report(engine, ref(built, "base"), "base").checks}
+    for component in ("nvcc (CUDA_HOME)", "NVVM (CUDA_HOME)", "CUDA headers (CUDA_HOME)", "nvidia-nvjitlink"):
+        assert rows[component].verdict == "ok" and rows[component].found.startswith("13.0"), component
+    launcher = rows["JIT Triton launcher"]
+    assert launcher.verdict == "ok" and "gcc" in launcher.found, "built at image build time, no GPU"
+
+
+def test_the_entrypoint_reads_the_builds_jit_report_and_refuses_another_cuda_home(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    started = docker(engine, "run", "--rm", ref(built, "base"), "true")
+    row = next(line for line in started.stderr.splitlines() if "JIT Triton launcher" in line)
+    assert "ok" in row and "child_main" not in started.stderr, "read from the report, not compiled again"
+    steered = docker(
+        engine, "run", "--rm", "-e", "CUDA_HOME=/opt/other", ref(built, "base"), "true", check=False
+    )
+    assert steered.returncode == 1
+    row = next(line for line in steered.stderr.splitlines() if "JIT Triton launcher" in line)
+    assert "CUDA_HOME=/opt/other" in row and "mismatch" in row
+
+
+def test_a_toolchain_that_cannot_compile_fails_the_build_with_the_compilers_error(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine
+) -> None:
+    """The runtime before this change: no Python headers, so Triton's launcher cannot build."""
+    result = user_layer(
+        engine,
+        tmp_path,
+        f"FROM {ref(built, 'base')}\nRUN rm /usr/include/python3.12/Python.h\n"
+        f"RUN {imagepaths.SCRIPTS}/guard-layer.sh base\n",
+        "epstack-test/no-python-headers",
+    )
+    assert result.returncode != 0
+    assert "Python.h: No such file or directory" in result.stderr
+    assert "jit probe: FAILED" in result.stderr
+
+
+DRIFT = "nvidia-nvshmem-cu13==3.5.21"
+
+
+def user_layer(
+    engine: DockerEngine, directory: Path, dockerfile: str, tag: str
+) -> subprocess.CompletedProcess[str]:
+    """A user's own layer over an epstack image (the way drift usually arrives)."""
+    (directory / "Dockerfile").write_text(dockerfile)
+    return docker(engine, "build", "--progress", "plain", "-t", tag, str(directory), check=False)
+
+
+def test_a_drifting_layer_fails_its_build_with_the_table(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine
+) -> None:
+    result = user_layer(
+        engine,
+        tmp_path,
+        f"FROM {ref(built, 'base')}\nRUN uv pip install {DRIFT}\n"
+        f"RUN {imagepaths.SCRIPTS}/guard-layer.sh base\n",
+        "epstack-test/drift-fails",
+    )
+    assert result.returncode != 0
+    row = next(line for line in result.stderr.splitlines() if "│ nvidia-nvshmem-cu13" in line)
+    assert "3.4.5" in row and "3.5.21" in row and "mismatch" in row
+    headers = next(line for line in result.stderr.splitlines() if "│ NVSHMEM (headers)" in line)
+    assert "3.5.21" in headers and "mismatch" in headers
+
+
+@pytest.fixture(scope="module")
+def drifted(
+    tmp_path_factory: pytest.TempPathFactory, built: BuildReport, engine: DockerEngine, made: list[str]
+) -> str:
+    """An image whose own layer moved a pin and skipped the build-time guard."""
+    tag = "epstack-test/drifted"
+    result = user_layer(
+        engine,
+        tmp_path_factory.mktemp("drifted"),
+        f"FROM {ref(built, 'base')}\nRUN uv pip install {DRIFT}\n",
+        tag,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    made.append(tag)
+    return tag
+
+
+@pytest.mark.parametrize(
+    ("mode", "exit_code", "ran"),
+    [("strict", 1, False), ("warn", 0, True), ("off", 0, True), ("loud", 2, False)],
+)
+def test_entrypoint_guard_modes_on_a_drifted_image(
+    engine: DockerEngine, drifted: str, mode: str, exit_code: int, ran: bool
+) -> None:
+    show = "echo started; grep -c mismatch /tmp/epstack-guard.json || true"
+    result = docker(
+        engine, "run", "--rm", "-e", f"EPSTACK_GUARD={mode}", drifted, "sh", "-c", show, check=False
+    )
+    assert result.returncode == exit_code, result.stderr[-2000:]
+    assert ("started" in result.stdout) == ran
+    if mode == "warn":
+        # the distribution and its nvshmem_version.h; against the lock, its row and the summary row; and
+        # nvidia-cuda-cccl 13.3, which NVSHMEM 3.5.21 brought along: another CUDA minor
+        assert result.stdout.split() == ["started", "5"], "report written where the entrypoint says"
+
+
+def fake_efa_installer(folder: Path) -> str:
+    """aws-efa-installer-1.50.0.tar.gz holding tests/fixtures/efa/efa_installer.sh; returns its sha256."""
+    archive = folder / "aws-efa-installer-1.50.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(FIXTURES / "efa" / "efa_installer.sh", arcname="aws-efa-installer/efa_installer.sh")
+    return hashlib.sha256(archive.read_bytes()).hexdigest()
+
+
+def test_the_efa_step_runs_the_installer_as_the_real_one_needs(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine, made: list[str]
+) -> None:
+    """The EFA installer cannot be downloaded here: a fake that checks the arguments and preconditions
+    of the real one runs in the real step, taken from a sources folder and checked by its sha256."""
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    pins = pins_variant(tmp_path, EFA_INSTALLER_SHA256=fake_efa_installer(sources))
+    out = tmp_path / "render"
+    render = ["render", "--pins", str(pins), "--out", str(out), "--sources", str(sources)]
+    assert main([*render, "--locks", str(REPO / "locks")]) == 0
+    image = next(
+        i
+        for i in json.loads((out / "epstack-render.json").read_text())["images"]
+        if i["name"] == "hopper-efa-base"
+    )
+    standin = standin_for(load_pins(pins))
+    tag = "epstack-test/base-efa"
+    args = [
+        "--build-arg",
+        f"CUDA_DEVEL_IMAGE={standin.devel}",
+        "--build-arg",
+        f"CUDA_RUNTIME_IMAGE={standin.runtime}",
+    ]
+    dockerfile = str(out / image["dockerfile"])
+    result = docker(engine, "build", "--progress", "plain", "-f", dockerfile, "--target", "base",
+                    *args, "-t", tag, str(out), check=False)  # fmt: skip
+    made.append(tag)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "fake efa_installer.sh: arguments and preconditions of the real installer hold" in result.stderr
+    assert "epstack: EFA installer 1.50.0 with aws-ofi-nccl 1.21.1" in result.stderr
+    paths = docker(
+        engine, "run", "--rm", "--entrypoint", "sh", tag, "-c", "ldconfig -p | grep -c amazon"
+    ).stdout
+    assert int(paths) >= 1, "the plugin's directories extend the loader's path"
+
+
+needs_sources = pytest.mark.skipif(
+    not SOURCES, reason="EPSTACK_TEST_SOURCES is not set: no DeepEP/fmt/GDRCopy archives and no GitHub here"
+)
+
+
+@needs_sources
+def test_deepep_and_sglang_are_built_and_guarded(built: BuildReport, engine: DockerEngine) -> None:
+    assert [image.stage for image in built.built] == ["devel", "base", "deepep", "sglang"]
+    check = (
+        "import sglang, deep_ep; from deep_ep import ElasticBuffer; "
+        "print(sglang.__version__, ElasticBuffer.__name__)"
+    )
+    result = docker(engine, "run", "--rm", ref(built, "sglang"), "python", "-c", check)
+    assert result.stdout.split() == [load_pins(BUILD_PINS).sglang_version, "ElasticBuffer"]
+    assert "guard: ok" in result.stderr
+
+
+@needs_sources
+def test_the_sglang_image_passes_guard_all(built: BuildReport, engine: DockerEngine) -> None:
+    result = docker(
+        engine, "run", "--rm", ref(built, "sglang"), "epstack", "guard", "--layer", "all", check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "skipped" in result.stderr and "guard: ok" in result.stderr
+
+
+def test_without_sources_the_git_layers_say_why(built: BuildReport) -> None:
+    if SOURCES:
+        assert not built.not_built
+        return
+    assert set(built.not_built) == {
+        standin_ref(load_pins(BUILD_PINS).image_ref(layer, TARGET)) for layer in ("deepep", "sglang")
+    }
+    assert all("archive in sources/" in why and "--sources" in why for why in built.not_built.values())
+
+
+@needs_sources
+def test_the_sglang_image_proves_every_jit_toolchain_for_its_arch(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    """Compiled during the build, with no GPU: Triton's launcher and a kernel for sm_90a, FlashInfer's
+    sampling module (nvcc, then the -lcudart -lcuda link); DeepGEMM and DeepEP name the device call
+    that keeps them for a GPU host, and the compiler they will run."""
+    image = ref(built, "sglang")
+    rows = {row.component: row for row in guard_report(engine, image, "sglang").checks}
+    for component in ("JIT Triton launcher", "JIT Triton kernel", "JIT FlashInfer"):
+        assert rows[component].verdict == "ok", rows[component]
+    kernel, flashinfer = rows["JIT Triton kernel"], rows["JIT FlashInfer"]
+    assert kernel.expected == "compiles for 9.0a" and "ptxas 12.9 for sm_90" in kernel.found
+    assert flashinfer.found == "nvcc 13.0.88 (/usr/local/cuda/bin/nvcc)"
+    for component in ("JIT DeepGEMM", "JIT DeepEP"):
+        assert (
+            rows[component].verdict == "skipped" and "cudaGetDeviceProperties" in rows[component].detail
+        )
+        assert "/usr/local/cuda/bin/nvcc" in rows[component].found
+    assert rows["nvidia-cuda-nvcc"].found == "13.0.88" and rows["nvidia-cuda-nvcc"].verdict == "ok"
+    assert rows["CUDA major of distributions"].verdict == "ok"
+
+
+# ---- locks: the venv is exactly the lock; a drift the pins cannot see, the lock names -----------
+
+
+def guard_report(engine: DockerEngine, image: str, layer: str) -> GuardReport:
+    path = f"{imagepaths.REPORTS}/{layer}.json"
+    text = docker(engine, "run", "--rm", "--entrypoint", "cat", image, path)
+    return GUARD_REPORT.loads(text.stdout, f"{image}: {path}")
+
+
+def locked(layer: str) -> set[str]:
+    names = set()
+    for name in venv_locks(layer):
+        lock = read_lock(REPO / "locks", name)
+        assert lock is not None
+        names |= {p.name for p in lock.resolution.packages}
+    return names
+
+
+def assert_exactly_locked(engine: DockerEngine, image: str, layer: str, built_extra: int = 0) -> None:
+    """The guard's distribution count equals the locks' (plus the deep_ep wheel built from its commit)."""
+    report = guard_report(engine, image, layer)
+    count = len(locked(layer)) + built_extra
+    rows = {row.component: row for row in report.checks}
+    summary = rows["Python distributions"]
+    assert (summary.expected, summary.found, summary.verdict) == (
+        f"{count} locked",
+        f"{count} installed",
+        "ok",
+    )
+    distributions = report.distributions
+    assert len(distributions) == count and {d.verdict for d in distributions} == {"ok"}
+
+
+def test_the_base_layer_installs_exactly_its_lock(built: BuildReport, engine: DockerEngine) -> None:
+    assert_exactly_locked(engine, ref(built, "base"), "base")
+    assert_exactly_locked(engine, ref(built, "devel"), "base")
+
+
+def test_every_built_image_carries_a_valid_sbom(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine
+) -> None:
+    """Written in the image after its guard, copied beside the build report and validated again."""
+    report = BuildReport(target=built.target, standin=built.standin, built=list(built.built))
+    export_sboms(engine, report, tmp_path / "sbom")
+    for image in report.built:
+        text = Path(image.sbom).read_text()
+        assert cdx.validate(text) == []
+        parts = {c["bom-ref"]: c for c in json.loads(text)["components"]}
+        python = [ref for ref in parts if ref.startswith("python:")]
+        assert len(python) == len(locked(image.layer)), image.ref
+        assert sum(ref.startswith("os:") for ref in parts) > 100, "every dpkg package"
+        base = next(c for ref, c in parts.items() if ref.startswith("base-image:"))
+        assert "epstack:standin" in {p["name"] for p in base["properties"]}, "built on the stand-in"
+        nccl = next(c for ref, c in parts.items() if ref.startswith("native:NCCL@"))
+        assert len(nccl["hashes"][0]["content"]) == 64, "the sha256 of the libnccl the image holds"
+
+
+# An unpinned transitive: torch requires filelock with no version, pins.env names none; only the lock has it.
+TRANSITIVE_DRIFT = "filelock==4.2.12"
+
+
+def test_a_drift_the_lock_catches_and_the_pins_do_not(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine
+) -> None:
+    result = user_layer(
+        engine,
+        tmp_path,
+        f"FROM {ref(built, 'base')}\nRUN uv pip install --no-deps {TRANSITIVE_DRIFT}\n"
+        f"RUN {imagepaths.SCRIPTS}/guard-layer.sh base\n",
+        "epstack-test/transitive-drift",
+    )
+    assert result.returncode != 0
+    failing = [
+        line
+        for line in result.stderr.splitlines()
+        if "│" in line and ("mismatch" in line or "missing" in line)
+    ]
+    assert len(failing) == 2, "the pins' own rows all pass: only the lock sees it"
+    assert "Python distributions" in failing[0] and "1 other version" in failing[0]
+    assert "│ filelock" in failing[1] and "4.3.1" in failing[1] and "4.2.12" in failing[1]
+
+
+@needs_sources
+def test_the_sglang_layer_installs_exactly_its_locks_and_deep_ep(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    assert_exactly_locked(engine, ref(built, "deepep"), "deepep", built_extra=1)
+    assert_exactly_locked(engine, ref(built, "sglang"), "sglang", built_extra=1)
+
+
+@needs_sources
+def test_an_sglang_transitive_drift_is_named(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine
+) -> None:
+    """flashinfer, which SGLang requires and pins.env does not name, one patch down."""
+    result = user_layer(
+        engine,
+        tmp_path,
+        f"FROM {ref(built, 'sglang')}\nRUN uv pip install --no-deps flashinfer-python==0.7.1\n"
+        f"RUN {imagepaths.SCRIPTS}/guard-layer.sh sglang\n",
+        "epstack-test/sglang-drift",
+    )
+    assert result.returncode != 0
+    row = next(line for line in result.stderr.splitlines() if "│ flashinfer-python" in line)
+    assert "0.7.2" in row and "0.7.1" in row and "mismatch" in row and "sglang.txt" in row

@@ -1,0 +1,241 @@
+"""epstack lock: the committed locks are fresh, a pins change names exactly the stale ones, a relock
+resolves only what it must (with uv's real answers, recorded in the committed locks), and uv itself
+against the index for --upgrade."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from epstack.cli import main
+from epstack.errors import CommandFailed
+from epstack.layers import venv_locks
+from epstack.pins.load import load_pins
+from epstack.python.lock import lock_specs, relock, stale_locks
+from epstack.python.lockfile import entry_text, parse_lock, read_lock
+from epstack.python.resolve import Pinned, Resolution, Unresolvable
+from epstack.stack import CUDA_RELEASE_WHEELS, DEEP_EP_PROVIDERS, ImageTarget
+from tests.conftest import PINS, REPO, pins_variant
+
+LOCKS = REPO / "locks"
+
+
+def committed(name: str) -> Resolution:
+    lock = read_lock(LOCKS, name)
+    assert lock is not None
+    return lock.resolution
+
+
+def test_the_committed_locks_are_fresh_and_hashed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lock", "--check", "--pins", str(PINS), "--locks", str(LOCKS)]) == 0
+    assert "every lock is fresh" in capsys.readouterr().err
+    for spec in lock_specs(load_pins(PINS)):
+        resolution = committed(spec.name)
+        assert resolution.packages and all(p.hashes for p in resolution.packages), spec.name
+        assert all(h.startswith("sha256:") for p in resolution.packages for h in p.hashes)
+    assert set(venv_locks("sglang")) == {"base", "sglang"}
+
+
+def test_the_locks_hold_the_pins_and_no_other_deep_ep() -> None:
+    pins = load_pins(PINS)
+    base, sglang = committed("base").versions, committed("sglang").versions
+    for name, version in pins.base_packages.items():
+        assert base[name] == version and sglang[name] == version
+    assert base["uv"] == pins.uv_version and "pip" in base, "the venv's own tools are locked too"
+    assert sglang["sglang"] == pins.sglang_version
+    assert not set(DEEP_EP_PROVIDERS) & {*base, *sglang}
+    shared = set(base) & set(sglang)
+    assert {name: sglang[name] for name in shared} == {name: base[name] for name in shared}, (
+        "nothing in the base lock moves in the sglang lock"
+    )
+
+
+def test_the_committed_locks_hold_one_cuda() -> None:
+    """Every toolkit wheel the CUDA release versions is at the pinned minor; no other major's wheel."""
+    pins = load_pins(PINS)
+    for name in ("base", "sglang"):
+        versions = committed(name).versions
+        held = {wheel: versions[wheel] for wheel in pins.wheels.release if wheel in versions}
+        assert held and all(version.startswith("13.0.") for version in held.values()), (name, held)
+        assert not [wheel for wheel in versions if wheel.endswith("-cu12")], name
+    assert committed("sglang").version("nvidia-cuda-nvcc") == "13.0.88", "humming-kernels' nvcc, held at 13.0"
+
+
+def test_an_exception_lifts_one_wheels_constraint_and_the_header_says_so(tmp_path: Path) -> None:
+    pins = load_pins(pins_variant(tmp_path, CUDA_MINOR_EXCEPTIONS="nvidia-cuda-nvcc"))
+    (base, _, sglang) = lock_specs(pins)
+    assert (
+        "nvidia-cuda-nvcc==13.0.*" not in sglang.constraints and "nvidia-nvvm==13.0.*" in sglang.constraints
+    )
+    assert base.constraints == sglang.constraints
+    stale = {entry.name: entry.reasons for entry in stale_locks(pins, LOCKS)}
+    assert "constraints:" in stale["base"][0] and set(stale) == {"base", "deepep-build", "sglang"}
+
+
+def test_a_wheel_of_another_cuda_major_is_refused_naming_who_requires_it(tmp_path: Path) -> None:
+    """uv's answer holds a cu12 wheel nobody told the lock about: nothing is written, the line says
+    which distribution brings it and how to exclude it."""
+
+    class ForeignUv(RecordedUv):
+        def __call__(self, requirements: Sequence[str], target: ImageTarget, **options: object) -> Resolution:
+            answer = super().__call__(requirements, target, **options)
+            if options["name"] != "sglang":
+                return answer
+            extra = Pinned(name="nvidia-foo-cu12", version="1.0", via=("flashinfer-python",))
+            return Resolution(packages=(*answer.packages, extra), text=answer.text)
+
+    locks = tmp_path / "locks"
+    shutil.copytree(LOCKS, locks)
+    pins = load_pins(pins_variant(tmp_path, SGLANG_VERSION="0.5.22"))
+    with pytest.raises(
+        CommandFailed, match=r"nvidia-foo-cu12 \(required by flashinfer-python\) into a CUDA 13"
+    ):
+        relock(pins, locks, resolver=ForeignUv(), installable=no_install_check)
+    assert (locks / "sglang.txt").read_text() == (LOCKS / "sglang.txt").read_text()
+
+
+def test_another_sglang_version_names_the_stale_lock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A temporary copy of the pins: only the sglang lock is stale, and the line says why."""
+    pins = pins_variant(tmp_path, SGLANG_VERSION="0.5.22")
+    assert main(["lock", "--check", "--pins", str(pins), "--locks", str(LOCKS)]) == 1
+    stale = [line for line in capsys.readouterr().err.splitlines() if "stale" in line]
+    assert stale == [f"{LOCKS}/sglang.txt: stale (requires: sglang==0.5.23 -> sglang==0.5.22)"]
+
+
+def test_a_base_pin_makes_every_lock_above_it_stale(tmp_path: Path) -> None:
+    pins = load_pins(pins_variant(tmp_path, TORCH_VERSION="2.13.0"))
+    stale = {entry.name: entry.reasons for entry in stale_locks(pins, LOCKS)}
+    assert set(stale) == {"base", "deepep-build", "sglang"}
+    assert "requires: torch==2.14.1" in stale["base"][0] and "-> torch==2.13.0" in stale["base"][0]
+    assert stale["sglang"] == ("base.txt is stale",)
+
+
+def test_an_edited_lock_is_stale(tmp_path: Path) -> None:
+    locks = tmp_path / "locks"
+    shutil.copytree(LOCKS, locks)
+    text = (locks / "base.txt").read_text()
+    (locks / "base.txt").write_text(text.replace("# inputs-sha256: ", "# inputs-sha256: 0"))
+    assert [entry.name for entry in stale_locks(load_pins(PINS), locks)] == ["base", "deepep-build", "sglang"]
+    (locks / "sglang.txt").unlink()
+    assert stale_locks(load_pins(PINS), locks)[-1].reasons == ("missing",)
+
+
+def test_an_unreadable_lock_is_one_line_of_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lock that is not UTF-8 (or a FIFO) is exit 2 naming the file, not a traceback or a hang."""
+    locks = tmp_path / "locks"
+    shutil.copytree(LOCKS, locks)
+    (locks / "base.txt").write_bytes((locks / "base.txt").read_bytes() + "# caf\xe9\n".encode("latin-1"))
+    assert main(["lock", "--check", "--pins", str(PINS), "--locks", str(locks)]) == 2
+    assert f"{locks / 'base.txt'}: not UTF-8 text" in capsys.readouterr().err
+    (locks / "base.txt").unlink()
+    os.mkfifo(locks / "base.txt")
+    assert main(["lock", "--check", "--pins", str(PINS), "--locks", str(locks)]) == 2
+    assert "a FIFO" in capsys.readouterr().err
+
+
+class RecordedUv:
+    """Answers as uv answered (the committed locks are its output) and records every call."""
+
+    def __init__(self, fail: str = "") -> None:
+        self.calls: list[dict[str, object]] = []
+        self.fail = fail
+
+    def __call__(self, requirements: Sequence[str], target: ImageTarget, **options: object) -> Resolution:
+        self.calls.append({"requirements": list(requirements), **options})
+        name = str(options["name"])
+        if name == self.fail:
+            raise Unresolvable(f"Because {name} cannot hold")
+        return committed("base" if name == "stack" else name)
+
+
+def no_install_check(text: str, target: ImageTarget) -> None:
+    assert text
+
+
+def test_a_relock_resolves_only_what_changed(tmp_path: Path) -> None:
+    """SGLang moved: the base and deepep-build locks are kept; sglang is resolved over the base lock,
+    with its old self as uv's preferences, its overrides and its exclusions."""
+    locks = tmp_path / "locks"
+    shutil.copytree(LOCKS, locks)
+    uv = RecordedUv()
+    run = relock(load_pins(pins_variant(tmp_path, SGLANG_VERSION="0.5.22")), locks, resolver=uv,
+                 installable=no_install_check)  # fmt: skip
+    assert run.kept == ["base", "deepep-build"] and list(run.locks) == ["sglang"]
+    (call,) = uv.calls
+    assert call["requirements"] == ["sglang==0.5.22"]
+    one_cuda = [f"{name}==13.0.*" for name in CUDA_RELEASE_WHEELS]
+    assert call["constraints"] == [p.pin for p in committed("base").packages] + one_cuda
+    assert call["excludes"] == (*DEEP_EP_PROVIDERS, "nvidia-cutlass-dsl-libs-cu12")
+    assert call["preferences"] == committed("sglang").text
+    assert run.moves == [], "the recorded answer is the old lock: nothing moved"
+    header = run.locks["sglang"].inputs
+    assert header["requires"] == "sglang==0.5.22"
+
+
+def test_the_base_lock_is_resolved_with_the_stack_in_view(tmp_path: Path) -> None:
+    """From nothing: base and SGLang together first, the base pinned to that answer, then the rest."""
+    uv = RecordedUv()
+    run = relock(load_pins(PINS), tmp_path / "empty", resolver=uv, installable=no_install_check)
+    assert [call["name"] for call in uv.calls] == ["stack", "base", "deepep-build", "sglang"]
+    stack, base, build = uv.calls[0], uv.calls[1], uv.calls[2]
+    assert stack["requirements"] == [*lock_specs(load_pins(PINS))[0].requirements, "sglang==0.5.23"]
+    assert base["constraints"] == [p.pin for p in committed("base").packages]
+    assert not any(str(c).startswith("setuptools==") for c in build["constraints"]), (  # type: ignore[attr-defined]
+        "the build lock pins its own setuptools"
+    )
+    assert {m.lock for m in run.moves} == {"base", "deepep-build", "sglang"}, "every package is new"
+
+
+def test_upgrade_relocks_the_locks_that_hold_it_and_nothing_else_is_written_on_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    locks = tmp_path / "locks"
+    shutil.copytree(LOCKS, locks)
+    uv = RecordedUv()
+    run = relock(load_pins(PINS), locks, upgrade="flashinfer-python==0.7.1", resolver=uv,
+                 installable=no_install_check)  # fmt: skip
+    assert list(run.locks) == ["sglang"] and uv.calls[0]["upgrade"] == ("flashinfer-python==0.7.1",)
+    before = {path.name: path.read_bytes() for path in locks.iterdir()}
+    with pytest.raises(Unresolvable):
+        relock(load_pins(PINS), locks, upgrade="triton", resolver=RecordedUv(fail="sglang"),
+               installable=no_install_check)  # fmt: skip
+    assert {path.name: path.read_bytes() for path in locks.iterdir()} == before
+    assert main(["lock", "--locks", str(locks), "--upgrade", "not-a-locked-package"]) == 2
+    assert "is in no lock" in capsys.readouterr().err
+
+
+def test_uv_bootstrap_entry_is_the_locked_uv_with_its_hashes() -> None:
+    base = read_lock(LOCKS, "base")
+    assert base is not None
+    entry = parse_lock("uv", entry_text(base, "uv")).resolution.packages
+    assert [(p.pin, p.hashes) for p in entry] == [
+        (p.pin, p.hashes) for p in base.resolution.packages if p.name == "uv"
+    ]
+
+
+@pytest.mark.network
+def test_upgrade_against_the_index_moves_one_package_and_what_follows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """uv against PyPI (about 20 s warm): pydantic down one minor brings pydantic-core with it, and
+    nothing else moves; the locks stay fresh."""
+    locks = tmp_path / "locks"
+    shutil.copytree(LOCKS, locks)
+    start = time.monotonic()
+    assert main(["lock", "--locks", str(locks), "--upgrade", "pydantic==2.13.0"]) == 0
+    print(f"epstack lock --upgrade: {time.monotonic() - start:.1f} s")
+    err = capsys.readouterr().err
+    assert "1 other distributions move with it" in err
+    rows = [line for line in err.splitlines() if line.startswith("│ sglang")]
+    assert [row.split("│")[2].strip() for row in rows] == ["pydantic", "pydantic-core"]
+    assert (locks / "base.txt").read_bytes() == (LOCKS / "base.txt").read_bytes()
+    assert main(["lock", "--check", "--locks", str(locks)]) == 0

@@ -1,0 +1,122 @@
+"""Known failures named from their real texts; libstdc++ interposition found with real nm output."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from epstack.guard.loaded import defined_symbols, interposed_symbols
+from epstack.smoke.classify import classify
+
+# Texts as DeepEP d4f41e4 (EPException: "<name> exception (<file>:<line>): <#cond>"), its Python
+# checks, the dynamic loader and epstack's own worker print them.
+REAL_TEXTS = {
+    "no-gin": "RuntimeError: Assertion exception (/opt/src/DeepEP/csrc/kernels/backend/nccl.cu:85):"
+    " (allow_hybrid_mode ? props.railedGinType : props.ginType) != NCCL_GIN_TYPE_NONE and "
+    '"NCCL GIN is unavailable. This is usually due to a network configuration issue, such as '
+    '`allow_hybrid_mode=0` (disable direct RDMA kernels) in multi-plane network."',
+    "nccl-too-old": "AssertionError: Invalid NCCL versions: /usr/lib/python3/site-packages/torch/"
+    "lib/../../nvidia/nccl/lib/libnccl.so.2 (loaded) v.s. /opt/nccl/lib/libnccl.so.2 (expected),"
+    " please contact Chenggang or Shangyan to upgrade PyTorch NCCL version",
+    "nvcc-missing": "RuntimeError: Assertion exception (/opt/src/DeepEP/csrc/jit/compiler.hpp:187):"
+    " std::filesystem::exists(nvcc_path)",
+    "max-tokens-too-small": "RuntimeError: Assertion exception (/opt/src/DeepEP/csrc/elastic/"
+    "buffer.hpp:716): num_tokens <= num_max_tokens_per_rank",
+}
+
+
+@pytest.mark.parametrize(("key", "text"), sorted(REAL_TEXTS.items()))
+def test_real_texts(key: str, text: str) -> None:
+    finding = classify(text)
+    assert finding is not None and finding.key == key and finding.environment
+    assert finding.fix
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (
+            "ImportError: /x/deep_ep/_C.cpython-312-x86_64-linux-gnu.so: undefined symbol: ncclDevCommCreate",
+            "nccl-too-old",
+        ),
+        ("EnvironmentError_: loaded NCCL 2.28.9 is older than 2.30.4 (/x/libnccl.so.2)", "nccl-too-old"),
+        ("EnvironmentError_: no GIN on a multi-node run: 2 hosts (a, b) but no RDMA NIC", "no-gin"),
+        ("sh: 1: nvcc: not found", "nvcc-missing"),
+        ("error: --num-max-tokens-per-rank 1024 is smaller than the batch", "max-tokens-too-small"),
+    ],
+)
+def test_epstack_and_loader_texts(text: str, key: str) -> None:
+    finding = classify(text)
+    assert finding is not None and finding.key == key
+
+
+def test_unknown_failures_stay_unclassified() -> None:
+    assert classify("RuntimeError: CUDA error: an illegal memory access was encountered") is None
+    assert classify("AssertionError: Diff: 0.0012") is None
+
+
+NM_SAMPLE = """\
+0000000000123450 T PyInit__C
+00000000001a2b30 W _ZNSt6vectorIiSaIiEE17_M_realloc_insertIJRKiEEEvN9__gnu_cxx17__normal_iteratorIPiS1_EEDpOT_
+00000000003f0e00 T _ZNKSt7codecvtIcc11__mbstate_tE6do_outERS0_PKcS4_RS4_PcS6_RS6_
+0000000000400000 B _ZNSt7codecvtIcc11__mbstate_tE2idE
+                 w __gmon_start__
+"""
+LIBSTDCXX_SAMPLE = """\
+00000000000c1e20 T _ZNKSt7codecvtIcc11__mbstate_tE6do_outERS0_PKcS4_RS4_PcS6_RS6_@@GLIBCXX_3.4
+0000000000224e28 B _ZNSt7codecvtIcc11__mbstate_tE2idE@@GLIBCXX_3.4
+00000000000a0000 T _ZSt9terminatev@@GLIBCXX_3.4
+"""
+
+
+def test_interposed_symbols_from_nm_text() -> None:
+    assert defined_symbols(NM_SAMPLE)["PyInit__C"] == "T"
+    found = interposed_symbols(NM_SAMPLE, LIBSTDCXX_SAMPLE)
+    assert found == sorted(
+        [
+            "_ZNKSt7codecvtIcc11__mbstate_tE6do_outERS0_PKcS4_RS4_PcS6_RS6_",
+            "_ZNSt7codecvtIcc11__mbstate_tE2idE",
+        ]
+    )
+    # the weak vector<int> instantiation is normal and never reported
+    assert not any("vector" in s for s in interposed_symbols(NM_SAMPLE, None))
+
+
+def _nm(path: Path) -> str:
+    return subprocess.run(
+        ["nm", "-D", "--defined-only", str(path)], capture_output=True, check=True, text=True
+    ).stdout
+
+
+@pytest.mark.skipif(not (shutil.which("g++") and shutil.which("nm")), reason="needs g++ and nm")
+def test_real_shared_objects(tmp_path: Path) -> None:
+    """A real .so that explicitly instantiates libstdc++'s codecvt_byname (strong definitions of
+    symbols libstdc++.so.6 exports) is flagged; an ordinary one is not."""
+    clean = tmp_path / "clean.cpp"
+    clean.write_text(
+        '#include <vector>\nextern "C" int f() { std::vector<int> v{1}; '
+        "v.push_back(2); return (int)v.size(); }\n"
+    )
+    bad = tmp_path / "bad.cpp"
+    bad.write_text(
+        "#include <locale>\n#include <cwchar>\n"
+        "template class std::codecvt_byname<char, char, std::mbstate_t>;\n"
+    )
+    libstdcxx = subprocess.run(
+        ["g++", "-print-file-name=libstdc++.so.6"], capture_output=True, check=True, text=True
+    ).stdout.strip()
+    if not Path(libstdcxx).is_file():
+        pytest.skip("libstdc++.so.6 not found")
+    ref = _nm(Path(libstdcxx))
+    for src in (clean, bad):
+        subprocess.run(
+            ["g++", "-shared", "-fPIC", "-O1", "-o", str(src.with_suffix(".so")), str(src)], check=True
+        )
+    assert interposed_symbols(_nm(clean.with_suffix(".so")), ref) == []
+    found = interposed_symbols(_nm(bad.with_suffix(".so")), ref)
+    assert found and all("codecvt" in s for s in found)
+    finding = classify("deep_ep/_C.so exports libstdc++ symbols")
+    assert finding is not None and finding.key == "libstdcxx-interposition"
