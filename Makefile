@@ -40,10 +40,11 @@ test: $(BIN)/epstack
 	scripts/dev/docker-engine.sh start
 	$(BIN)/ruff check epstack tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -m ""
 
+# The quick loop: pytest's default selection (pyproject.toml), no Docker, PyPI or GPU.
 unit: $(BIN)/epstack
-	$(BIN)/pytest -m "not docker and not network and not gpu"
+	$(BIN)/pytest
 
 schema: $(BIN)/epstack
 	$(BIN)/python -c "from epstack.pins.load import SCHEMA_PATH, pins_json_schema; SCHEMA_PATH.write_text(pins_json_schema())"

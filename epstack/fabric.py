@@ -49,6 +49,10 @@ class Fabric:
     device_per_gpu: bool
     # The base image's install step of the fabric (images/partials/).
     install_template: str
+    # How the doctor knows the fabric's NICs in /sys/class/infiniband: their kernel driver, and the
+    # device name prefixes it gives them ("" and (): any other RDMA device).
+    kernel_driver: str = ""
+    device_prefixes: tuple[str, ...] = ()
 
     def gin_ok(self, nccl_version: str) -> bool:
         return release(nccl_version) >= release(self.gin_min_nccl)
@@ -84,6 +88,8 @@ EFA = Fabric(
     gin_floor_source=f"aws-ofi-nccl 1.21 doc/gin-getting-started.md: NCCL {EFA_GDA_MIN_NCCL}-1 or later",
     device_per_gpu=True,
     install_template="partials/fabric-efa.j2",
+    kernel_driver="efa",
+    device_prefixes=("efa", "rdmap"),
 )
 
 IB = Fabric(

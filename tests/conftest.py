@@ -19,11 +19,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from epstack import resources
-from epstack.commands import smoke as cli
 from epstack.errors import EnvironmentProblem
 from epstack.image.deepepmanifest import DEEPEP_MANIFEST, DeepepManifest, LinkedLibrary
 from epstack.image.engine import DockerEngine
-from epstack.smoke import preflight
+from epstack.smoke import elastic, preflight
 from epstack.smoke.stage import HANG_STAGE_ENV
 
 REPO = Path(__file__).resolve().parent.parent
@@ -165,7 +164,7 @@ GPU_HOST = {"python": sys.executable, "torch": "2.14.1+cu130", "cuda": "13.0", "
 def stub_cli(stub: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`smoke elastic` with stub ranks, a preflight that reports a GPU host, and no launcher in the
     environment."""
-    monkeypatch.setattr(cli, "WORKER", (sys.executable, str(stub)))
+    monkeypatch.setattr(elastic, "WORKER", (sys.executable, str(stub)))
     monkeypatch.setattr(
         preflight, "PROBE", (sys.executable, "-c", f"print({json.dumps(json.dumps(GPU_HOST))})")
     )

@@ -12,7 +12,7 @@ import pytest
 from epstack.checkrow import Check
 from epstack.document import Schema
 from epstack.errors import BadInput
-from epstack.guard.run import GUARD_REPORT, GuardReport
+from epstack.guard.report import GUARD_REPORT, GuardReport
 from epstack.image.build import BUILD_REPORT, BuildReport, BuiltImage, write_build_report
 from epstack.image.buildmanifest import BUILD_MANIFEST, BuildManifest, ManifestImage
 from epstack.image.deepepmanifest import DEEPEP_MANIFEST

@@ -42,7 +42,7 @@ def _alternatives(pattern: str) -> list[str]:
 
 
 def test_each_stack_fact_is_written_once_in_stack_py() -> None:
-    facts, _ = _contributor_commands()
+    facts, _, _ = _contributor_commands()
     alternatives = _alternatives(re.search(r"git grep -nE '([^']*)'", facts).group(1))  # type: ignore[union-attr]
     lines = _run(facts)
     for fact in alternatives:
@@ -53,5 +53,10 @@ def test_each_stack_fact_is_written_once_in_stack_py() -> None:
 
 
 def test_no_script_template_or_buildspec_carries_a_pinned_version() -> None:
-    _, pins = _contributor_commands()
+    _, pins, _ = _contributor_commands()
     assert _run(pins) == []
+
+
+def test_no_module_names_a_layer_or_a_fabric_outside_its_record() -> None:
+    _, _, names = _contributor_commands()
+    assert _run(names) == []

@@ -36,14 +36,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from rich.console import Console
-from rich.markup import escape
-
 from epstack.aws.buildspec import PHASES, Buildspec, Command, Phase
+from epstack.aws.checkout import git
 from epstack.aws.outputs import Report, copy_artifacts, read_report
 from epstack.aws.shell import Shell
-from epstack.cmd import output_if_ok
 from epstack.errors import BadInput
+from epstack.image.registry import LoopbackRegistry, is_loopback
 from epstack.output import install_output, staging_beside
 
 DEFAULT_RETRIES = 3
@@ -94,10 +92,10 @@ def _stamp() -> str:
 
 
 class _Log:
-    """CodeBuild-like log lines to the console and build.log, secret values masked."""
+    """CodeBuild-like log lines to `echo` and build.log, secret values masked."""
 
-    def __init__(self, console: Console, path: Path, secrets: list[str]) -> None:
-        self._console = console
+    def __init__(self, echo: Callable[[str], None], path: Path, secrets: list[str]) -> None:
+        self._echo = echo
         self._file = path.open("w")
         self._secrets = sorted((s for s in secrets if s), key=len, reverse=True)
 
@@ -110,7 +108,7 @@ class _Log:
         text = self.mask(text)
         self._file.write(text + "\n")
         self._file.flush()
-        self._console.print(escape(text), highlight=False, soft_wrap=True)
+        self._echo(text)
 
     def container(self, text: str) -> None:
         self.line(f"[Container] {_stamp()} {text}")
@@ -120,7 +118,7 @@ class _Log:
 
 
 def _builtins(source: Path) -> dict[str, str]:
-    revision = (output_if_ok("git", "-C", source, "rev-parse", "HEAD") or "").strip()
+    revision = git(source, "rev-parse", "HEAD")
     build_id = f"local:{uuid.uuid4()}"
     return {
         "CODEBUILD_SRC_DIR": str(source),
@@ -284,13 +282,14 @@ def run_local(
     out: Path,
     overrides: Mapping[str, str],
     secrets: SecretSource | None,
-    console: Console,
+    echo: Callable[[str], None],
 ) -> RunResult:
-    """Run the buildspec in `source`; the result (also out/run.json) says SUCCEEDED or FAILED. `out`
-    (allowed by epstack.output.check_output) is replaced whole when the run ends."""
+    """Run the buildspec in `source`, each log line also to `echo`; the result (also out/run.json)
+    says SUCCEEDED or FAILED. `out` (allowed by epstack.output.check_output) is replaced whole when the
+    run ends."""
     env, hidden = build_environment(spec, source=source, overrides=overrides, secrets=secrets)
     staging = staging_beside(out, prefix=f".{out.name}.")
-    log = _Log(console, staging / "build.log", hidden)
+    log = _Log(echo, staging / "build.log", hidden)
     workdir = Path(tempfile.mkdtemp(prefix="epstack-shell-"))
     shell = Shell(shell=spec.shell, env=env, cwd=source, workdir=workdir, log=log.line)
     try:
@@ -309,6 +308,20 @@ def run_local(
         log.close()
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def reads_secret_stores(spec: Buildspec, overrides: Mapping[str, str]) -> bool:
+    """Whether a variable comes from Parameter Store or Secrets Manager (no override names it)."""
+    return bool((set(spec.parameter_store) | set(spec.secrets_manager)) - set(overrides))
+
+
+def loopback_registry(address: str) -> str:
+    """`address` (HOST:PORT[/NAMESPACE]), once it is a loopback registry that answers."""
+    host = address.split("/", 1)[0]
+    if not is_loopback(host):
+        raise BadInput(f"--registry {address}: only loopback for run-local; fix: 127.0.0.1:PORT")
+    LoopbackRegistry(host=host).ping()
+    return address
 
 
 def parse_overrides(values: list[str], *, on_error: Callable[[str], BadInput]) -> dict[str, str]:

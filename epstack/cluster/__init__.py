@@ -1,12 +1,12 @@
 """`epstack cluster`: the built image, by digest, as Kubernetes and Slurm jobs, and pre-pull plans.
 
 One concept a module:
-  image     image references by digest: --image, or the build manifest's entry for these pins
+  image     the pins' target and its image by digest: --image, or the build manifest's entry
   profiles  model profiles (DeepSeek-V3, Qwen3-30B-A3B, tiny) and the serve plan: sizes, token budget
   serve     the SGLang launch command and environment for one node of a serve job
   jobs      what a job runs on each node (elastic smoke, serve): command, env, ports, readiness
   k8s       Kubernetes objects: indexed Job + headless Service, LeaderWorkerSet, pre-pull DaemonSet
   slurm     sbatch scripts (pyxis/enroot) and enroot import commands
   yamltext  a small deterministic YAML writer for the manifests
-  cli       `register(subparsers)`: `cluster render` and `cluster pull`
+(epstack.commands.cluster parses `cluster render` and `cluster pull` and writes what these return.)
 """

@@ -14,6 +14,7 @@ from pathlib import Path
 from epstack.errors import BadInput
 from epstack.image.buildmanifest import BUILD_MANIFEST
 from epstack.image.oci import parse_reference
+from epstack.pins.model import Pins
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +32,10 @@ class ImageRef:
     def short(self) -> str:
         """12 hex of the digest, for names derived from the image (squashfs files, DaemonSets)."""
         return self.digest.removeprefix("sha256:")[:12]
+
+
+# What a serve job's printed commands name when no image was given.
+PLACEHOLDER = ImageRef(repository="IMAGE", tag="", digest="sha256:" + "0" * 64)
 
 
 def parse_image(text: str, *, what: str = "--image") -> ImageRef:
@@ -73,3 +78,30 @@ def image_for_tag(path: Path, tag: str) -> ImageRef:
     if len({image.digest for image in found}) > 1:
         raise BadInput(f"{path}: two digests for tag {tag}; fix: keep the one the build pushed")
     return found[0]
+
+
+def pins_target(pins: Pins, *, arch: str | None, fabric: str | None) -> tuple[str, str]:
+    """(image target such as hopper-efa, fabric): arch and fabric, each defaulting to DEFAULT_TARGET's."""
+    default_arch, default_fabric = pins.default_target.rsplit("-", 1)
+    arch = arch or default_arch
+    fabric = fabric or default_fabric
+    target = f"{arch}-{fabric}"
+    if target not in pins.targets:
+        raise BadInput(
+            f"--arch {arch} --fabric {fabric}: {target} is not a target; fix: use one of "
+            f"{', '.join(pins.targets)}"
+        )
+    return target, fabric
+
+
+def chosen_image(pins: Pins, target: str, *, image: str | None, manifest: Path | None) -> ImageRef:
+    """The image named by --image, or the manifest's image of `target` for these pins: exactly one."""
+    if image and manifest:
+        raise BadInput("--image and --manifest: fix: pass one of them")
+    if image:
+        return parse_image(image)
+    if manifest:
+        return image_for_tag(manifest, pins.image_tag("sglang", target))
+    raise BadInput(
+        "no image; fix: pass --image REPOSITORY[:TAG]@sha256:<64 hex> or --manifest BUILD_MANIFEST.json"
+    )

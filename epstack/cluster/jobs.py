@@ -9,6 +9,7 @@ manifests; the launcher variables they add come from epstack.smoke.launchenv.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Literal
 
@@ -139,3 +140,19 @@ def make_job(
         serve=plan,
         smoke_profile=profile if kind == "elastic-smoke" else None,
     )
+
+
+def node_commands(job: Job) -> str:
+    """A serve job's plan and node 0's and 1's commands, as shell text to read or paste."""
+    plan = job.serve
+    assert plan is not None
+    env = " ".join(f"{key}={shlex.quote(value)}" for key, value in job.env().items())
+    out = [
+        f"# {plan.profile.name} on {job.nodes} node(s) x {job.gpus_per_node} GPU(s), {plan.a2a}: "
+        f"tp {plan.tp_size}, attn-dp {plan.attn_dp_size}, ep {plan.ep_size}; "
+        f"prefill {plan.prefill_tokens_per_rank} and decode {plan.decode_tokens_per_rank} tokens per rank"
+    ]
+    for rank in range(min(job.nodes, 2)):
+        command = job.command(node_rank=str(rank), leader=f"{job.name}-0")
+        out += [f"# node {rank}", f"{env} {shlex.join(command)}".strip()]
+    return "\n".join(out) + "\n"

@@ -172,6 +172,12 @@ def leader_worker_set(job: Job, settings: PodSettings) -> list[Obj]:
     return objects
 
 
+def job_objects(job: Job, settings: PodSettings, kind: str | None = None) -> list[Obj]:
+    """The job as a LeaderWorkerSet ("lws") or an indexed Job ("job"); default lws for serve."""
+    kind = kind or ("lws" if job.kind == "serve" else "job")
+    return (leader_worker_set if kind == "lws" else indexed_job)(job, settings)
+
+
 def prepull_daemonset(image: ImageRef, *, node_selector: dict[str, str] | None = None) -> Obj:
     """Pulls the image onto every (selected) node once, before the first job: an init container that
     exits at once, then the same image sleeping (no second image to pull, no GPU requested)."""

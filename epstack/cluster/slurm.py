@@ -17,6 +17,9 @@ from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import IMAGE_ENTRYPOINT, Job
 from epstack.smoke import launchenv as V
 
+# Where `cluster pull` imports images on each node unless told otherwise.
+DEFAULT_SQUASHFS_DIR = "/var/tmp/epstack"
+
 
 def squashfs_path(directory: str, image: ImageRef) -> str:
     """Where `cluster pull --target slurm` puts the image, and where render looks for it."""

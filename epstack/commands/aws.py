@@ -3,44 +3,30 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
-from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
 from epstack.aws.batchspec import render_batchspec
 from epstack.aws.buildspec import load_buildspec
+from epstack.aws.checkout import pins_sha256, revision, source_root
 from epstack.aws.clients import Backoff, codebuild_client, logs_client
 from epstack.aws.codebuild import StartRequest, Watch, check_privileged, start
 from epstack.aws.ecr import ecr_for, login, parse_ecr_image
 from epstack.aws.lint import LintFailed, lint, lint_or_raise
-from epstack.aws.runner import parse_overrides, run_local
+from epstack.aws.runner import loopback_registry, parse_overrides, reads_secret_stores, run_local
 from epstack.aws.secrets import aws_secrets
-from epstack.cmd import output_if_ok
 from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, seconds
 from epstack.errors import BadInput
 from epstack.image.engine import DockerEngine
-from epstack.image.registry import LoopbackRegistry, is_loopback
 from epstack.inputs import read_text
 from epstack.output import check_output
 from epstack.pins.load import load_pins
 
 
-def _git(source: Path, *args: str) -> str:
-    out = output_if_ok("git", "-C", source, *args)
-    return out.strip() if out is not None else ""
-
-
-def _source_root(path: Path) -> Path:
-    """The directory CodeBuild would check out: the git work tree holding the buildspec, else cwd."""
-    top = _git(path.resolve().parent, "rev-parse", "--show-toplevel")
-    return Path(top) if top else Path.cwd()
-
-
 def cmd_lint(args: argparse.Namespace, console: Console) -> int:
     pins = load_pins(pins_path(args.pins))
-    source = args.source or _source_root(args.files[0])
+    source = args.source or source_root(args.files[0])
     findings = lint(args.files, pins, source=source.resolve())
     for finding in findings:
         console.print(f"[red]{escape(str(finding))}[/]")
@@ -51,7 +37,7 @@ def cmd_lint(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_run_local(args: argparse.Namespace, console: Console) -> int:
-    source = (args.source or _source_root(args.file)).resolve()
+    source = (args.source or source_root(args.file)).resolve()
     pins = pins_path(args.pins)
     out = check_output(
         str(args.out or source / "build" / "codebuild-local"), checkout=source, inputs=[args.file, pins]
@@ -63,21 +49,15 @@ def cmd_run_local(args: argparse.Namespace, console: Console) -> int:
         on_error=lambda item: BadInput(f"--env {item}: not NAME=VALUE; fix: --env EPSTACK_TARGET=hopper-ib"),
     )
     if args.registry:
-        if not is_loopback(args.registry.split("/", 1)[0]):
-            raise BadInput(f"--registry {args.registry}: only loopback for run-local; fix: 127.0.0.1:PORT")
-        LoopbackRegistry(host=args.registry.split("/", 1)[0]).ping()
-        overrides["EPSTACK_REGISTRY"] = args.registry
-    pending = (set(spec.parameter_store) | set(spec.secrets_manager)) - set(overrides)
-    secrets = None
-    if pending:
-        secrets = aws_secrets(Backoff(log=console.print))
+        overrides["EPSTACK_REGISTRY"] = loopback_registry(args.registry)
+    secrets = aws_secrets(Backoff(log=console.print)) if reads_secret_stores(spec, overrides) else None
     result = run_local(
         spec,
         source=source,
         out=out,
         overrides=overrides,
         secrets=secrets,
-        console=console,
+        echo=lambda line: console.print(escape(line), highlight=False, soft_wrap=True),
     )
     for phase in result.phases:
         style = {"SUCCEEDED": "green", "FAILED": "red"}.get(phase.status, "yellow")
@@ -89,35 +69,18 @@ def cmd_run_local(args: argparse.Namespace, console: Console) -> int:
     return 0 if result.status == "SUCCEEDED" else 1
 
 
-def _pins_sha256(source: Path, pins: Path, revision: str) -> str:
-    resolved = pins.resolve()
-    if not resolved.is_relative_to(source):
-        raise BadInput(f"{pins}: not in the checkout {source}, which CodeBuild builds; fix: use its pins.env")
-    relative = resolved.relative_to(source).as_posix()
-    committed = output_if_ok("git", "-C", source, "show", f"{revision}:{relative}")
-    if committed is None:
-        raise BadInput(f"{pins}: not in commit {revision[:12]}; fix: commit it, or pass --source-version")
-    if committed != pins.read_text():
-        raise BadInput(
-            f"{pins}: differs from commit {revision[:12]}, which CodeBuild builds; fix: commit and push it"
-        )
-    return hashlib.sha256(committed.encode()).hexdigest()
-
-
 def cmd_start(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
     pins = load_pins(path)
     if args.target:
         pins.target(args.target, path)
-    source = _source_root(path)
-    revision = args.source_version or _git(source, "rev-parse", "HEAD")
-    if not revision:
-        raise BadInput("no source version: not a git checkout; fix: --source-version COMMIT")
+    source = source_root(path)
+    commit = revision(source, args.source_version)
     request = StartRequest(
         project=args.project,
-        source_version=revision,
+        source_version=commit,
         target=None if args.batch else (args.target or pins.default_target),
-        pins_sha256=_pins_sha256(source, path, revision),
+        pins_sha256=pins_sha256(source, path, commit),
     )
     backoff = Backoff(log=console.print)
     client = codebuild_client(args.region)
@@ -126,7 +89,7 @@ def cmd_start(args: argparse.Namespace, console: Console) -> int:
     build_id = start(client, request, backoff)
     what = f"target {request.target}" if request.target else f"batch over {', '.join(pins.targets)}"
     console.print(
-        f"started {build_id} ({what}, source {revision[:12]}, token {request.idempotency_token()[:12]})"
+        f"started {build_id} ({what}, source {commit[:12]}, token {request.idempotency_token()[:12]})"
     )
     if not args.watch:
         return 0

@@ -6,15 +6,14 @@ Exit 0 written, 2 bad input (one line naming the flag or file and the fix; nothi
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
 from rich.console import Console
 
 from epstack.cluster import k8s, slurm
-from epstack.cluster.image import ImageRef, image_for_tag, parse_image
-from epstack.cluster.jobs import JOB_KINDS, Job, make_job
+from epstack.cluster.image import PLACEHOLDER, chosen_image, pins_target
+from epstack.cluster.jobs import JOB_KINDS, make_job, node_commands
 from epstack.cluster.profiles import A2A_BACKENDS, PROFILES
 from epstack.cluster.yamltext import dump_all
 from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, positive_int
@@ -22,35 +21,6 @@ from epstack.errors import BadInput
 from epstack.fabric import FABRICS
 from epstack.output import write_file
 from epstack.pins.load import load_pins
-from epstack.pins.model import Pins
-
-DEFAULT_SQUASHFS_DIR = "/var/tmp/epstack"
-
-
-def _target(pins: Pins, args: argparse.Namespace) -> tuple[str, str]:
-    """(image target such as hopper-efa, fabric): --arch and --fabric over DEFAULT_TARGET's."""
-    default_arch, default_fabric = pins.default_target.rsplit("-", 1)
-    arch = args.arch or default_arch
-    fabric = args.fabric or default_fabric
-    target = f"{arch}-{fabric}"
-    if target not in pins.targets:
-        raise BadInput(
-            f"--arch {arch} --fabric {fabric}: {target} is not a target; fix: use one of "
-            f"{', '.join(pins.targets)}"
-        )
-    return target, fabric
-
-
-def _image(pins: Pins, target: str, args: argparse.Namespace) -> ImageRef:
-    if args.image and args.manifest:
-        raise BadInput("--image and --manifest: fix: pass one of them")
-    if args.image:
-        return parse_image(args.image)
-    if args.manifest:
-        return image_for_tag(args.manifest, pins.image_tag("sglang", target))
-    raise BadInput(
-        "no image; fix: pass --image REPOSITORY[:TAG]@sha256:<64 hex> or --manifest BUILD_MANIFEST.json"
-    )
 
 
 def _write(text: str, out: Path | None) -> None:
@@ -61,30 +31,15 @@ def _write(text: str, out: Path | None) -> None:
         write_file(out, text, what="--out")
 
 
-def _print_commands(job: Job) -> str:
-    plan = job.serve
-    assert plan is not None
-    env = " ".join(f"{key}={shlex.quote(value)}" for key, value in job.env().items())
-    out = [
-        f"# {plan.profile.name} on {job.nodes} node(s) x {job.gpus_per_node} GPU(s), {plan.a2a}: "
-        f"tp {plan.tp_size}, attn-dp {plan.attn_dp_size}, ep {plan.ep_size}; "
-        f"prefill {plan.prefill_tokens_per_rank} and decode {plan.decode_tokens_per_rank} tokens per rank"
-    ]
-    for rank in range(min(job.nodes, 2)):
-        command = job.command(node_rank=str(rank), leader=f"{job.name}-0")
-        out += [f"# node {rank}", f"{env} {shlex.join(command)}".strip()]
-    return "\n".join(out) + "\n"
-
-
 def cmd_render(args: argparse.Namespace, console: Console) -> int:
     pins = load_pins(pins_path(args.pins))
-    target, fabric = _target(pins, args)
+    target, fabric = pins_target(pins, arch=args.arch, fabric=args.fabric)
     if args.print_command and args.job != "serve":
         raise BadInput("--print-command: fix: use it with --job serve")
     image = (
-        ImageRef(repository="IMAGE", tag="", digest="sha256:" + "0" * 64)
+        PLACEHOLDER
         if args.print_command and not (args.image or args.manifest)
-        else _image(pins, target, args)
+        else chosen_image(pins, target, image=args.image, manifest=args.manifest)
     )
     job = make_job(
         kind=args.job,
@@ -100,7 +55,7 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
         fabric_devices=args.fabric_devices,
     )
     if args.print_command:
-        _write(_print_commands(job), args.out)
+        _write(node_commands(job), args.out)
         return 0
     if args.target == "slurm":
         text = slurm.sbatch_script(job, squashfs_dir=args.squashfs_dir, pins_target=target)
@@ -108,9 +63,7 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
         settings = k8s.PodSettings(
             shm_size=args.shm_size, memory=args.memory, rdma_resource=args.rdma_resource or ""
         )
-        kind = args.k8s_kind or ("lws" if job.kind == "serve" else "job")
-        objects = (k8s.leader_worker_set if kind == "lws" else k8s.indexed_job)(job, settings)
-        text = dump_all(objects)
+        text = dump_all(k8s.job_objects(job, settings, args.k8s_kind))
     _write(text, args.out)
     if args.out:
         console.print(
@@ -121,11 +74,11 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     pins = load_pins(pins_path(args.pins))
-    target, _ = _target(pins, args)
-    image = _image(pins, target, args)
+    target, _ = pins_target(pins, arch=args.arch, fabric=args.fabric)
+    image = chosen_image(pins, target, image=args.image, manifest=args.manifest)
     if args.target == "slurm":
         text = slurm.enroot_pull_script(
-            image, nodes=args.nodes, squashfs_dir=args.squashfs_dir or DEFAULT_SQUASHFS_DIR
+            image, nodes=args.nodes, squashfs_dir=args.squashfs_dir or slurm.DEFAULT_SQUASHFS_DIR
         )
     else:
         selector = dict(item.split("=", 1) for item in args.node_selector)

@@ -9,19 +9,13 @@ failure of the stack, classified in words); 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
-import os
-import re
-import socket
 import sys
-import tempfile
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from epstack.commands.common import (
     SubParsers,
@@ -32,20 +26,14 @@ from epstack.commands.common import (
     positive_int,
     seconds,
 )
-from epstack.errors import CHECK_FAILED, ENVIRONMENT, OK, BadInput, EpstackError
-from epstack.guard.loaded import libstdcxx_interposition
-from epstack.output import check_writable, write_file
-from epstack.smoke import launch as launch_mod
-from epstack.smoke import preflight
-from epstack.smoke import report as report_mod
-from epstack.smoke import upstream as upstream_mod
-from epstack.smoke.classify import classify
+from epstack.smoke import elastic
 from epstack.smoke.config import DEFAULT_NUM_TOKENS, PRESETS, SmokeConfig, resolve_shape
-from epstack.smoke.result import RANK_RESULT, RankResult
-from epstack.smoke.supervise import RankCommand, Supervised, supervise
-
-# How a rank is started; the CPU tests put a stub rank here (no torch, no GPU).
-WORKER: tuple[str, ...] = (sys.executable, "-m", "epstack.smoke.worker")
+from epstack.smoke.elastic import Settings, Upstream
+from epstack.smoke.launch import Launch
+from epstack.smoke.report import OPS
+from epstack.smoke.result import RankResult
+from epstack.smoke.supervise import Supervised
+from epstack.smoke.upstream import UpstreamResult
 
 
 def register(subparsers: SubParsers) -> None:
@@ -145,95 +133,74 @@ def register(subparsers: SubParsers) -> None:
     p.set_defaults(func=cmd_elastic)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        port: int = s.getsockname()[1]
-        return port
+class _Printer:
+    """A run's progress on the console."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def started(self, launch: Launch, config: SmokeConfig, run_dir: Path) -> None:
+        self.console.print(
+            f"smoke elastic: {launch.launcher} launch, ranks {launch.rank}.."
+            f"{launch.rank + launch.nproc - 1} of {launch.world_size} (node {launch.node_rank}/"
+            f"{launch.nnodes}, master {escape(launch.master_addr)}:{launch.master_port}); "
+            f"hidden {config.hidden}, top-{config.num_topk} of {config.num_experts}, "
+            f"{config.num_tokens} tokens; logs in {escape(str(run_dir))}"
+        )
+
+    def ranks_ended(self, supervised: Supervised, findings: list[dict[str, Any]]) -> None:
+        for f in findings:
+            self.console.print(
+                f"[red]{escape(f['key'])}[/] (rank {f.get('rank')}): {escape(f['summary'])}. "
+                f"Fix: {escape(f['fix'])}"
+            )
+        if not supervised.ok:
+            self.console.print(f"[red]{escape(supervised.reason)}[/]")
+
+    def upstream_started(self, checkout: Path) -> None:
+        self.console.print(f"running DeepEP's test_ep.py from {escape(str(checkout))}")
+
+    def upstream_ended(self, result: UpstreamResult, ratios: dict[str, Any]) -> None:
+        self.console.print(
+            f"test_ep: {result.modes}/{result.expected_modes} modes, exit {result.returncode}, "
+            f"{result.elapsed_s:.0f} s" + (f"; {escape(result.error)}" if result.error else "")
+        )
+        for op, r in ratios.items():
+            self.console.print(
+                f"{op}: smoke {r['smoke_gbps']:.0f} GB/s vs test_ep {r['test_ep_gbps']:.0f} GB/s "
+                f"= {r['ratio']:.3f}x"
+            )
 
 
-def _deep_ep_interposition() -> list[str] | None:
-    """Symbols deep_ep/_C.so interposes on libstdc++; None when it cannot look."""
-    spec = importlib.util.find_spec("deep_ep")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    sos = sorted(Path(next(iter(spec.submodule_search_locations))).glob("_C*.so"))
-    if not sos:
-        return None
-    try:
-        return libstdcxx_interposition(sos[0])
-    except EpstackError:
-        return None
-
-
-def _diagnose(sup: Supervised, ranks: list[RankResult]) -> tuple[int, list[dict[str, Any]]]:
-    """Exit code and findings from how the ranks ended and what they wrote."""
-    findings: list[dict[str, Any]] = []
+def _table(verdict: str, ranks: list[RankResult]) -> Table:
+    t = Table(
+        "rank",
+        "status",
+        "checks",
+        "dispatch fp8",
+        "dispatch bf16",
+        "combine",
+        title=f"epstack smoke elastic: {verdict}",
+    )
     for r in ranks:
-        if r.finding:
-            findings.append(r.finding | {"rank": r.rank, "error": r.error or ""})
-    for o in sup.outcomes:
-        if o.signal_name == "SIGSEGV":
-            symbols = _deep_ep_interposition()
-            if symbols:
-                f = classify("deep_ep/_C.so exports libstdc++ symbols")
-                assert f is not None
-                findings.append(
-                    asdict(f)
-                    | {"rank": o.rank, "symbols": symbols[:10], "error": f"rank {o.rank} died of SIGSEGV"}
-                )
-        elif o.returncode not in (0, None) and not any(f.get("rank") == o.rank for f in findings):
-            f = classify(o.log.read_text(errors="replace")[-20000:])
-            if f is not None:
-                findings.append(asdict(f) | {"rank": o.rank, "error": "from the rank's log"})
-    if findings:
-        return ENVIRONMENT, findings
-    if sup.timed_out or not sup.ok:
-        return CHECK_FAILED, findings
-    return (OK if all(r.status == "pass" for r in ranks) else CHECK_FAILED), findings
+        checks = r.checks or []
+        figures = r.bench.ops if r.bench is not None else {}
+        cells = [
+            f"{f.kernel_gbps:.0f} GB/s {f.kernel_us.median:.1f} µs" if (f := figures.get(op)) else "-"
+            for op in OPS
+        ]
+        t.add_row(
+            str(r.rank),
+            r.status or r.stage or "?",
+            f"{sum(c.ok for c in checks)}/{len(checks)}",
+            *cells,
+        )
+    return t
 
 
-def _ranks_from(run_dir: Path, sup: Supervised) -> list[RankResult]:
-    """Every rank's result: gathered by rank 0, else each rank's own file, with how it ended."""
-    gathered = run_dir / "all_ranks.json"
-    if gathered.is_file():
-        return RANK_RESULT.read_list(gathered)
-    out = []
-    for o in sup.outcomes:
-        path = run_dir / f"rank{o.rank}.json"
-        result = RANK_RESULT.read(path) if path.is_file() else RankResult(rank=o.rank)
-        if result.status is None:
-            result.status = "killed" if o.killed else f"exit {o.returncode}"
-        result.stage = o.stage
-        out.append(result)
-    return out
-
-
-# What a run writes into its run directory (rank logs, stage files, results, the config): a reused
-# --run-dir loses these before any rank starts, so a report never shows a previous run's results.
-_RUN_FILES = re.compile(r"^(?:all_ranks\.json|config\.json|rank\d+\.(?:json|log|stage|tmp\d+))$")
-
-
-def fresh_run_dir(run_dir: Path | None) -> Path:
-    """The run directory, made if new, without the files of an earlier run (and nothing else removed)."""
-    if run_dir is None:
-        return Path(tempfile.mkdtemp(prefix="epstack-smoke-"))
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for directory in (run_dir, run_dir / "upstream"):
-            stale = [e for e in directory.iterdir() if _RUN_FILES.match(e.name)] if directory.is_dir() else []
-            for entry in stale:
-                entry.unlink()
-    except OSError as exc:
-        raise BadInput(
-            f"--run-dir {run_dir}: cannot use it ({exc.strerror}); fix: choose a writable directory"
-        ) from None
-    return run_dir
-
-
-def _config(args: argparse.Namespace, world_size: int) -> SmokeConfig:
+def _settings(args: argparse.Namespace) -> Settings:
     shape = resolve_shape(args.preset, args.hidden, args.num_topk, args.num_experts)
-    cfg = SmokeConfig(
+    config = SmokeConfig(
         hidden=shape.hidden,
         num_topk=shape.num_topk,
         num_experts=shape.num_experts,
@@ -250,137 +217,35 @@ def _config(args: argparse.Namespace, world_size: int) -> SmokeConfig:
         report_path=str(args.json),
         buffer_num_topk=args.buffer_num_topk,
     )
-    cfg.validate(world_size)
-    return cfg
-
-
-def _run_ranks(
-    cfg: SmokeConfig, launch: launch_mod.Launch, run_dir: Path, timeout_s: float, console: Console
-) -> tuple[int, list[RankResult], dict[str, Any]]:
-    """Start this node's ranks under the supervisor; the exit code, the ranks' results and the
-    report's rank sections."""
-    cfg_path = run_dir / "config.json"
-    cfg.dump(cfg_path)
-    base_env = dict(os.environ) | {"PYTHONUNBUFFERED": "1"}
-    commands = [
-        RankCommand(
-            rank=spec.rank,
-            argv=[*WORKER, "--config", str(cfg_path), "--run-dir", str(run_dir)],
-            env=base_env | launch.rank_env(spec),
+    upstream = (
+        Upstream(
+            checkout=args.upstream_tests,
+            timeout_s=args.upstream_timeout,
+            extra=tuple(args.upstream_args.split()),
+            min_bandwidth_ratio=args.min_bandwidth_ratio,
         )
-        for spec in launch.ranks()
-    ]
-    sup = supervise(commands, run_dir=run_dir, timeout_s=timeout_s)
-    ranks = _ranks_from(run_dir, sup)
-    code, findings = _diagnose(sup, ranks)
-    for f in findings:
-        console.print(
-            f"[red]{escape(f['key'])}[/] (rank {f.get('rank')}): {escape(f['summary'])}. "
-            f"Fix: {escape(f['fix'])}"
-        )
-    if not sup.ok:
-        console.print(f"[red]{escape(sup.reason)}[/]")
-    return code, ranks, {
-        "supervisor": {
-            "reason": sup.reason,
-            "timed_out": sup.timed_out,
-            "elapsed_s": sup.elapsed_s,
-            "ranks": [
-                {
-                    "rank": o.rank,
-                    "returncode": o.returncode,
-                    "stage": o.stage,
-                    "killed": o.killed,
-                    "signal": o.signal_name,
-                }
-                for o in sup.outcomes
-            ],
-        },
-        "ranks": [rank.to_json() for rank in ranks],
-        "summary": report_mod.aggregate(ranks),
-        "findings": findings,
-    }
-
-
-def _run_upstream(
-    args: argparse.Namespace,
-    launch: launch_mod.Launch,
-    run_dir: Path,
-    summary: dict[str, Any],
-    console: Console,
-) -> tuple[int, dict[str, Any]]:
-    """DeepEP's own test_ep.py: its verdict, and the bandwidth ratio against the smoke's."""
-    console.print(f"running DeepEP's test_ep.py from {escape(str(args.upstream_tests))}")
-    up = upstream_mod.run(
-        args.upstream_tests,
-        nproc=launch.nproc,
-        timeout_s=args.upstream_timeout,
-        run_dir=run_dir / "upstream",
-        extra=tuple(args.upstream_args.split()),
+        if args.upstream_tests
+        else None
     )
-    ratio = report_mod.ratios(summary, up)
-    console.print(
-        f"test_ep: {up.modes}/{up.expected_modes} modes, exit {up.returncode}, {up.elapsed_s:.0f} s"
-        + (f"; {escape(up.error)}" if up.error else "")
-    )
-    code = OK if up.passed else CHECK_FAILED
-    for op, r in ratio.items():
-        console.print(
-            f"{op}: smoke {r['smoke_gbps']:.0f} GB/s vs test_ep {r['test_ep_gbps']:.0f} GB/s "
-            f"= {r['ratio']:.3f}x"
-        )
-        if r["ratio"] < args.min_bandwidth_ratio:
-            code = CHECK_FAILED
-    return code, {"upstream": up.to_json(), "ratios": ratio}
-
-
-VERDICTS = {OK: "pass", CHECK_FAILED: "fail", ENVIRONMENT: "environment"}
-
-
-def cmd_elastic(args: argparse.Namespace, console: Console) -> int:
-    launch = launch_mod.detect(
-        os.environ,
+    return Settings(
+        config=config,
+        timeout_s=args.timeout,
+        run_dir=args.run_dir,
+        upstream=upstream,
+        upstream_only=args.upstream_only,
         nproc_per_node=args.nproc_per_node,
         nnodes=args.nnodes,
         node_rank=args.node_rank,
         master_addr=args.master_addr,
         master_port=args.master_port,
-        free_port=_free_port,
+        argv=tuple(sys.argv),
     )
-    cfg = _config(args, launch.world_size)
-    if args.upstream_tests and launch.launcher != "none":
-        raise BadInput("--upstream-tests starts its own ranks: run it without a launcher")
-    if launch.rank == 0:
-        check_writable(args.json, what="the smoke's --json report")
-    preflight.require(
-        preflight.probe(), local_ranks=launch.nproc, first_local_rank=launch.local_rank, need_deep_ep=True
-    )
-    run_dir = fresh_run_dir(args.run_dir)
-    console.print(
-        f"smoke elastic: {launch.launcher} launch, ranks {launch.rank}.."
-        f"{launch.rank + launch.nproc - 1} of {launch.world_size} (node {launch.node_rank}/"
-        f"{launch.nnodes}, master {escape(launch.master_addr)}:{launch.master_port}); "
-        f"hidden {cfg.hidden}, top-{cfg.num_topk} of {cfg.num_experts}, {cfg.num_tokens} tokens; "
-        f"logs in {escape(str(run_dir))}"
-    )
-    report: dict[str, Any] = {
-        "command": sys.argv,
-        "launch": asdict(launch),
-        "config": asdict(cfg),
-        "run_dir": str(run_dir),
-    }
-    code = OK
-    ranks: list[RankResult] = []
-    if not args.upstream_only:
-        code, ranks, sections = _run_ranks(cfg, launch, run_dir, args.timeout, console)
-        report |= sections
-    if args.upstream_tests:
-        upstream_code, sections = _run_upstream(args, launch, run_dir, report.get("summary", {}), console)
-        code, report = max(code, upstream_code), report | sections
-    report["verdict"], report["exit_code"] = VERDICTS.get(code, "fail"), code
-    if launch.rank == 0:
-        write_file(args.json, json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", what="--json")
-        if ranks:
-            console.print(report_mod.table(report["verdict"], ranks))
+
+
+def cmd_elastic(args: argparse.Namespace, console: Console) -> int:
+    outcome = elastic.run(_settings(args), _Printer(console))
+    if outcome.reported:
+        if outcome.ranks:
+            console.print(_table(outcome.verdict, outcome.ranks))
         console.print(f"report: {escape(str(args.json))}")
-    return code
+    return outcome.code

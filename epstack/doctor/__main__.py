@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from epstack.doctor.report import main
+from epstack.commands.doctor import main
 
 if __name__ == "__main__":
     sys.exit(main())

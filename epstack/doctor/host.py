@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from epstack.fabric import EFA
+
 ROOT = Path("/")
 
 
@@ -109,7 +111,7 @@ class RdmaDevice:
 
     @property
     def is_efa(self) -> bool:
-        return self.driver == "efa" or self.name.startswith(("efa", "rdmap"))
+        return self.driver == EFA.kernel_driver or self.name.startswith(EFA.device_prefixes)
 
 
 def rdma_devices(root: Path = ROOT) -> list[RdmaDevice]:

@@ -1,25 +1,17 @@
-"""`epstack nccl check`: is this NCCL the pinned one? A source tree (what its makefiles/version.mk
-declares), a built library (its own ncclGetVersion) or the libnccl torch loads, against NCCL_VERSION
-of the pins (or --version). scripts/gpu/install-nccl.sh calls it instead of reading versions in awk.
+"""The version of an NCCL: a source tree (what its makefiles/version.mk declares), a built library (its
+own ncclGetVersion) or the libnccl torch loads. `epstack nccl check` compares them with the pins.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import re
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
-
-from epstack.commands.common import PINS, SubParsers, path_arg, pins_path
 from epstack.errors import BadInput, EnvironmentProblem
+from epstack.guard.libraries import check_nccl_loaded
 from epstack.guard.loaded import nccl_version
-from epstack.guard.run import check_nccl_loaded
 from epstack.inputs import read_text
-from epstack.pins.load import pin_values
-from epstack.pins.values import exact_version
 
 _VERSION_MK = re.compile(r"^NCCL_(MAJOR|MINOR|PATCH)\s*:=\s*(\d+)\s*$", re.MULTILINE)
 
@@ -50,47 +42,3 @@ def loaded_version(expected: str) -> tuple[str, str]:
         raise EnvironmentProblem(f"import torch failed ({type(exc).__name__}: {exc})") from None
     row = check_nccl_loaded(expected, Path("/proc/self/maps").read_text())
     return row.found, row.detail
-
-
-def cmd_nccl_check(args: argparse.Namespace, console: Console) -> int:
-    if args.version is not None:
-        try:
-            expected = exact_version(args.version)
-        except ValueError as exc:
-            raise BadInput(f"--version {exc}") from None
-    else:
-        pinned = pin_values(pins_path(args.pins))
-        if "NCCL_VERSION" not in pinned:
-            raise BadInput(
-                f"{pins_path(args.pins)}: no NCCL_VERSION; fix: pass pins.env or a layer pins file"
-            )
-        expected = pinned["NCCL_VERSION"]
-    found: list[tuple[str, str]] = []
-    if args.source:
-        found.append((source_version(args.source), f"source {args.source}"))
-    if args.library:
-        found.append((library_version(args.library), f"library {args.library}"))
-    if args.loaded:
-        version, path = loaded_version(expected)
-        found.append((version, f"loaded {path}"))
-    if not found:
-        raise BadInput("nothing to check; fix: pass --source TREE, --library LIB or --loaded")
-    wrong = [(version, what) for version, what in found if version != expected]
-    for version, what in found:
-        mark = "[green]ok[/]" if version == expected else "[red]mismatch[/]"
-        console.print(f"NCCL {escape(version)} ({escape(what)}), pinned {escape(expected)}: {mark}")
-    return 1 if wrong else 0
-
-
-def register(subparsers: SubParsers) -> None:
-    """Add `nccl check` to the top-level subcommands."""
-    nccl = subparsers.add_parser("nccl", help="check an NCCL source tree or library against the pins")
-    commands = nccl.add_subparsers(dest="nccl_command", required=True, metavar="SUBCOMMAND")
-    check = commands.add_parser(
-        "check", parents=[PINS], help="exit 0 when each NCCL named is NCCL_VERSION (1 otherwise)"
-    )
-    check.add_argument("--version", help="expected version instead of the pins' NCCL_VERSION")
-    check.add_argument("--source", type=path_arg, metavar="TREE", help="an NCCL source tree")
-    check.add_argument("--library", type=path_arg, metavar="LIB", help="a built libnccl.so")
-    check.add_argument("--loaded", action="store_true", help="the libnccl torch loads in this Python")
-    check.set_defaults(func=cmd_nccl_check)

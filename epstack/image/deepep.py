@@ -13,7 +13,6 @@ It builds for the Python running it (in an image, the venv's; `python3 -m epstac
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -24,12 +23,8 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-from rich.console import Console
-
 from epstack.cmd import call, run
-from epstack.commands.common import PINS, SubParsers, path_arg, pins_path
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
-from epstack.fabric import FABRICS
 from epstack.guard.loaded import interposition_example, libstdcxx_interposition, nccl_version
 from epstack.image.deepepmanifest import DEEPEP_MANIFEST, MANIFEST_NAME, DeepepManifest, LinkedLibrary
 from epstack.image.sources import (
@@ -205,38 +200,3 @@ def build(
     )
     (wheel_dir / MANIFEST_NAME).write_text(DEEPEP_MANIFEST.dumps(manifest))
     return manifest
-
-
-def cmd_deepep_build(args: argparse.Namespace, console: Console) -> int:
-    manifest = build(
-        pins_file=pins_path(args.pins),
-        sources=args.sources,
-        wheel_dir=args.wheel_dir,
-        arch=args.arch,
-        fabric=args.fabric,
-    )
-    console.print(
-        f"deep_ep {manifest.commit[:12]} ({manifest.source}, {len(manifest.patches)} patches) "
-        f"for {manifest.torch_cuda_arch_list}: "
-        f"{args.wheel_dir / manifest.wheel}, linked NCCL {manifest.nccl.version} ({manifest.nccl.library})"
-    )
-    return 0
-
-
-def register(subparsers: SubParsers) -> None:
-    """Add `deepep build` to the top-level subcommands."""
-    deepep = subparsers.add_parser("deepep", help="build DeepEP V2 at the pinned commit").add_subparsers(
-        dest="deepep_command", required=True, metavar="SUBCOMMAND"
-    )
-    parser = deepep.add_parser(
-        "build", parents=[PINS], help="build the deep_ep wheel (image and bare GPU host alike)"
-    )
-    parser.add_argument("--sources", type=path_arg, help="folder of `git archive` tarballs (else: git clone)")
-    parser.add_argument("--wheel-dir", type=path_arg, required=True, help="where the wheel and manifest go")
-    parser.add_argument("--arch", help="TORCH_CUDA_ARCH_LIST (default: the layer pins file's)")
-    parser.add_argument(
-        "--fabric",
-        choices=tuple(FABRICS),
-        help="apply this fabric's DEEPEP_PATCHES_* (default: the file's FABRIC)",
-    )
-    parser.set_defaults(func=cmd_deepep_build)

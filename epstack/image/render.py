@@ -15,7 +15,6 @@ written beside itself and swapped in whole (epstack.output), so a failure leaves
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -24,12 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import jinja2
-from rich.console import Console
-from rich.markup import escape
 
 from epstack import __version__, imagepaths, resources
 from epstack.cmd import output_if_ok
-from epstack.commands.common import LOCKS, PINS, SubParsers, path_arg, pins_path
 from epstack.errors import BadInput
 from epstack.fabric import COMMON_IMAGE_ENV, FABRICS
 from epstack.image.sources import context_files as sources_context
@@ -37,14 +33,11 @@ from epstack.image.standin import render_files as standin_files
 from epstack.image.standin import standin_for
 from epstack.layers import LAYERS, SERVED, TOP, Layer, layer_named
 from epstack.output import check_output, replace_output
-from epstack.pins.load import load_pins
 from epstack.pins.model import Pins
 from epstack.python.lock import lock_specs, stale_locks
 from epstack.python.lockfile import UV_BOOTSTRAP, LockFile, entry_text, lock_path, locks_dir, read_lock
 from epstack.python.resolve import INSTALL_FLAGS
 from epstack.stack import CUDA_JIT_TOOLKIT, in_sglang_family
-
-DEFAULT_OUT = "build/render"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,6 +163,19 @@ def plan_render(
     stale = tuple(str(entry) for entry in stale_locks(pins, locks_dir(locks)))
     return RenderPlan(
         files=files, images=tuple(images), default_target=pins.default_target, stale_locks=stale
+    )
+
+
+def plan_checkout(
+    pins: Pins, pins_file: Path, *, sources: Path | None = None, locks: Path | None = None
+) -> RenderPlan:
+    """plan_render dated and stamped by the checkout of `pins_file` (source_date, source_revision)."""
+    return plan_render(
+        pins,
+        created=source_date(repository=pins_file.parent),
+        revision=source_revision(pins_file.parent),
+        sources=sources,
+        locks=locks,
     )
 
 
@@ -325,38 +331,3 @@ def tree_digest(root: Path) -> str:
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
-
-
-def cmd_render(args: argparse.Namespace, console: Console) -> int:
-    path = pins_path(args.pins)
-    out = output_directory(args.out, path, sources=args.sources, locks=args.locks)
-    pins = load_pins(path)
-    plan = plan_render(
-        pins,
-        created=source_date(repository=path.parent),
-        revision=source_revision(path.parent),
-        sources=args.sources,
-        locks=args.locks,
-    )
-    write_plan(plan, out)
-    console.print(f"rendered {len(plan.files)} files for {len(pins.targets)} targets into {escape(str(out))}")
-    for stale in plan.stale_locks:
-        console.print(f"[yellow]{escape(stale)}[/]: `epstack build` refuses it; fix: epstack lock")
-    return 0
-
-
-def add_render_arguments(parser: argparse.ArgumentParser) -> None:
-    """--out and --sources, shared by render and build (build renders first)."""
-    parser.add_argument(
-        "--out", default=DEFAULT_OUT, help=f"output directory, new or made by epstack (default {DEFAULT_OUT})"
-    )
-    parser.add_argument("--sources", type=path_arg, help="folder of `git archive` tarballs and installers")
-
-
-def register(subparsers: SubParsers) -> None:
-    """Add `render` to the top-level subcommands."""
-    render = subparsers.add_parser(
-        "render", parents=[PINS, LOCKS], help="render Dockerfiles, bake file and tags for every target"
-    )
-    add_render_arguments(render)
-    render.set_defaults(func=cmd_render)

@@ -9,7 +9,6 @@ the GPU host check them again with `epstack sources verify`, and unpack only the
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
@@ -18,10 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
-
-from epstack.commands.common import SubParsers, path_arg
 from epstack.errors import BadInput
 from epstack.fabric import FABRICS
 
@@ -213,20 +208,3 @@ def context_files(
                 listed.append({"file": name, "sha256": hashlib.sha256(data).hexdigest()})
         files[f"{CONTEXT_DIR}/{layer}/{MANIFEST}"] = (json.dumps({"files": listed}, indent=2) + "\n").encode()
     return files
-
-
-def cmd_sources_verify(args: argparse.Namespace, console: Console) -> int:
-    verify(args.archive, args.commit)
-    console.print(f"{escape(str(args.archive))}: commit {args.commit}")
-    return 0
-
-
-def register(subparsers: SubParsers) -> None:
-    """Add `sources verify` to the top-level subcommands."""
-    sources = subparsers.add_parser("sources", help="offline git sources of the deepep layer").add_subparsers(
-        dest="sources_command", required=True, metavar="SUBCOMMAND"
-    )
-    verify_parser = sources.add_parser("verify", help="check that a `git archive` tarball is a given commit")
-    verify_parser.add_argument("archive", type=path_arg)
-    verify_parser.add_argument("commit")
-    verify_parser.set_defaults(func=cmd_sources_verify)

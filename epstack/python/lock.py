@@ -1,4 +1,4 @@
-"""`epstack lock`: the whole Python closure of every layer, resolved once by uv and committed in locks/.
+"""The whole Python closure of every layer, resolved once by uv and committed in locks/ (`epstack lock`).
 
 One lock per install step (lock_specs): `base` (torch, NCCL, NVSHMEM, and the venv's own pip and uv),
 `deepep-build` (what DeepEP's setup.py builds with, in a build stage only) and `sglang`. The deepep
@@ -16,7 +16,6 @@ index. Every new lock is installed dry-run with the images' flags before it is w
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,20 +23,14 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from epstack.commands.common import LOCKS, PINS, SubParsers, pins_path
 from epstack.errors import BadInput, CommandFailed
 from epstack.output import write_file
-from epstack.pins.load import load_pins
 from epstack.pins.model import Pins
 from epstack.python.lockfile import (
     LockFile,
     inputs_digest,
     lock_path,
-    locks_dir,
     parse_lock,
     pins_digest,
     read_lock,
@@ -189,7 +182,8 @@ def _moves(name: str, before: Resolution | None, after: Resolution) -> list[Move
     ]
 
 
-def _upgrade_name(upgrade: str) -> str:
+def upgrade_name(upgrade: str) -> str:
+    """The distribution `--upgrade PACKAGE[==VERSION]` moves."""
     try:
         return str(canonicalize_name(Requirement(upgrade).name))
     except InvalidRequirement:
@@ -210,7 +204,7 @@ def relock(
     todo = {stale.name for stale in stale_locks(pins, directory)}
     upgrades: tuple[str, ...] = ()
     if upgrade:
-        name = _upgrade_name(upgrade)
+        name = upgrade_name(upgrade)
         holders = {n for n, lock in current.items() if lock and name in lock.resolution.versions}
         if not holders:
             raise BadInput(
@@ -307,68 +301,3 @@ def write_locks(run: LockRun, directory: Path) -> list[Path]:
         write_file(path, lock.text, what=f"the {name} lock")
         written.append(path)
     return written
-
-
-def moves_table(moves: list[Move], title: str) -> Table:
-    table = Table("lock", "package", "before", "after", title=title)
-    for move in moves:
-        table.add_row(
-            escape(move.lock),
-            escape(move.package),
-            escape(move.before) or "[green](added)[/]",
-            escape(move.after) or "[red](removed)[/]",
-        )
-    return table
-
-
-def cmd_lock(args: argparse.Namespace, console: Console) -> int:
-    path = pins_path(args.pins)
-    directory = locks_dir(args.locks)
-    pins = load_pins(path)
-    if args.check:
-        stale = stale_locks(pins, directory)
-        for entry in stale:
-            console.print(f"[red]{escape(str(entry))}[/]")
-        if stale:
-            console.print(f"fix: epstack lock --pins {escape(str(path))} --locks {escape(str(directory))}")
-            return 1
-        console.print(f"[green]{escape(str(directory))}: every lock is fresh for {escape(str(path))}[/]")
-        return 0
-    start = time.monotonic()
-    run = relock(pins, directory, upgrade=args.upgrade)
-    written = write_locks(run, directory)
-    for name in run.kept:
-        console.print(f"{escape(str(lock_path(directory, name)))}: fresh, kept")
-    for written_path, (name, lock) in zip(written, run.locks.items(), strict=True):
-        console.print(
-            f"{escape(str(written_path))}: {len(lock.resolution.packages)} distributions "
-            f"in {run.seconds[name]:.1f} s"
-        )
-    if args.upgrade:
-        moved = _upgrade_name(args.upgrade)
-        others = [m for m in run.moves if m.package != moved]
-        title = f"--upgrade {args.upgrade}: {len(others)} other distributions move with it"
-        console.print(moves_table(run.moves, escape(title)))
-    elif run.moves:
-        console.print(moves_table(run.moves, "what moved"))
-    console.print(f"lock: {len(written)} written, {len(run.kept)} kept, {time.monotonic() - start:.1f} s")
-    return 0
-
-
-def register(subparsers: SubParsers) -> None:
-    """Add `lock` to the top-level subcommands."""
-    parser = subparsers.add_parser(
-        "lock",
-        parents=[PINS, LOCKS],
-        help="resolve each layer's Python closure into locks/ with hashes (needs the index)",
-    )
-    action = parser.add_mutually_exclusive_group()
-    action.add_argument(
-        "--check", action="store_true", help="exit 1 naming every stale lock; resolves nothing (offline)"
-    )
-    action.add_argument(
-        "--upgrade",
-        metavar="PACKAGE[==VERSION]",
-        help="move one locked package and print everything that moves with it",
-    )
-    parser.set_defaults(func=cmd_lock)

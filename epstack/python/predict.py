@@ -1,4 +1,4 @@
-"""`epstack pins predict`: before any build, would installing SGLang move a pinned package?
+"""Would installing SGLang move a pinned package? Asked before any build (`epstack pins predict`).
 
 uv, the images' installer, resolves `sglang==SGLANG_VERSION` unconstrained for the image's Python and
 platform (epstack.python.resolve). Each base-layer package it would install at another version than pinned is
@@ -11,20 +11,14 @@ move is listed, before anything is built.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import Version
-from rich.console import Console
-from rich.markup import escape
 
-from epstack.commands.common import LOCKS, PINS, SubParsers, pins_path
-from epstack.pins.load import load_pins
 from epstack.pins.model import Pins
-from epstack.python.lock import LockRun, moves_table, relock, stale_locks
-from epstack.python.lockfile import locks_dir
+from epstack.python.lock import LockRun, relock
 from epstack.python.resolve import Resolution, Unresolvable, compile_requirements
 from epstack.stack import DEEP_EP_PROVIDERS, ImageTarget
 
@@ -115,57 +109,3 @@ def predict_locks(pins: Pins, directory: Path, resolver: Resolver = compile_requ
         return relock(pins, directory, resolver=resolver)
     except Unresolvable as exc:
         return str(exc)
-
-
-def _print_locks(console: Console, pins: Pins, directory: Path) -> None:
-    stale = stale_locks(pins, directory)
-    if not stale:
-        _print(console, f"{directory}: every lock is fresh for these pins; no build would move", "green")
-        return
-    for entry in stale:
-        _print(console, str(entry), "yellow")
-    run = predict_locks(pins, directory)
-    if isinstance(run, str):
-        _print(console, f"the locks cannot be resolved for these pins: {run}", "red")
-    elif run.moves:
-        console.print(
-            moves_table(run.moves, f"against {escape(str(directory))}: what `epstack lock` would move")
-        )
-    else:
-        _print(console, "resolved again, the stale locks keep every version", "green")
-
-
-def _print(console: Console, text: str, style: str) -> None:
-    console.print(f"[{style}]{escape(text)}[/]")
-
-
-def cmd_pins_predict(args: argparse.Namespace, console: Console) -> int:
-    path = pins_path(args.pins)
-    pins = load_pins(path)
-    prediction = predict(pins)
-    console.print(
-        f"uv would install {prediction.installs} distributions for {prediction.requested} "
-        f"(Python {pins.image_target.python_version}, {pins.image_target.platform})"
-    )
-    for move in prediction.moves:
-        _print(console, str(move), "red")
-        _print(console, f"  required by: {', '.join(move.required_by)}", "dim")
-    for provider in prediction.deep_ep:
-        _print(
-            console,
-            f"deep_ep: {provider.package} {provider.resolved} would install its own deep_ep over the one "
-            f"built from DEEPEP_REF {pins.deepep_ref[:7]} ({provider.reason})",
-            "red",
-        )
-    if not prediction.drifts:
-        _print(console, f"{path}: installing {prediction.requested} moves no pinned package", "green")
-    _print_locks(console, pins, locks_dir(args.locks))
-    return 1 if prediction.drifts else 0
-
-
-def register(pins_subparsers: SubParsers) -> None:
-    """Add `predict` under `epstack pins`."""
-    parser = pins_subparsers.add_parser(
-        "predict", parents=[PINS, LOCKS], help="ask uv what installing SGLang would move (needs the index)"
-    )
-    parser.set_defaults(func=cmd_pins_predict)

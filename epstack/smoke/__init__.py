@@ -13,6 +13,7 @@ Layout, one concept a module:
   nccl       the NCCL library actually mapped into the process, and its version
   classify   known failures, named in words from their real error texts
   upstream   DeepEP's own tests/elastic/test_ep.py: run it and parse its verdict and bandwidth
-  report     the JSON report and the short table
-  cli        `register(subparsers)` for epstack's argparse
+  report     the JSON report's bandwidth summary and its ratios to test_ep
+  elastic    one run on this node: launch, preflight, supervised ranks, test_ep, the report
+(epstack.commands.smoke parses the flags and prints.)
 """

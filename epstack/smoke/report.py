@@ -1,11 +1,9 @@
-"""The smoke's JSON report and its short table. Pure: composes what the ranks wrote."""
+"""The smoke's JSON report: its bandwidth summary and ratios. Pure: composes what the ranks wrote."""
 
 from __future__ import annotations
 
 import statistics
 from typing import Any
-
-from rich.table import Table
 
 from epstack.smoke.result import RankResult
 from epstack.smoke.upstream import UpstreamResult
@@ -48,29 +46,3 @@ def ratios(summary: dict[str, Any], upstream: UpstreamResult | None) -> dict[str
             smoke = summary[op]["kernel_mean_gbps_mean"]
             out[op] = {"smoke_gbps": smoke, "test_ep_gbps": ref["su_gbps"], "ratio": smoke / ref["su_gbps"]}
     return out
-
-
-def table(verdict: str, ranks: list[RankResult]) -> Table:
-    t = Table(
-        "rank",
-        "status",
-        "checks",
-        "dispatch fp8",
-        "dispatch bf16",
-        "combine",
-        title=f"epstack smoke elastic: {verdict}",
-    )
-    for r in ranks:
-        checks = r.checks or []
-        figures = r.bench.ops if r.bench is not None else {}
-        cells = [
-            f"{f.kernel_gbps:.0f} GB/s {f.kernel_us.median:.1f} µs" if (f := figures.get(op)) else "-"
-            for op in OPS
-        ]
-        t.add_row(
-            str(r.rank),
-            r.status or r.stage or "?",
-            f"{sum(c.ok for c in checks)}/{len(checks)}",
-            *cells,
-        )
-    return t

@@ -9,7 +9,7 @@ function returning a typed value (epstack.smoke.result); `run` strings them toge
 
 from __future__ import annotations
 
-import argparse
+import argparse  # its own `python -m` entry point (a rank process), not an epstack command
 import functools
 import json
 import os

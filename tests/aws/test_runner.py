@@ -9,7 +9,6 @@ from pathlib import Path
 
 import boto3
 import pytest
-from rich.console import Console
 
 from epstack.aws.buildspec import load_buildspec
 from epstack.aws.runner import RunResult, run_local
@@ -27,7 +26,7 @@ def run(path: Path, tmp_path: Path, **overrides: str) -> tuple[RunResult, str]:
         out=out,
         overrides=overrides,
         secrets=None,
-        console=Console(quiet=True),
+        echo=lambda line: None,
     )
     return result, (out / "build.log").read_text()
 

@@ -15,22 +15,24 @@ from pathlib import Path
 import pytest
 
 from epstack.cli import main
-from epstack.guard.loaded import nccl_version
-from epstack.guard.run import (
-    GUARD_REPORT,
+from epstack.guard.deepep import (
     LIBSTDCXX_FIX,
     check_deep_ep_owner,
     check_deep_ep_source,
-    check_distribution,
     check_jit_prerequisites,
     check_libstdcxx,
     check_nccl_link,
-    check_nccl_loaded,
+    deep_ep_owners,
+)
+from epstack.guard.distributions import (
+    check_distribution,
     check_nvshmem_headers,
     check_requirements,
     check_torch_cuda,
-    deep_ep_owners,
 )
+from epstack.guard.libraries import check_nccl_loaded
+from epstack.guard.loaded import nccl_version
+from epstack.guard.report import GUARD_REPORT
 from epstack.pins.load import load_pins
 from tests.conftest import PINS, REPO, pins_variant, write_deepep_manifest, write_dist
 
@@ -169,7 +171,7 @@ def test_nccl_version_from_real_libraries(fake_nccl: dict[str, Path]) -> None:
 LOAD_AND_CHECK = """
 import ctypes, json, sys
 from pathlib import Path
-from epstack.guard.run import check_nccl_loaded
+from epstack.guard.libraries import check_nccl_loaded
 for library in sys.argv[1:]:
     ctypes.CDLL(library)  # as `import torch` loads the libnccl.so.2 it finds first
 print(json.dumps(check_nccl_loaded("2.30.7", Path("/proc/self/maps").read_text()).__dict__))

@@ -10,14 +10,8 @@ from pathlib import Path
 import pytest
 
 from epstack.cli import main
-from epstack.guard.run import (
-    check_deep_ep_owner,
-    check_distribution,
-    check_requirements,
-    check_torch_cuda,
-    deep_ep_owners,
-    unreadable_deep_ep_records,
-)
+from epstack.guard.deepep import check_deep_ep_owner, deep_ep_owners, unreadable_deep_ep_records
+from epstack.guard.distributions import check_distribution, check_requirements, check_torch_cuda
 from epstack.pins.load import load_pins
 from tests.conftest import PINS, write_dist
 

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from epstack import imagepaths
 from epstack.cli import main
-from epstack.guard.run import GUARD_REPORT, GuardReport
+from epstack.guard.report import GUARD_REPORT, GuardReport
 from epstack.image import cdx
 from epstack.image.build import BuildReport, build_target, export_sboms, standin_ref
 from epstack.image.engine import DockerEngine

@@ -11,7 +11,7 @@ import pytest
 
 from epstack.cli import main
 from epstack.errors import BadInput
-from epstack.guard.run import load_expected
+from epstack.guard.expected import load_expected
 from epstack.pins.load import load_pins, read_layer_pins
 from epstack.stack import arch_problem, archs_for
 from tests.conftest import PINS, pins_variant

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from epstack.errors import BadInput
-from epstack.guard.run import check_closure
+from epstack.guard.distributions import check_closure
 from epstack.python import closure
 from epstack.python.lockfile import expected_distributions
 from tests.conftest import REPO, write_deepep_manifest

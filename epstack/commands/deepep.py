@@ -1,0 +1,46 @@
+"""`epstack deepep build`: the deep_ep wheel at the pinned commit (epstack.image.deepep)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from epstack.commands.common import PINS, SubParsers, path_arg, pins_path
+from epstack.fabric import FABRICS
+from epstack.image.deepep import build
+
+
+def cmd_deepep_build(args: argparse.Namespace, console: Console) -> int:
+    manifest = build(
+        pins_file=pins_path(args.pins),
+        sources=args.sources,
+        wheel_dir=args.wheel_dir,
+        arch=args.arch,
+        fabric=args.fabric,
+    )
+    console.print(
+        f"deep_ep {manifest.commit[:12]} ({manifest.source}, {len(manifest.patches)} patches) "
+        f"for {manifest.torch_cuda_arch_list}: "
+        f"{args.wheel_dir / manifest.wheel}, linked NCCL {manifest.nccl.version} ({manifest.nccl.library})"
+    )
+    return 0
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add `deepep build` to the top-level subcommands."""
+    deepep = subparsers.add_parser("deepep", help="build DeepEP V2 at the pinned commit").add_subparsers(
+        dest="deepep_command", required=True, metavar="SUBCOMMAND"
+    )
+    parser = deepep.add_parser(
+        "build", parents=[PINS], help="build the deep_ep wheel (image and bare GPU host alike)"
+    )
+    parser.add_argument("--sources", type=path_arg, help="folder of `git archive` tarballs (else: git clone)")
+    parser.add_argument("--wheel-dir", type=path_arg, required=True, help="where the wheel and manifest go")
+    parser.add_argument("--arch", help="TORCH_CUDA_ARCH_LIST (default: the layer pins file's)")
+    parser.add_argument(
+        "--fabric",
+        choices=tuple(FABRICS),
+        help="apply this fabric's DEEPEP_PATCHES_* (default: the file's FABRIC)",
+    )
+    parser.set_defaults(func=cmd_deepep_build)

@@ -1,0 +1,82 @@
+"""`epstack publish push|pull`: guarded images to a registry and back, by digest (epstack.image.publish)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from epstack.commands.common import PINS, SubParsers, path_arg, pins_path
+from epstack.image.engine import DockerEngine
+from epstack.image.publish import publish, pull
+from epstack.layers import LAYER_NAMES, TOP
+from epstack.pins.load import load_pins
+
+DEFAULT_OUT = Path("build/codebuild")
+
+
+def cmd_publish(args: argparse.Namespace, console: Console) -> int:
+    path = pins_path(args.pins)
+    manifest = publish(
+        report=args.report,
+        registry=args.registry,
+        push=args.push,
+        out=args.out,
+        pins=load_pins(path),
+        pins_file=path,
+        engine=DockerEngine.find(),
+        console=console,
+    )
+    for image in manifest.images:
+        where = f"{image.uri} {image.digest}" if image.pushed else "not pushed (--push top)"
+        console.print(f"{image.tag}: guard ok ({image.guard_checks} checks), {where}")
+    console.print(
+        f"wrote {args.out / 'build-manifest.json'}, {args.out / 'guard-junit.xml'}, {args.out / 'image.env'}"
+    )
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace, console: Console) -> int:
+    image = args.image
+    if not image:
+        path = pins_path(args.pins)
+        pins = load_pins(path)
+        image = pins.image_ref(args.layer, pins.target(args.target, path))
+    pull(registry=args.registry, image=image, out=args.out, engine=DockerEngine.find(), console=console)
+    return 0
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add `publish push` and `publish pull` to the top-level subcommands."""
+    commands = subparsers.add_parser(
+        "publish", help="push guarded images by digest; pull them by digest"
+    ).add_subparsers(dest="publish_command", required=True, metavar="SUBCOMMAND")
+    push = commands.add_parser(
+        "push", parents=[PINS], help="guard the images a build made, push them, write the build manifest"
+    )
+    push.add_argument("report", type=path_arg, help="build report from `epstack build --report`")
+    push.add_argument("--registry", required=True, help="HOST[:PORT][/NAMESPACE]: ECR or a loopback registry")
+    push.add_argument(
+        "--push", choices=("all", "top"), default="all", help="every built image (default), or the top one"
+    )
+    push.add_argument(
+        "--out",
+        type=path_arg,
+        default=DEFAULT_OUT,
+        help=f"manifest, JUnit and image.env (default {DEFAULT_OUT})",
+    )
+    push.set_defaults(func=cmd_publish)
+    pull_parser = commands.add_parser(
+        "pull", parents=[PINS], help="resolve an image's digest in the registry and pull by it"
+    )
+    pull_parser.add_argument("--registry", required=True, help="HOST[:PORT][/NAMESPACE]")
+    pull_parser.add_argument("--target", help="target whose image to pull (default DEFAULT_TARGET)")
+    pull_parser.add_argument(
+        "--layer", choices=LAYER_NAMES, default=TOP.name, help=f"which layer's image (default {TOP.name})"
+    )
+    pull_parser.add_argument("--image", help="REPOSITORY:TAG instead of --target and --layer")
+    pull_parser.add_argument(
+        "--out", type=path_arg, default=DEFAULT_OUT, help=f"where image.env goes (default {DEFAULT_OUT})"
+    )
+    pull_parser.set_defaults(func=cmd_pull)

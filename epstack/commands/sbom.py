@@ -1,0 +1,65 @@
+"""`epstack sbom`: write or validate this image's CycloneDX SBOM (epstack.image.sbom, epstack.image.cdx)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from rich.console import Console
+from rich.markup import escape
+
+from epstack.commands.common import LOCKS, PINS, SubParsers, path_arg, pins_path
+from epstack.errors import BadInput
+from epstack.image.sbom import SBOM_DIR, collect
+from epstack.inputs import read_text
+from epstack.layers import LAYER_NAMES
+from epstack.output import write_file
+from epstack.python.lockfile import locks_dir
+
+
+def cmd_sbom(args: argparse.Namespace, console: Console) -> int:
+    from epstack.image import cdx  # noqa: PLC0415  (cyclonedx-python-lib takes 0.7 s to import: only here)
+
+    if args.validate:
+        errors = cdx.validate(read_text(args.validate, what="a CycloneDX SBOM"))
+        for error in errors:
+            console.print(f"[red]{escape(str(args.validate))}: {escape(error)}[/]")
+        if not errors:
+            console.print(f"[green]{escape(str(args.validate))}: valid CycloneDX {cdx.SPEC_VERSION}[/]")
+        return 1 if errors else 0
+    layer = args.layer or os.environ.get("EPSTACK_GUARD_LAYER", "")
+    pins_file = pins_path(args.pins)
+    if layer not in LAYER_NAMES or not pins_file.name:
+        raise BadInput(
+            "epstack sbom: no --layer or --pins (nor EPSTACK_GUARD_LAYER, EPSTACK_PINS); fix: pass both"
+        )
+    facts = collect(layer=layer, target=args.target, version=args.version, base_image=args.base_image,
+                    pins_file=pins_file, locks=locks_dir(args.locks))  # fmt: skip
+    text = cdx.document(facts)
+    errors = cdx.validate(text)
+    if errors:
+        raise BadInput(f"the SBOM does not validate as CycloneDX {cdx.SPEC_VERSION}: {errors[0]}")
+    out = args.out or SBOM_DIR / f"{layer}.cdx.json"
+    write_file(out, text, what="the SBOM")
+    groups = {group: sum(1 for p in facts.parts if p.group == group) for group in ("python", "native", "os")}
+    console.print(
+        f"sbom: {escape(str(out))}: CycloneDX {cdx.SPEC_VERSION}, valid; {groups['python']} Python, "
+        f"{groups['native']} native, {groups['os']} OS components"
+    )
+    return 0
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add `sbom` to the top-level subcommands."""
+    parser = subparsers.add_parser(
+        "sbom", parents=[PINS, LOCKS], help="write this image's CycloneDX SBOM (run inside an image)"
+    )
+    parser.add_argument("--layer", choices=LAYER_NAMES, help="default $EPSTACK_GUARD_LAYER")
+    parser.add_argument("--target", default="", help="the target the image was built for")
+    parser.add_argument("--version", default="", help="the image's tag (its pins hash at the end)")
+    parser.add_argument("--base-image", default="", help="NAME:TAG@sha256:... the image is built FROM")
+    parser.add_argument("--out", type=path_arg, help=f"default {SBOM_DIR}/<layer>.cdx.json")
+    parser.add_argument(
+        "--validate", type=path_arg, metavar="FILE", help="only validate FILE (exit 1 if invalid)"
+    )
+    parser.set_defaults(func=cmd_sbom)

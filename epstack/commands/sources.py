@@ -1,0 +1,28 @@
+"""`epstack sources verify`: check a `git archive` tarball against a commit (epstack.image.sources)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.markup import escape
+
+from epstack.commands.common import SubParsers, path_arg
+from epstack.image.sources import verify
+
+
+def cmd_sources_verify(args: argparse.Namespace, console: Console) -> int:
+    verify(args.archive, args.commit)
+    console.print(f"{escape(str(args.archive))}: commit {args.commit}")
+    return 0
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add `sources verify` to the top-level subcommands."""
+    sources = subparsers.add_parser("sources", help="offline git sources of the deepep layer").add_subparsers(
+        dest="sources_command", required=True, metavar="SUBCOMMAND"
+    )
+    verify_parser = sources.add_parser("verify", help="check that a `git archive` tarball is a given commit")
+    verify_parser.add_argument("archive", type=path_arg)
+    verify_parser.add_argument("commit")
+    verify_parser.set_defaults(func=cmd_sources_verify)
