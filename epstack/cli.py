@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from epstack import __version__
 from epstack.commands.common import execute as execute_command
@@ -59,9 +59,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def console_for_stderr() -> Console:
+    """Markup only where epstack writes it (user text goes through rich.markup.escape, or is printed
+    with markup=False); no emoji codes, so a path with `:fire:` in it is printed as it is."""
     # Logs (CI, docker build) are no terminal: give tables room instead of rich's 80 columns.
     width = None if sys.stderr.isatty() else LOG_WIDTH
-    return Console(stderr=True, highlight=False, soft_wrap=True, width=width)
+    return Console(stderr=True, highlight=False, soft_wrap=True, width=width, emoji=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = console_for_stderr()
 
     def report(kind: str, line: str) -> None:
-        console.print(f"[red]{kind}:[/] {escape(line)}")
+        console.print(Text.assemble((f"{kind}:", "red"), " ", line))
 
     return execute_command(lambda: int(args.func(args, console)), report)
 

@@ -1,9 +1,13 @@
 """Output directories epstack owns: it writes only where it may, and replaces what it made atomically.
 
-An output is either a new path or a directory epstack made before (it holds MARKER). Anything else is
-refused before a byte is written: the checkout or a directory above it, the inputs (templates,
-scripts, the package, the pins file, a sources folder) or anything inside or above them, an existing
-file or device, a non-empty directory of someone else's, a symlink, a mount point.
+An output is either a new path, an empty directory of the running user's, or a directory epstack made
+before for this user: it holds MARKER, which lists every entry epstack wrote with its sha256, and it
+holds nothing else and nothing changed since. A name alone proves nothing: anything else is refused
+before a byte is written: the checkout or a directory above it, the inputs (templates, scripts, the
+package, the pins file, a sources folder) or anything inside or above them, an existing file or
+device, another user's directory (even empty, even for root), a directory epstack did not make or
+that holds what epstack did not write, a symlink, a mount point. A file output (write_file) is never
+a file the command reads (check_writable with its inputs), through a link or a hard link either.
 
 Replacing works on a staging sibling that is swapped in with one renameat2(RENAME_EXCHANGE): a
 reader, or a kill at any moment, sees the old tree or the new one, never neither. Concurrent writers
@@ -25,10 +29,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from epstack.errors import BadInput, EnvironmentProblem
+from epstack.marker import MARKER, foreign_entry, marked, planned, tree, write_marker
 
-MARKER = ".epstack-output"
-# Written by every render, before MARKER existed: such a directory was made by epstack too.
-_EARLIER_MARKER = "epstack-render.json"
 _STAGING = ".epstack-staging-"
 _AT_FDCWD = -100
 # What a path the user chose can do wrong (rather than the machine: a full disk, an I/O error).
@@ -39,8 +41,42 @@ _BAD_PATH = frozenset(
 _RENAME_EXCHANGE = 2
 
 
+def _within(inner: Path, outer: Path) -> bool:
+    """Whether `inner` is `outer` or inside it, by their absolute paths or with links resolved."""
+    return any(
+        a == b or a.is_relative_to(b)
+        for a, b in (
+            (Path(os.path.abspath(inner)), Path(os.path.abspath(outer))),
+            (Path(os.path.realpath(inner)), Path(os.path.realpath(outer))),
+        )
+    )
+
+
 def _overlaps(path: Path, other: Path) -> bool:
-    return path == other or path.is_relative_to(other) or other.is_relative_to(path)
+    return _within(path, other) or _within(other, path)
+
+
+def _is_stale_staging(path: Path) -> bool:
+    """A staging directory a killed run of this user's left: nothing but (part of) a marker, or only
+    entries its marker lists (files may be half-written)."""
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        return False
+    listed, entries = marked(path), tree(path)
+    return not entries or (listed is not None and set(entries) <= set(listed))
+
+
+def _remove_staging(staging: Path) -> None:
+    """Remove a staging directory, its marker last: a kill midway leaves one the next run knows."""
+    with contextlib.suppress(OSError):
+        for entry in staging.iterdir():
+            if entry.name == MARKER:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 def check_output(value: str, *, checkout: Path, inputs: Sequence[Path]) -> Path:
@@ -60,14 +96,13 @@ def _check_output(value: str, *, checkout: Path, inputs: Sequence[Path]) -> Path
     if out.is_symlink():
         raise BadInput(f"{out} is a symlink; fix: pass the directory it points to, or a new path")
     path = Path(os.path.abspath(out))
-    checkout = Path(os.path.abspath(checkout))
-    if checkout == path or checkout.is_relative_to(path):
+    if _within(checkout, path):
         raise BadInput(
             f"{out} is the checkout or a directory above it; fix: write to a new directory, "
             "e.g. --out build/render"
         )
     for source in inputs:
-        if _overlaps(path, Path(os.path.abspath(source))):
+        if _overlaps(path, source):
             raise BadInput(
                 f"{out} is, holds or is inside {source}, an input of epstack; fix: write to a new directory"
             )
@@ -77,10 +112,24 @@ def _check_output(value: str, *, checkout: Path, inputs: Sequence[Path]) -> Path
         raise BadInput(f"{out} exists and is not a directory; fix: remove it or choose a new path")
     if os.path.ismount(path):
         raise BadInput(f"{out} is a mount point; fix: write to a new directory inside it")
-    made_by_epstack = (path / MARKER).is_file() or (path / _EARLIER_MARKER).is_file()
-    if not made_by_epstack and any(path.iterdir()):
+    owner = path.stat().st_uid
+    if owner != os.geteuid():
+        raise BadInput(
+            f"{out} belongs to uid {owner}, not to this user (uid {os.geteuid()}); "
+            "fix: run as its owner, or choose a new path"
+        )
+    if not any(path.iterdir()):
+        return path
+    listed = marked(path)
+    if listed is None:
         raise BadInput(
             f"{out} is a non-empty directory epstack did not make; fix: choose a new or empty directory"
+        )
+    foreign = foreign_entry(path, listed)
+    if foreign is not None:
+        raise BadInput(
+            f"{out}: {foreign} is not what epstack wrote there (added or changed since); "
+            f"fix: move it out of {out}, or choose a new directory"
         )
     return path
 
@@ -117,10 +166,11 @@ def _umask() -> int:
     return umask
 
 
-def _mark_output(root: Path) -> None:
-    """Make a staging directory an ordinary one that says epstack made it (so a later run may replace it)."""
+def _mark_output(root: Path, entries: dict[str, str]) -> None:
+    """Make a staging directory an ordinary one whose marker lists what epstack wrote there (so a later
+    run of this user's may replace it, and only while it holds nothing else)."""
     root.chmod(0o777 & ~_umask())  # mkdtemp makes 0700; an output is an ordinary directory
-    (root / MARKER).write_text("made by epstack; epstack may replace this directory\n")
+    write_marker(root, entries)
 
 
 def _move_into_place(staging: Path, out: Path) -> None:
@@ -137,7 +187,7 @@ def _move_into_place(staging: Path, out: Path) -> None:
 
 
 def _write_tree(root: Path, files: Mapping[str, bytes], executable: Sequence[str]) -> None:
-    _mark_output(root)
+    _mark_output(root, planned(files))  # first: a killed run's staging is known by it
     executable_mode = 0o777 & ~_umask()
     for relative, content in sorted(files.items()):
         path = root / relative
@@ -168,7 +218,7 @@ def install_output(staging: Path, out: Path) -> None:
     """Mark `staging` as epstack's and make it the whole of `out` in one step (what was at `out` is
     left at `staging`, for the caller to remove)."""
     try:
-        _mark_output(staging)
+        _mark_output(staging, tree(staging))
         _move_into_place(staging, out)
     except OSError as exc:
         raise _cannot_write(out, exc) from None
@@ -185,8 +235,8 @@ def replace_output(out: Path, files: Mapping[str, bytes], *, executable: Sequenc
         ) from None
     with _parent_lock(parent):
         for stale in parent.glob(f".{out.name}{_STAGING}*"):
-            if (stale / MARKER).is_file() or not any(stale.iterdir()):
-                shutil.rmtree(stale, ignore_errors=True)
+            if _is_stale_staging(stale):
+                _remove_staging(stale)
         staging = staging_beside(out, prefix=f".{out.name}{_STAGING}")
         try:
             _write_tree(staging, files, executable)
@@ -194,7 +244,7 @@ def replace_output(out: Path, files: Mapping[str, bytes], *, executable: Sequenc
         except OSError as exc:
             raise _cannot_write(out, exc) from None
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            _remove_staging(staging)
 
 
 def write_file(path: Path, text: str, *, what: str) -> None:
@@ -233,9 +283,27 @@ def write_file(path: Path, text: str, *, what: str) -> None:
         raise _cannot_write(path, exc) from None
 
 
-def check_writable(path: Path, *, what: str) -> None:
-    """Before long work: BadInput unless `path` can take a file (not a directory, and its nearest
-    existing ancestor a writable directory), so a run never ends unable to write its report."""
+def _as_input(path: Path, source: Path) -> str | None:
+    """How writing `path` would write over an input `source`: "is" (the same file, through a link or
+    a hard link included) or "is inside" (a folder); None when it would not."""
+    try:
+        if path.exists() and source.exists() and path.samefile(source):
+            return "is"
+    except (OSError, ValueError):
+        return None
+    return "is inside" if _within(path, source) else None
+
+
+def check_writable(path: Path, *, what: str, inputs: Sequence[Path] = ()) -> None:
+    """Before any work: BadInput unless `path` can take a file (not a directory, and its nearest
+    existing ancestor a writable directory), so a run never ends unable to write its report, and
+    unless it is none of the command's `inputs` (files it reads, folders it reads from)."""
+    for source in inputs:
+        relation = _as_input(path, source)
+        if relation:
+            raise BadInput(
+                f"{path}: {relation} {source}, which this command reads; fix: write {what} to another file"
+            )
     try:
         if path.is_dir():
             raise BadInput(f"{path} is a directory; fix: name a file for {what}, e.g. {path / 'report.json'}")

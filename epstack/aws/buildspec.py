@@ -19,8 +19,14 @@ from typing import Any
 import jsonschema
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.composer import Composer, MaxDepthExceededError
+from ruamel.yaml.constructor import RoundTripConstructor
 from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.events import AliasEvent
+from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.reader import ReaderError
 
+from epstack.aws.retry import Retry, parse_retry
 from epstack.errors import BadInput
 from epstack.inputs import read_text
 
@@ -28,6 +34,12 @@ SCHEMA_PATH = Path(__file__).with_name("buildspec.schema.json")
 PHASES = ("install", "pre_build", "build", "post_build")
 # Linux shells CodeBuild knows (env/shell); the runner runs the same binaries.
 SHELLS = {"bash": "bash", "/bin/sh": "/bin/sh"}
+# What a buildspec may make the loader, lint and the runner walk (the repository's largest is 3 KiB,
+# 7 levels deep, about 150 nodes): a billion-laughs alias bomb expands to 10^9 nodes from 500 bytes.
+MAX_BYTES = 256 << 10
+MAX_DEPTH = 64
+MAX_NODES = 10_000  # counted with every alias expanded, as every walk over the document sees them
+MAX_SCALAR = 8 << 10  # characters in one key or value (lint's rules read each one whole)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,18 +109,106 @@ def _strings(node: Any, path: tuple[str | int, ...]) -> Iterator[tuple[tuple[str
         yield path, node
 
 
+class _Refused(MarkedYAMLError):
+    """A bound of the loader, crossed at a mark, with what to write instead."""
+
+    def __init__(self, problem: str, mark: Any, fix: str) -> None:
+        super().__init__(problem=problem, problem_mark=mark)
+        self.fix = fix
+
+
+class _BoundedComposer(Composer):
+    """ruamel's composer, also sizing each node as a walk over the loaded document meets it (every
+    alias expanded): a document past MAX_NODES, a scalar past MAX_SCALAR or an alias inside its own
+    anchor (a cycle) is refused at its line. Depth is ruamel's own bound (YAML.max_depth)."""
+
+    def __init__(self, loader: Any = None) -> None:
+        super().__init__(loader)
+        self.warn_double_anchors = False  # YAML lets an anchor be redefined; an alias takes the last
+        self._sizes: dict[int, int] = {}  # id of each finished node: its size, aliases expanded
+        self._open: list[int] = []  # the size so far of each node being composed, outermost first
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.parser.peek_event()
+        self._open.append(1)
+        node = super().compose_node(parent, index)
+        size = self._open.pop()
+        if isinstance(event, AliasEvent):
+            if id(node) not in self._sizes:
+                raise _Refused(
+                    f"alias *{event.anchor} is inside the node it names (a cycle)",
+                    event.start_mark,
+                    "write the values out instead of the alias",
+                )
+            size = self._sizes[id(node)]
+        elif isinstance(node, ScalarNode) and len(node.value) > MAX_SCALAR:
+            raise _Refused(
+                f"a value of {len(node.value)} characters, over {MAX_SCALAR}",
+                event.start_mark,
+                "put a long script in a file in the source and run that",
+            )
+        self._sizes.setdefault(id(node), size)
+        if self._open:
+            self._open[-1] += size
+        if size > MAX_NODES or (self._open and self._open[-1] > MAX_NODES):
+            raise _Refused(
+                f"over {MAX_NODES} nodes with aliases expanded",
+                event.start_mark,
+                "use fewer aliases (a buildspec needs a few hundred nodes)",
+            )
+        return node
+
+
+class _CheckedConstructor(RoundTripConstructor):
+    """ruamel's round-trip constructor; a scalar its tag cannot read (`!!int abc`, `2020-13-01`, a
+    5000-digit number, `!!bool maybe`) is a YAML error at its line, not the exception it raised."""
+
+    def construct_non_recursive_object(self, node: Any, tag: str | None = None) -> Any:
+        try:
+            return super().construct_non_recursive_object(node, tag)
+        except (ValueError, LookupError, ArithmeticError, TypeError):
+            value = str(node.value)
+            shown = value if len(value) <= 40 else value[:40] + "..."
+            raise _Refused(
+                f"{shown!r} cannot be read as {str(tag or node.tag).replace('tag:yaml.org,2002:', '!!')}",
+                node.start_mark,
+                "quote it to keep it a string, or correct the value",
+            ) from None
+
+
+def _yaml_line(text: str, exc: MarkedYAMLError | ReaderError) -> int:
+    if isinstance(exc, ReaderError):
+        return text.count("\n", 0, exc.position) + 1
+    mark = exc.problem_mark or exc.context_mark
+    return mark.line + 1 if mark is not None else 1
+
+
 def load_document(path: Path) -> Document:
-    """Read YAML keeping positions; unreadable files and YAML errors are BadInput with file:line."""
-    text = read_text(path, what="a buildspec")
+    """Read YAML keeping positions; unreadable files, YAML errors and documents past the bounds above
+    are BadInput with file:line."""
+    text = read_text(path, what="a buildspec", limit=MAX_BYTES)
     yaml = YAML(typ="rt")
+    yaml.Composer = _BoundedComposer
+    yaml.Constructor = _CheckedConstructor
+    yaml.max_depth = MAX_DEPTH
     try:
         root = yaml.load(text)
+    except _Refused as exc:
+        raise BadInput(f"{path}:{_yaml_line(text, exc)}: {exc.problem}; fix: {exc.fix}") from None
+    except MaxDepthExceededError as exc:
+        raise BadInput(
+            f"{path}:{_yaml_line(text, exc)}: nested over {MAX_DEPTH} levels deep; "
+            "fix: flatten it (a buildspec needs 8 levels)"
+        ) from None
+    except ReaderError as exc:
+        raise BadInput(
+            f"{path}:{_yaml_line(text, exc)}: character U+{exc.character:04X} is not allowed in YAML; "
+            "fix: remove it, or write it as an escape in a double-quoted string"
+        ) from None
     except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else 1
         problem = (exc.problem or exc.context or "invalid YAML").strip()
         raise BadInput(
-            f"{path}:{line}: {problem}; fix: correct the YAML (quote commands with ': ')"
+            f"{path}:{_yaml_line(text, exc)}: {problem}; fix: correct the YAML (quote commands with ': ')"
         ) from None
     if not isinstance(root, CommentedMap):
         raise BadInput(
@@ -128,6 +228,20 @@ def schema_findings(document: Document) -> list[Finding]:
     validator = jsonschema.Draft202012Validator(schema())
     findings = [_finding(document, error) for error in validator.iter_errors(document.plain())]
     return sorted(set(findings), key=lambda f: (f.line, f.message))
+
+
+def retry_findings(document: Document) -> list[Finding]:
+    """Each phase's on-failure retry that parse_retry refuses, at its line."""
+    phases = document.root.get("phases")
+    findings = []
+    for name, body in phases.items() if isinstance(phases, Mapping) else ():
+        try:
+            parse_retry(body.get("on-failure") if isinstance(body, Mapping) else None)
+        except ValueError as exc:
+            line = document.line(["phases", name, "on-failure"])
+            message = f"phases.{name}.on-failure: {exc}"
+            findings.append(Finding(file=document.path, line=line, message=message))
+    return findings
 
 
 def _where(path: Sequence[str | int]) -> str:
@@ -194,6 +308,7 @@ class Phase:
     finally_: tuple[Command, ...]
     on_failure: str | None  # ABORT | CONTINUE | RETRY[-count][-regex]; None: CodeBuild's transitions
     line: int
+    retry: Retry | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,6 +321,7 @@ class FileSet:
     exclude_paths: tuple[str, ...] = ()
     name: str = ""
     file_format: str = "JUNITXML"  # reports only
+    line: int = 0  # of the block's key, for messages
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -234,8 +350,9 @@ def _tuple(value: Any) -> tuple[str, ...]:
     return (str(value),) if isinstance(value, str) else tuple(str(v) for v in value)
 
 
-def _file_set(block: Mapping[str, Any]) -> FileSet:
+def _file_set(block: Mapping[str, Any], line: int) -> FileSet:
     return FileSet(
+        line=line,
         files=_tuple(block.get("files")),
         base_directory=str(block.get("base-directory", "")),
         discard_paths=_yes(block.get("discard-paths", False)),
@@ -256,7 +373,7 @@ def _commands(document: Document, name: str, key: str) -> tuple[Command, ...]:
 def load_buildspec(path: Path) -> Buildspec:
     """Load and validate; any schema finding is BadInput (the first, with how many more)."""
     document = load_document(path)
-    findings = schema_findings(document)
+    findings = schema_findings(document) + retry_findings(document)
     if findings:
         more = f" (and {len(findings) - 1} more: epstack codebuild lint {path})" if len(findings) > 1 else ""
         raise BadInput(f"{findings[0]}{more}")
@@ -277,15 +394,20 @@ def load_buildspec(path: Path) -> Buildspec:
                 commands=_commands(document, name, "commands"),
                 finally_=_commands(document, name, "finally"),
                 on_failure=phases[name].get("on-failure"),
+                retry=parse_retry(phases[name].get("on-failure")),
                 line=document.line(["phases", name]),
             )
             for name in PHASES
             if name in phases and phases[name] is not None
         ),
-        reports={str(k): _file_set(v) for k, v in (data.get("reports") or {}).items()},
-        artifacts=_file_set(artifacts) if artifacts else None,
+        reports={
+            str(k): _file_set(v, document.line(["reports", k]))
+            for k, v in (data.get("reports") or {}).items()
+        },
+        artifacts=_file_set(artifacts, document.line(["artifacts"])) if artifacts else None,
         secondary_artifacts={
-            str(k): _file_set(v) for k, v in ((artifacts or {}).get("secondary-artifacts") or {}).items()
+            str(k): _file_set(v, document.line(["artifacts", "secondary-artifacts", k]))
+            for k, v in ((artifacts or {}).get("secondary-artifacts") or {}).items()
         },
         run_as="run-as" in data or any("run-as" in (p or {}) for p in phases.values()),
         batch="batch" in data,

@@ -22,11 +22,18 @@ def source_root(path: Path) -> Path:
 
 
 def revision(source: Path, explicit: str | None) -> str:
-    """The commit to build: `explicit`, else the checkout's HEAD."""
-    found = explicit or git(source, "rev-parse", "HEAD")
-    if not found:
-        raise BadInput("no source version: not a git checkout; fix: --source-version COMMIT")
-    return found
+    """The full SHA of the commit to build: `explicit` as this checkout resolves it, else its HEAD.
+    git reads `explicit` only as a revision (--end-of-options), never as an option."""
+    commit = f"{explicit or 'HEAD'}^{{commit}}"
+    found = git(source, "rev-parse", "--verify", "--quiet", "--end-of-options", commit)
+    if found:
+        return found
+    if explicit:
+        raise BadInput(
+            f"--source-version {explicit!r}: not a commit of the checkout {source}; "
+            "fix: pass a commit, branch or tag that `git log` shows there"
+        )
+    raise BadInput("no source version: not a git checkout; fix: --source-version COMMIT")
 
 
 def pins_sha256(source: Path, pins: Path, revision: str) -> str:
@@ -35,7 +42,7 @@ def pins_sha256(source: Path, pins: Path, revision: str) -> str:
     if not resolved.is_relative_to(source):
         raise BadInput(f"{pins}: not in the checkout {source}, which CodeBuild builds; fix: use its pins.env")
     relative = resolved.relative_to(source).as_posix()
-    committed = output_if_ok("git", "-C", source, "show", f"{revision}:{relative}")
+    committed = output_if_ok("git", "-C", source, "show", "--end-of-options", f"{revision}:{relative}")
     if committed is None:
         raise BadInput(f"{pins}: not in commit {revision[:12]}; fix: commit it, or pass --source-version")
     if committed != pins.read_text():

@@ -8,7 +8,10 @@ Rules (each finding names file:line and the fix):
   package installed at a version written in a command, a batch builds exactly pins.env's targets;
 - Docker needs privileged mode: a batch task whose buildspec runs Docker sets privileged-mode: true
   (a single build's project setting is checked by `epstack codebuild start`);
-- exported variables are not secrets (CodeBuild cannot export them).
+- exported variables are not secrets (CodeBuild cannot export them);
+- paths stay in their place (places.py): artifacts' and reports' base-directory and globs inside the
+  source directory and their base, a batch task's buildspec inside the source directory (and never
+  read from outside it).
 """
 
 from __future__ import annotations
@@ -18,16 +21,17 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from epstack.aws.buildspec import Document, Finding, load_document, schema_findings
+from epstack.aws.buildspec import Document, Finding, load_document, retry_findings, schema_findings
+from epstack.aws.places import Place
+from epstack.credentials import TOKENS, Shape
 from epstack.errors import BadInput, EpstackError
 from epstack.pins.model import Pins
 from epstack.stack import DEEP_EP_PROVIDERS
 
 SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|PRIVATE_KEY|API_KEY|ACCESS_KEY|CREDENTIAL)", re.I)
-SECRET_VALUES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"), "an AWS access key ID"),
+SECRET_VALUES: tuple[Shape, ...] = (
+    *TOKENS,
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), "a private key"),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), "a GitHub token"),
     (re.compile(r"--password[ =]+['\"]?(?!\$)[^\s'\"-]"), "a password on a command line"),
     (re.compile(r"\blogin\b.*\s-p\s+['\"]?(?!\$)[^\s'\"-]"), "a password on a command line"),
 )
@@ -51,7 +55,7 @@ def lint(paths: Sequence[Path], pins: Pins, *, source: Path) -> list[Finding]:
     findings: list[Finding] = []
     for path in paths:
         document = load_document(path)
-        findings += schema_findings(document)
+        findings += schema_findings(document) + retry_findings(document)
         findings += rule_findings(document, pins, source=source)
     return sorted(set(findings), key=lambda f: (str(f.file), f.line, f.message))
 
@@ -64,6 +68,7 @@ def rule_findings(document: Document, pins: Pins, *, source: Path) -> list[Findi
         *_pins_from_pins_env(document, data, pins),
         *_batch(document, data, pins, source),
         *_exported(document, data),
+        *_file_set_paths(document, data, source),
     ]
 
 
@@ -154,6 +159,7 @@ def _batch(document: Document, data: dict[str, Any], pins: Pins, source: Path) -
     tasks = [
         (kind, i, t) for kind in ("build-list", "build-graph") for i, t in enumerate(batch.get(kind) or [])
     ]
+    place = Place.source(source)
     for kind, index, task in tasks:
         env = task.get("env") or {}
         target = (env.get("variables") or {}).get("EPSTACK_TARGET")
@@ -165,7 +171,12 @@ def _batch(document: Document, data: dict[str, Any], pins: Pins, source: Path) -
                 f"EPSTACK_TARGET={target} is not a target of pins.env; fix: one of {', '.join(pins.targets)} "
                 "(epstack codebuild batchspec renders the batch from pins.env)",
             )
-        spec = source / str(task["buildspec"]) if task.get("buildspec") else document.path
+        named = str(task.get("buildspec") or "")
+        outside = place.leaves(source / named, named=named) if named else None
+        if outside:
+            yield _at(document, (*path, "buildspec"), f"batch.{kind}.{index}.buildspec: {outside}")
+            continue
+        spec = source / named if named else document.path
         if env.get("privileged-mode") is not True and spec.is_file():
             docker_line = _uses_docker(load_document(spec))
             if docker_line is not None:
@@ -188,6 +199,40 @@ def _batch(document: Document, data: dict[str, Any], pins: Pins, source: Path) -
             f"the batch leaves out {', '.join(missing)} of pins.env's targets; "
             f"fix: epstack codebuild batchspec > {document.path}",
         )
+
+
+def _file_sets(data: dict[str, Any]) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
+    """(path, block) of every artifacts and reports block."""
+    artifacts = _mapping(data.get("artifacts"))
+    if artifacts:
+        yield ("artifacts",), artifacts
+    for name, block in _mapping(artifacts.get("secondary-artifacts")).items():
+        yield ("artifacts", "secondary-artifacts", name), _mapping(block)
+    for group, block in _mapping(data.get("reports")).items():
+        yield ("reports", group), _mapping(block)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """`value` when it is a mapping, else {} (the schema reports it)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _file_set_paths(document: Document, data: dict[str, Any], source: Path) -> Iterator[Finding]:
+    place = Place.source(source)
+    for path, block in _file_sets(data):
+        where = ".".join(path)
+        base = str(block.get("base-directory") or "")
+        outside = place.leaves(source / base, named=base)
+        if outside:
+            yield _at(document, (*path, "base-directory"), f"{where}.base-directory: {outside}")
+            continue
+        within = Place.base(source / base, base)
+        files = block.get("files")
+        patterns = [files] if isinstance(files, str) else files if isinstance(files, list) else []
+        for index, pattern in enumerate(patterns):
+            outside = within.leaves(source / base / str(pattern), named=str(pattern))
+            if outside:
+                yield _at(document, (*path, "files", index), f"{where}.files: {outside}")
 
 
 def _exported(document: Document, data: dict[str, Any]) -> Iterator[Finding]:

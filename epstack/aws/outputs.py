@@ -1,5 +1,10 @@
 """What a build leaves behind, as CodeBuild collects it: artifacts (files under a base directory,
-globs, discard-paths, exclude-paths) and reports (JUnit XML read and counted here)."""
+globs, discard-paths, exclude-paths) and reports (JUnit XML read and counted here).
+
+Every path read or written here is held to its place (places.py): bases and files inside the source
+directory and their base, copies inside the artifacts directory; anything else is BadInput naming
+`at`, the block's FILE:LINE: key in the buildspec.
+"""
 
 from __future__ import annotations
 
@@ -10,31 +15,71 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epstack.aws.buildspec import FileSet
+from epstack.aws.places import Place
+from epstack.errors import BadInput
 
 
-def matched_files(file_set: FileSet, source: Path) -> list[tuple[Path, str]]:
-    """(file, path in the artifact) for every file the globs match, in sorted order, no duplicates.
+def matched_files(file_set: FileSet, source: Path, *, at: str) -> list[tuple[Path, str]]:
+    """(file, path in the artifact) for every file the globs match, in sorted order, no duplicates;
+    the file with its symlinks followed.
 
     Globs are relative to base-directory (itself relative to the source directory); `**/*` is
-    recursive. exclude-paths drop matches; discard-paths keeps only file names.
+    recursive. exclude-paths drop matches; discard-paths keeps only file names. A glob stays inside
+    its base, every match (symlinks followed) inside the source directory.
     """
-    bases = sorted(source.glob(file_set.base_directory)) if file_set.base_directory else [source]
-    found: dict[Path, str] = {}
-    for base in (b for b in bases if b.is_dir()):
+    place = Place.source(source)
+    bases = (
+        _glob(place, place.root, file_set.base_directory, at=f"{at}.base-directory")
+        if file_set.base_directory
+        else [place.root]
+    )
+    found: dict[Path, tuple[Path, str]] = {}
+    for base in bases:
+        if not place.hold(base, named=_shown(base, place), at=f"{at}.base-directory").is_dir():
+            continue
+        within = Place.base(base, file_set.base_directory)
         for pattern in file_set.files:
-            for path in sorted(base.glob(pattern)):
+            for path in _glob(within, base, pattern, at=f"{at}.files"):
                 relative = path.relative_to(base).as_posix()
-                if not path.is_file() or any(fnmatch.fnmatch(relative, x) for x in file_set.exclude_paths):
+                if any(fnmatch.fnmatch(relative, x) for x in file_set.exclude_paths):
                     continue
-                found.setdefault(path, path.name if file_set.discard_paths else relative)
-    return sorted(found.items(), key=lambda item: item[1])
+                real = place.hold(path, named=_shown(path, place), at=f"{at}.files")
+                if real.is_file():
+                    found.setdefault(path, (real, path.name if file_set.discard_paths else relative))
+    return sorted(found.values(), key=lambda item: item[1])
 
 
-def copy_artifacts(file_set: FileSet, source: Path, destination: Path) -> list[str]:
-    """Copy the matched files under `destination`; return their paths there."""
+def _shown(path: Path, place: Place) -> str:
+    """A match as the buildspec's globs reach it: relative to the place they start from."""
+    return path.relative_to(place.root).as_posix()
+
+
+def _glob(place: Place, base: Path, pattern: str, *, at: str) -> list[Path]:
+    """What `pattern` matches under `base`, sorted; the pattern itself must stay inside `place`."""
+    place.hold(base / pattern, named=pattern, at=at)
+    if not Path(pattern).parts:
+        return [base]  # '.': pathlib's glob has no pattern left to match
+    try:
+        return sorted(base.glob(pattern))
+    except (ValueError, NotImplementedError, OSError) as exc:
+        raise BadInput(
+            f"{at}: {pattern!r} is not a glob epstack can match ({exc}); "
+            "fix: a relative glob such as 'out/**/*' ('**' only as a whole path segment)"
+        ) from None
+
+
+def copy_artifacts(file_set: FileSet, source: Path, artifacts: Path, *, name: str, at: str) -> list[str]:
+    """Copy the matched files under `artifacts`/`name` (the primary artifact: name ""); return their
+    paths there."""
+    place = Place.at(
+        artifacts,
+        name="the artifacts directory in --out",
+        fix="an artifact identifier is letters, digits and underscores (CodeBuild's rule)",
+    )
     copied = []
-    for path, relative in matched_files(file_set, source):
-        target = destination / relative
+    for path, relative in matched_files(file_set, source, at=at):
+        named = f"{name}/{relative}" if name else relative
+        target = place.hold(artifacts / named, named=named, at=at)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
         copied.append(relative)
@@ -60,8 +105,8 @@ class Report:
         return "FAILED" if self.failures else "SUCCEEDED"
 
 
-def read_report(group: str, file_set: FileSet, source: Path) -> Report:
-    files = matched_files(file_set, source)
+def read_report(group: str, file_set: FileSet, source: Path, *, at: str) -> Report:
+    files = matched_files(file_set, source, at=at)
     names = tuple(relative for _, relative in files)
     if file_set.file_format != "JUNITXML":
         return Report(group=group, file_format=file_set.file_format, files=names, error="")

@@ -11,10 +11,15 @@
   Without on-failure, CodeBuild's transitions: an install or pre_build failure ends the build,
   a build failure still runs post_build, a post_build failure still uploads. on-failure: CONTINUE
   goes on to the next phase; ABORT ends the build; RETRY[-count][-regex] runs the phase again (3
-  times by default) while its output matches the regex. CODEBUILD_BUILD_SUCCEEDING turns 0 at the
-  first failure.
+  times by default, 100 at most) while the end of its output matches the regex (searched in a child
+  Python stopped after PATTERN_SECONDS: Python's re has no timeout). CODEBUILD_BUILD_SUCCEEDING
+  turns 0 at the first failure.
+- The build has a time limit (--timeout, like the project's timeoutInMinutes; CodeBuild's default
+  60 minutes): each command and phase waits at most the time left, then the shell and its process
+  group are killed, the phase and the build are TIMED_OUT and the rest is skipped.
 - After the phases: exported-variables are read from the shell, reports are read (JUnit XML
-  counted) and artifacts copied, unless the build ended early; no matching artifact fails the build.
+  counted) and artifacts copied, unless the build ended early; no matching artifact fails the build;
+  a path that leaves its place (places.py: a symlink out of the source) is BadInput, nothing written.
 - Everything lands in --out (run.json, build.log, artifacts/), written aside and swapped in whole.
 
 Not run locally: run-as (commands run as the current user, with a warning), runtime-versions,
@@ -27,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 import uuid
@@ -36,16 +42,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
+from epstack import cmd
 from epstack.aws.buildspec import PHASES, Buildspec, Command, Phase
 from epstack.aws.checkout import git
 from epstack.aws.outputs import Report, copy_artifacts, read_report
-from epstack.aws.shell import Shell
-from epstack.errors import BadInput
+from epstack.aws.retry import Retry
+from epstack.aws.shell import KEPT_OUTPUT, Shell
+from epstack.errors import BadInput, CommandFailed
 from epstack.image.registry import LoopbackRegistry, is_loopback
 from epstack.output import install_output, staging_beside
 
-DEFAULT_RETRIES = 3
-_RETRY = re.compile(r"^RETRY(?:-(?P<count>\d+))?(?:-(?P<regex>.+))?$")
+DEFAULT_TIMEOUT = 60 * 60.0  # seconds: CodeBuild's default build timeout (timeoutInMinutes 5 to 2160)
+PATTERN_SECONDS = 2.0  # an on-failure pattern still searching the output then does not retry
+_SEARCH = "import json, re, sys; p, t = json.load(sys.stdin); sys.exit(0 if re.search(p, t) else 1)"
 
 
 class SecretSource(Protocol):
@@ -59,7 +68,7 @@ class SecretSource(Protocol):
 @dataclass(kw_only=True)
 class PhaseResult:
     name: str
-    status: str  # SUCCEEDED | FAILED | SKIPPED
+    status: str  # SUCCEEDED | FAILED | TIMED_OUT | SKIPPED
     seconds: float = 0.0
     attempts: int = 0
     failed_command: str = ""
@@ -167,42 +176,69 @@ class _Build:
         self.log = log
         self.succeeding = True
 
-    def commands(self, phase: Phase, block: tuple[Command, ...], result: PhaseResult) -> tuple[bool, str]:
-        output = []
+    def commands(self, block: tuple[Command, ...], result: PhaseResult) -> tuple[bool, str]:
+        """Run commands until one fails: whether all passed, and the end of their output. A command
+        stopped at the build's time limit makes the phase TIMED_OUT."""
+        output = ""
         for command in block:
             self.log.container(f"Running command {command.text}")
-            code, out = self.shell.run(command.text)
-            output.append(out)
-            if code != 0:
-                self.log.container(f"Command did not exit successfully {command.text} exit status {code}")
+            ran = self.shell.run(command.text)
+            output = (output + ran.output)[-KEPT_OUTPUT:]
+            if ran.code != 0:
+                reason = "timed out" if ran.timed_out else f"exit status {ran.code}"
+                self.log.container(f"Command did not exit successfully {command.text} {reason}")
+                if ran.timed_out:
+                    result.status = "TIMED_OUT"
                 if not result.failed_command:
                     result.failed_command, result.failed_line, result.exit_code = (
                         command.text,
                         command.line,
-                        code,
+                        ran.code,
                     )
-                return False, "".join(output)
-        return True, "".join(output)
+                return False, output
+        return True, output
+
+    def runs_again(self, retry: Retry | None, result: PhaseResult, output: str) -> bool:
+        """Whether a failed attempt runs again: on-failure RETRY, attempts left, its pattern found."""
+        if retry is None or result.attempts > retry.count:
+            return False
+        return retry.pattern == ".*" or self.found(retry.pattern, output)
+
+    def found(self, pattern: str, text: str) -> bool:
+        """re.search in a child Python, stopped after PATTERN_SECONDS (not found then)."""
+        try:
+            searched = cmd.run(
+                sys.executable,
+                "-I",
+                "-c",
+                _SEARCH,
+                stdin=json.dumps([pattern, text]).encode(),
+                timeout=PATTERN_SECONDS,
+                echo=False,
+            )
+        except CommandFailed:
+            self.log.container(f"on-failure pattern still searching after {PATTERN_SECONDS:g} s: no retry")
+            return False
+        return searched.returncode == 0
 
     def phase(self, phase: Phase) -> PhaseResult:
-        count, regex = DEFAULT_RETRIES, ".*"
-        retry = _RETRY.match(phase.on_failure or "")
-        if retry:
-            count = int(retry.group("count") or DEFAULT_RETRIES)
-            regex = retry.group("regex") or ".*"
+        retries = phase.retry.count if phase.retry else 0
         start = time.monotonic()
         result = PhaseResult(name=phase.name, status="SUCCEEDED")
         while True:
             result.attempts += 1
             result.failed_command, result.failed_line, result.exit_code = "", 0, 0
             self.log.container(f"Entering phase {phase.name.upper()}")
-            ok, output = self.commands(phase, phase.commands, result)
-            final_ok, final_output = self.commands(phase, phase.finally_, result)
-            ok = ok and final_ok
-            if ok or not retry or result.attempts > count or not re.search(regex, output + final_output):
+            ok, output = self.commands(phase.commands, result)
+            if result.status == "TIMED_OUT":
                 break
-            self.log.container(f"Retrying phase {phase.name.upper()} ({result.attempts}/{count})")
-        result.status = "SUCCEEDED" if ok else "FAILED"
+            final_ok, final_output = self.commands(phase.finally_, result)
+            ok, output = ok and final_ok, output + final_output
+            if ok or result.status == "TIMED_OUT" or not self.runs_again(phase.retry, result, output):
+                break
+            self.log.container(f"Retrying phase {phase.name.upper()} ({result.attempts}/{retries})")
+        if result.status != "TIMED_OUT":
+            result.status = "SUCCEEDED" if ok else "FAILED"
         result.seconds = round(time.monotonic() - start, 3)
         if not ok:
             self.log.container(
@@ -236,14 +272,16 @@ def run_phases(spec: Buildspec, shell: Shell, log: _Log) -> RunResult:
             continue
         outcome = build.phase(phase)
         result.phases.append(outcome)
-        if outcome.status == "FAILED":
+        if outcome.status == "TIMED_OUT":
+            result.status, ended = "TIMED_OUT", True
+        elif outcome.status == "FAILED":
             result.status = "FAILED"
             if build.succeeding:
                 build.succeeding = False
                 shell.set("CODEBUILD_BUILD_SUCCEEDING", "0")
             ended = _ends_build(phase)
     result.upload_error = "skipped: the build ended early" if ended else ""
-    for name in spec.exported_variables:
+    for name in spec.exported_variables if result.status != "TIMED_OUT" else ():
         value = shell.value(name)
         result.exported_variables[name] = log.mask(value or "")
         log.container(f"Exported variable {name}={result.exported_variables[name]}")
@@ -255,7 +293,7 @@ def collect(spec: Buildspec, source: Path, out: Path, result: RunResult, log: _L
     if result.upload_error:
         return
     for group, file_set in spec.reports.items():
-        report = read_report(group, file_set, source)
+        report = read_report(group, file_set, source, at=f"{spec.path}:{file_set.line}: reports.{group}")
         result.reports.append(report)
         log.container(
             f"Report {group} ({report.file_format}): {report.status}, {len(report.files)} files, "
@@ -266,7 +304,9 @@ def collect(spec: Buildspec, source: Path, out: Path, result: RunResult, log: _L
     blocks.update(spec.secondary_artifacts)
     for name, file_set in blocks.items():
         assert file_set is not None
-        copied = copy_artifacts(file_set, source, out / "artifacts" / name)
+        key = f"artifacts.secondary-artifacts.{name}" if name else "artifacts"
+        at = f"{spec.path}:{file_set.line}: {key}"
+        copied = copy_artifacts(file_set, source, out / "artifacts", name=name, at=at)
         result.artifacts[name or "primary"] = copied
         log.container(f"Artifacts {name or 'primary'}: {len(copied)} files")
         if not copied:
@@ -283,15 +323,17 @@ def run_local(
     overrides: Mapping[str, str],
     secrets: SecretSource | None,
     echo: Callable[[str], None],
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> RunResult:
-    """Run the buildspec in `source`, each log line also to `echo`; the result (also out/run.json)
-    says SUCCEEDED or FAILED. `out` (allowed by epstack.output.check_output) is replaced whole when the
-    run ends."""
+    """Run the buildspec in `source` within `timeout` seconds, each log line also to `echo`; the
+    result (also out/run.json) says SUCCEEDED, FAILED or TIMED_OUT. `out` (allowed by
+    epstack.output.check_output) is replaced whole when the run ends."""
     env, hidden = build_environment(spec, source=source, overrides=overrides, secrets=secrets)
     staging = staging_beside(out, prefix=f".{out.name}.")
     log = _Log(echo, staging / "build.log", hidden)
     workdir = Path(tempfile.mkdtemp(prefix="epstack-shell-"))
-    shell = Shell(shell=spec.shell, env=env, cwd=source, workdir=workdir, log=log.line)
+    deadline = time.monotonic() + timeout
+    shell = Shell(shell=spec.shell, env=env, cwd=source, workdir=workdir, log=log.line, deadline=deadline)
     try:
         if spec.run_as:
             log.container("run-as is not applied locally: commands run as the current user")

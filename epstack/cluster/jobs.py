@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,6 +29,10 @@ JOB_KINDS: tuple[JobKind, ...] = ("elastic-smoke", "serve")
 IMAGE_ENTRYPOINT = str(imagepaths.SCRIPTS / "entrypoint.sh")
 SMOKE_REPORT = "/tmp/epstack-smoke-elastic.json"
 SMOKE_TIMEOUT_S = 900
+# What the command holds for the node's rank and node 0's host until a platform writes its expressions
+# there: NUL, which no argument and no flag value can hold, keeps them apart from the user's text.
+_NODE_RANK, _LEADER = "\0node-rank\0", "\0leader\0"
+_EXPRESSION = re.compile("(\0[a-z-]+\0)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +79,15 @@ class Job:
             args += ["--preset", self.smoke_profile, "--num-tokens", budget]
             args += ["--num-max-tokens-per-rank", budget]
         return args
+
+    def words(self, literal: Callable[[str], str], *, node_rank: str, leader: str) -> list[str]:
+        """The command as a platform writes it: every literal part through `literal` (the platform's
+        quoting), node_rank and leader as the platform's own expressions, which it expands."""
+        expressions = {_NODE_RANK: node_rank, _LEADER: leader}
+        return [
+            "".join(expressions[part] if part in expressions else literal(part) for part in parts if part)
+            for parts in map(_EXPRESSION.split, self.command(node_rank=_NODE_RANK, leader=_LEADER))
+        ]
 
     def env(self) -> dict[str, str]:
         """Environment every node gets, before the platform's launcher variables."""

@@ -30,6 +30,11 @@ class PodSettings:
     rdma_resource: str = ""  # overrides the fabric's device plugin resource
 
 
+def _literal(text: str) -> str:
+    """Text Kubernetes passes as written: it expands $(VAR) in args and reads $$ as $."""
+    return text.replace("$", "$$")
+
+
 def _labels(job: Job) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "epstack",
@@ -120,7 +125,7 @@ def indexed_job(job: Job, settings: PodSettings) -> list[Obj]:
             V.MASTER_ADDR: leader,
             V.MASTER_PORT: str(job.rendezvous_port),
         }
-    args = job.command(node_rank=f"$({V.JOB_COMPLETION_INDEX})", leader=leader)
+    args = job.words(_literal, node_rank=f"$({V.JOB_COMPLETION_INDEX})", leader=leader)
     container = _container(job, args, env, settings, _readiness(job, every_pod=True))
     pod = _pod_spec(container, settings, restartPolicy="Never", subdomain=service)
     objects = [
@@ -149,7 +154,7 @@ def leader_worker_set(job: Job, settings: PodSettings) -> list[Obj]:
     env = job.env()
     if job.kind == "elastic-smoke":
         env |= {V.EPSTACK_NPROC_PER_NODE: str(job.gpus_per_node), V.MASTER_PORT: str(job.rendezvous_port)}
-    args = job.command(node_rank=f"$({V.LWS_WORKER_INDEX})", leader=f"$({V.LWS_LEADER_ADDRESS})")
+    args = job.words(_literal, node_rank=f"$({V.LWS_WORKER_INDEX})", leader=f"$({V.LWS_LEADER_ADDRESS})")
     leader = _container(job, args, env, settings, _readiness(job, every_pod=False))
     worker = _container(job, args, env, settings, None)
     template: Obj = {

@@ -35,10 +35,8 @@ def _task_command(job: Job) -> str:
     if job.kind == "elastic-smoke":
         return shlex.join([IMAGE_ENTRYPOINT, *job.command(node_rank="", leader="")])
     # SGLang needs this task's node rank: expanded in the task, not in the batch script.
-    inner = job.command(node_rank="@RANK@", leader="@LEADER@")
-    script = "exec " + shlex.join(inner)
-    script = script.replace("@RANK@", f'"${V.SLURM_NODEID}"').replace("@LEADER@", f'"${V.MASTER_ADDR}"')
-    return shlex.join([IMAGE_ENTRYPOINT, "bash", "-c", script])
+    inner = job.words(shlex.quote, node_rank=f'"${V.SLURM_NODEID}"', leader=f'"${V.MASTER_ADDR}"')
+    return shlex.join([IMAGE_ENTRYPOINT, "bash", "-c", " ".join(["exec", *inner])])
 
 
 def sbatch_script(job: Job, *, squashfs_dir: str | None = None, pins_target: str = "") -> str:
@@ -54,7 +52,7 @@ def sbatch_script(job: Job, *, squashfs_dir: str | None = None, pins_target: str
         f"#SBATCH --output={job.name}-%j.out",
         f"# Rendered by epstack {__version__} (target {pins_target}): {job.kind} on {job.nodes} node(s)"
         f" x {job.gpus_per_node} GPU(s), fabric {job.fabric.name}.",
-        f"# Image by digest: {job.image.ref}",
+        f"# Image by digest: {shlex.quote(job.image.ref)}",
         "# Needs pyxis and enroot >= 4.0 (image references with a digest).",
         "set -euo pipefail",
         "",
@@ -92,11 +90,11 @@ def enroot_pull_script(image: ImageRef, *, nodes: int, squashfs_dir: str) -> str
         f"#SBATCH --job-name=epstack-pull-{image.short}",
         f"#SBATCH --nodes={nodes}",
         "#SBATCH --ntasks-per-node=1",
-        f"# Rendered by epstack {__version__}: pre-pull {image.ref}",
-        f"# into {target} on every node, so a job's first start is not {nodes} pulls at once.",
+        f"# Rendered by epstack {__version__}: pre-pull {shlex.quote(image.ref)}",
+        f"# into {shlex.quote(target)} on every node, so a job's first start is not {nodes} pulls at once.",
         "set -euo pipefail",
         "",
-        f"srun --ntasks-per-node=1 mkdir -p {shlex.quote(squashfs_dir)}",
+        f"srun --ntasks-per-node=1 mkdir -p -- {shlex.quote(squashfs_dir)}",
         "# Each node imports once; an existing file (same digest, same name) is kept.",
         "# shellcheck disable=SC2016",
         "srun --ntasks-per-node=1 bash -c "
@@ -110,6 +108,6 @@ def enroot_commands(image: ImageRef, *, squashfs_dir: str) -> list[str]:
     """The bare commands for one node (no Slurm): what the pull script runs there."""
     target = squashfs_path(squashfs_dir, image)
     return [
-        f"mkdir -p {shlex.quote(squashfs_dir)}",
+        f"mkdir -p -- {shlex.quote(squashfs_dir)}",
         f"enroot import --output {shlex.quote(target)} {shlex.quote('docker://' + image.ref)}",
     ]

@@ -16,7 +16,12 @@ _RESERVED = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "nul
 
 
 def _key(key: str) -> str:
-    return key if _PLAIN_KEY.match(key) and key.lower() not in _RESERVED else json.dumps(key)
+    return key if _PLAIN_KEY.fullmatch(key) and key.lower() not in _RESERVED else _quoted(key)
+
+
+def _quoted(text: str) -> str:
+    """A double-quoted scalar: JSON's escapes, but \\UXXXXXXXX past U+FFFF (YAML has no surrogate pairs)."""
+    return '"' + "".join(f"\\U{ord(c):08X}" if ord(c) > 0xFFFF else json.dumps(c)[1:-1] for c in text) + '"'
 
 
 def _scalar(value: Any) -> str:
@@ -25,7 +30,7 @@ def _scalar(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        return json.dumps(value)
+        return _quoted(value)
     raise TypeError(f"yamltext cannot write {type(value).__name__}")
 
 

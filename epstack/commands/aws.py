@@ -14,7 +14,13 @@ from epstack.aws.clients import Backoff, codebuild_client, logs_client
 from epstack.aws.codebuild import StartRequest, Watch, check_privileged, start
 from epstack.aws.ecr import ecr_for, login, parse_ecr_image
 from epstack.aws.lint import LintFailed, lint, lint_or_raise
-from epstack.aws.runner import loopback_registry, parse_overrides, reads_secret_stores, run_local
+from epstack.aws.runner import (
+    DEFAULT_TIMEOUT,
+    loopback_registry,
+    parse_overrides,
+    reads_secret_stores,
+    run_local,
+)
 from epstack.aws.secrets import aws_secrets
 from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, seconds
 from epstack.errors import BadInput
@@ -32,7 +38,7 @@ def cmd_lint(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[red]{escape(str(finding))}[/]")
     if findings:
         raise LintFailed(f"{len(findings)} problems in {len(args.files)} buildspecs")
-    console.print(f"[green]{len(args.files)} buildspecs ok[/] ({', '.join(str(f) for f in args.files)})")
+    console.print(f"[green]{len(args.files)} buildspecs ok[/] ({escape(', '.join(map(str, args.files)))})")
     return 0
 
 
@@ -58,6 +64,7 @@ def cmd_run_local(args: argparse.Namespace, console: Console) -> int:
         overrides=overrides,
         secrets=secrets,
         echo=lambda line: console.print(escape(line), highlight=False, soft_wrap=True),
+        timeout=args.timeout,
     )
     for phase in result.phases:
         style = {"SUCCEEDED": "green", "FAILED": "red"}.get(phase.status, "yellow")
@@ -65,7 +72,8 @@ def cmd_run_local(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{phase.name}: [{style}]{phase.status}[/]{escape(where)}")
     for name, value in result.exported_variables.items():
         console.print(f"exported {name}={escape(value)}")
-    console.print(f"build {result.status}" + (f" ({result.upload_error})" if result.upload_error else ""))
+    upload = f" ({result.upload_error})" if result.upload_error else ""
+    console.print(f"build {result.status}{upload}", markup=False)
     return 0 if result.status == "SUCCEEDED" else 1
 
 
@@ -111,7 +119,7 @@ def cmd_batchspec(args: argparse.Namespace, console: Console) -> int:
             raise LintFailed(
                 f"{args.check} differs from pins.env; fix: epstack codebuild batchspec > {args.check}"
             )
-        console.print(f"[green]{args.check} matches pins.env[/]")
+        console.print(f"[green]{escape(str(args.check))} matches pins.env[/]")
         return 0
     print(text, end="")
     return 0
@@ -173,6 +181,13 @@ def register(subparsers: SubParsers) -> None:
     run.add_argument("--source", type=path_arg, help="source directory (default: the buildspec's git root)")
     run.add_argument(
         "--out", type=path_arg, help="run.json, build.log, artifacts/ (default SOURCE/build/codebuild-local)"
+    )
+    run.add_argument(
+        "--timeout",
+        type=seconds,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="the build's time limit, like the project's timeoutInMinutes (default 3600: CodeBuild's)",
     )
     run.set_defaults(func=cmd_run_local)
 

@@ -16,13 +16,16 @@ from epstack.image.engine import DockerEngine
 from epstack.image.render import output_directory, plan_checkout, write_plan
 from epstack.output import check_writable
 from epstack.pins.load import load_pins
+from epstack.python.lockfile import locks_dir
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
     out = output_directory(args.out, path, sources=args.sources, locks=args.locks)
     if args.report:
-        check_writable(args.report, what="the build report")
+        sources = [args.sources] if args.sources else []
+        reads = [path, locks_dir(args.locks), *sources, out]  # out: the build context
+        check_writable(args.report, what="the build report", inputs=reads)
     pins = load_pins(path)
     target = pins.target(args.target, path)
     plan = plan_checkout(pins, path, sources=args.sources, locks=args.locks)

@@ -16,10 +16,10 @@ from epstack.cluster.image import PLACEHOLDER, chosen_image, pins_target
 from epstack.cluster.jobs import JOB_KINDS, make_job, node_commands
 from epstack.cluster.profiles import A2A_BACKENDS, PROFILES
 from epstack.cluster.yamltext import dump_all
-from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, positive_int
+from epstack.commands.common import PINS, SubParsers, one_line, path_arg, pins_path, positive_int
 from epstack.errors import BadInput
 from epstack.fabric import FABRICS
-from epstack.output import write_file
+from epstack.output import check_writable, write_file
 from epstack.pins.load import load_pins
 
 
@@ -31,7 +31,15 @@ def _write(text: str, out: Path | None) -> None:
         write_file(out, text, what="--out")
 
 
+def _check_out(args: argparse.Namespace) -> None:
+    """--out is never a file the command reads (the pins file, the build manifest)."""
+    if args.out:
+        inputs = [pins_path(args.pins), *([args.manifest] if args.manifest else [])]
+        check_writable(args.out, what="--out", inputs=inputs)
+
+
 def cmd_render(args: argparse.Namespace, console: Console) -> int:
+    _check_out(args)
     pins = load_pins(pins_path(args.pins))
     target, fabric = pins_target(pins, arch=args.arch, fabric=args.fabric)
     if args.print_command and args.job != "serve":
@@ -67,12 +75,14 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     _write(text, args.out)
     if args.out:
         console.print(
-            f"wrote {args.out}: {job.kind} on {job.nodes} x {job.gpus_per_node} GPUs, {job.image.ref}"
+            f"wrote {args.out}: {job.kind} on {job.nodes} x {job.gpus_per_node} GPUs, {job.image.ref}",
+            markup=False,
         )
     return 0
 
 
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:
+    _check_out(args)
     pins = load_pins(pins_path(args.pins))
     target, _ = pins_target(pins, arch=args.arch, fabric=args.fabric)
     image = chosen_image(pins, target, image=args.image, manifest=args.manifest)
@@ -89,15 +99,18 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", choices=("k8s", "slurm"), required=True)
-    parser.add_argument("--arch", help="image arch, e.g. hopper (default: DEFAULT_TARGET's)")
+    parser.add_argument("--arch", type=one_line, help="image arch, e.g. hopper (default: DEFAULT_TARGET's)")
     parser.add_argument("--fabric", choices=tuple(FABRICS), help="default: DEFAULT_TARGET's")
-    parser.add_argument("--image", help="REPOSITORY[:TAG]@sha256:<64 hex>")
+    parser.add_argument("--image", type=one_line, help="REPOSITORY[:TAG]@sha256:<64 hex>")
     parser.add_argument("--manifest", type=path_arg, help="build manifest JSON: its image for these pins")
-    parser.add_argument("--squashfs-dir", default=None, help="slurm: node-local directory of pulled images")
+    parser.add_argument(
+        "--squashfs-dir", type=one_line, help="slurm: node-local directory of pulled images"
+    )
     parser.add_argument("--out", type=path_arg, help="write here (whole or not at all) instead of stdout")
 
 
 def _node_selector(text: str) -> str:
+    one_line(text)
     if "=" not in text or text.startswith("="):
         raise argparse.ArgumentTypeError(f"{text!r}: write KEY=VALUE")
     return text
@@ -116,17 +129,21 @@ def register(subparsers: SubParsers) -> None:
     render.add_argument("--gpus-per-node", type=positive_int, required=True)
     render.add_argument("--profile", choices=tuple(PROFILES), help="serve: model (default deepseek-v3)")
     render.add_argument("--a2a", choices=A2A_BACKENDS, default="deepep_v2", help="MoE all-to-all backend")
-    render.add_argument("--model-path", help="serve: weights path or hub id (default: the profile's)")
-    render.add_argument("--name", help="job name (default epstack-smoke / epstack-serve)")
+    render.add_argument(
+        "--model-path", type=one_line, help="serve: weights path or hub id (default: the profile's)"
+    )
+    render.add_argument("--name", type=one_line, help="job name (default epstack-smoke / epstack-serve)")
     render.add_argument(
         "--k8s-kind", choices=("job", "lws"), help="default: lws for serve, job for the smoke"
     )
     render.add_argument(
         "--fabric-devices", type=positive_int, help="fabric devices per pod (default: EFA 1/GPU, IB 1)"
     )
-    render.add_argument("--rdma-resource", help="RDMA device plugin resource (default rdma/ib for IB)")
-    render.add_argument("--shm-size", default="64Gi", help="/dev/shm size (default 64Gi)")
-    render.add_argument("--memory", default="256Gi", help="pod memory request (default 256Gi)")
+    render.add_argument(
+        "--rdma-resource", type=one_line, help="RDMA device plugin resource (default rdma/ib for IB)"
+    )
+    render.add_argument("--shm-size", type=one_line, default="64Gi", help="/dev/shm size (default 64Gi)")
+    render.add_argument("--memory", type=one_line, default="256Gi", help="pod memory request (default 256Gi)")
     render.add_argument("--print-command", action="store_true", help="serve: print node 0's and 1's commands")
     render.set_defaults(func=cmd_render)
 

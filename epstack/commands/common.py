@@ -15,6 +15,7 @@ import math
 import os
 import signal
 import threading
+import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
@@ -37,6 +38,32 @@ def path_arg(text: str) -> Path:
     if "\0" in text:
         raise argparse.ArgumentTypeError("a path cannot contain a NUL byte")
     return Path(text)
+
+
+# Characters that end or hide in a line of generated text: controls (newline, carriage return, ESC,
+# NEL), invisible format characters (bidi overrides, zero widths), line and paragraph separators, and
+# the surrogates that stand for bytes that are not UTF-8.
+_NOT_TEXT = {
+    "Cc": "a control character",
+    "Cf": "an invisible format character",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+    "Cs": "a byte that is not UTF-8",
+}
+
+
+def one_line(text: str) -> str:
+    """A value epstack writes into a script or manifest it generates: one line of printable text."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty value; fix: give a value")
+    for char in text:
+        kind = _NOT_TEXT.get(unicodedata.category(char))
+        if kind:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} holds {kind} (U+{ord(char):04X}), which would break the generated "
+                "script or manifest it is written into; fix: one line of printable text"
+            )
+    return text
 
 
 def _number(text: str, kind: Callable[[str], float]) -> float:

@@ -22,7 +22,8 @@ def cmd_deepep_build(args: argparse.Namespace, console: Console) -> int:
     console.print(
         f"deep_ep {manifest.commit[:12]} ({manifest.source}, {len(manifest.patches)} patches) "
         f"for {manifest.torch_cuda_arch_list}: "
-        f"{args.wheel_dir / manifest.wheel}, linked NCCL {manifest.nccl.version} ({manifest.nccl.library})"
+        f"{args.wheel_dir / manifest.wheel}, linked NCCL {manifest.nccl.version} ({manifest.nccl.library})",
+        markup=False,
     )
     return 0
 
@@ -35,7 +36,11 @@ def register(subparsers: SubParsers) -> None:
     parser = deepep.add_parser(
         "build", parents=[PINS], help="build the deep_ep wheel (image and bare GPU host alike)"
     )
-    parser.add_argument("--sources", type=path_arg, help="folder of `git archive` tarballs (else: git clone)")
+    parser.add_argument(
+        "--sources",
+        type=path_arg,
+        help="folder of `git archive` tarballs, verified whole (without it: git clone)",
+    )
     parser.add_argument("--wheel-dir", type=path_arg, required=True, help="where the wheel and manifest go")
     parser.add_argument("--arch", help="TORCH_CUDA_ARCH_LIST (default: the layer pins file's)")
     parser.add_argument(

@@ -20,7 +20,7 @@ from epstack.commands.common import PINS, SubParsers, execute, parse, path_arg, 
 from epstack.doctor import host
 from epstack.doctor.report import Report, gather, run_doctor
 from epstack.errors import BadInput
-from epstack.output import write_file
+from epstack.output import check_writable, write_file
 from epstack.pins.file import read_pins_file
 
 
@@ -56,6 +56,8 @@ def format_table(report: Report) -> str:
 
 def cmd_doctor(args: argparse.Namespace, console: object = None) -> int:
     del console  # plain text: what the host reports is printed literally
+    if args.json:
+        check_writable(args.json, what="the --json report", inputs=[pins_path(args.pins)])
     cuda, nccl = _image_versions(args.pins, args.cuda)
     if not args.root.is_dir():
         raise BadInput(

@@ -14,7 +14,7 @@ from epstack.checkrow import Verdict
 from epstack.commands.common import PINS, SubParsers, path_arg, pins_path
 from epstack.guard.run import run_guard
 from epstack.layers import GUARD_CHOICES
-from epstack.output import write_file
+from epstack.output import check_writable, write_file
 
 _STYLE: dict[Verdict, str] = {
     "ok": "green",
@@ -30,7 +30,10 @@ _STYLE: dict[Verdict, str] = {
 
 def cmd_guard(args: argparse.Namespace, console: Console) -> int:
     locks = args.locks or (Path(os.environ["EPSTACK_LOCKS"]) if os.environ.get("EPSTACK_LOCKS") else None)
-    report = run_guard(pins_path(args.pins), args.layer, locks)
+    pins = pins_path(args.pins)
+    if args.json:
+        check_writable(args.json, what="the --json report", inputs=[pins, *([locks] if locks else [])])
+    report = run_guard(pins, args.layer, locks)
     table = Table(
         "layer", "component", "expected", "found", "verdict", "detail", title=f"epstack guard {args.layer}"
     )

@@ -1,5 +1,5 @@
 """`epstack lock`: resolve each layer's Python closure into locks/ (epstack.python.lock), or `--check`
-that every lock is fresh for the pins."""
+that every lock is fresh for the pins and holds what they say (a hand-edited lock is stale)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,9 @@ def register(subparsers: SubParsers) -> None:
     )
     action = parser.add_mutually_exclusive_group()
     action.add_argument(
-        "--check", action="store_true", help="exit 1 naming every stale lock; resolves nothing (offline)"
+        "--check",
+        action="store_true",
+        help="exit 1 naming every stale or hand-edited lock (and the line); resolves nothing (offline)",
     )
     action.add_argument(
         "--upgrade",

@@ -11,13 +11,23 @@ from epstack.commands.common import PINS, SubParsers, path_arg, pins_path
 from epstack.image.engine import DockerEngine
 from epstack.image.publish import publish, pull
 from epstack.layers import LAYER_NAMES, TOP
+from epstack.output import check_writable
 from epstack.pins.load import load_pins
 
 DEFAULT_OUT = Path("build/codebuild")
+PUSHED = ("build-manifest.json", "guard-junit.xml", "image.env")  # what `push` writes into --out
+PULLED = "image.env"  # what `pull` writes into --out
+
+
+def _check_outputs(out: Path, names: tuple[str, ...], inputs: list[Path]) -> None:
+    """Before any work: none of the files written into --out is a file the command reads."""
+    for name in names:
+        check_writable(out / name, what=f"--out's {name}", inputs=inputs)
 
 
 def cmd_publish(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
+    _check_outputs(args.out, PUSHED, [args.report, path])
     manifest = publish(
         report=args.report,
         registry=args.registry,
@@ -30,15 +40,17 @@ def cmd_publish(args: argparse.Namespace, console: Console) -> int:
     )
     for image in manifest.images:
         where = f"{image.uri} {image.digest}" if image.pushed else "not pushed (--push top)"
-        console.print(f"{image.tag}: guard ok ({image.guard_checks} checks), {where}")
+        console.print(f"{image.tag}: guard ok ({image.guard_checks} checks), {where}", markup=False)
     console.print(
-        f"wrote {args.out / 'build-manifest.json'}, {args.out / 'guard-junit.xml'}, {args.out / 'image.env'}"
+        f"wrote {args.out / 'build-manifest.json'}, {args.out / 'guard-junit.xml'}, {args.out / 'image.env'}",
+        markup=False,
     )
     return 0
 
 
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     image = args.image
+    _check_outputs(args.out, (PULLED,), [] if image else [pins_path(args.pins)])
     if not image:
         path = pins_path(args.pins)
         pins = load_pins(path)

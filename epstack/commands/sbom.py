@@ -13,7 +13,7 @@ from epstack.errors import BadInput
 from epstack.image.sbom import SBOM_DIR, collect
 from epstack.inputs import read_text
 from epstack.layers import LAYER_NAMES
-from epstack.output import write_file
+from epstack.output import check_writable, write_file
 from epstack.python.lockfile import locks_dir
 
 
@@ -21,11 +21,15 @@ def cmd_sbom(args: argparse.Namespace, console: Console) -> int:
     from epstack.image import cdx  # noqa: PLC0415  (cyclonedx-python-lib takes 0.7 s to import: only here)
 
     if args.validate:
-        errors = cdx.validate(read_text(args.validate, what="a CycloneDX SBOM"))
+        try:
+            errors = cdx.validate(read_text(args.validate, what="a CycloneDX SBOM"))
+        except ValueError as exc:
+            fix = f"pass a CycloneDX {cdx.SPEC_VERSION} JSON SBOM"
+            raise BadInput(f"{args.validate}: {exc}; fix: {fix}") from None
         for error in errors:
-            console.print(f"[red]{escape(str(args.validate))}: {escape(error)}[/]")
+            console.print(f"{args.validate}: {error}", style="red", markup=False)
         if not errors:
-            console.print(f"[green]{escape(str(args.validate))}: valid CycloneDX {cdx.SPEC_VERSION}[/]")
+            console.print(f"{args.validate}: valid CycloneDX {cdx.SPEC_VERSION}", style="green", markup=False)
         return 1 if errors else 0
     layer = args.layer or os.environ.get("EPSTACK_GUARD_LAYER", "")
     pins_file = pins_path(args.pins)
@@ -33,13 +37,15 @@ def cmd_sbom(args: argparse.Namespace, console: Console) -> int:
         raise BadInput(
             "epstack sbom: no --layer or --pins (nor EPSTACK_GUARD_LAYER, EPSTACK_PINS); fix: pass both"
         )
+    locks = locks_dir(args.locks)
+    out = args.out or SBOM_DIR / f"{layer}.cdx.json"
+    check_writable(out, what="the SBOM", inputs=[pins_file, locks])
     facts = collect(layer=layer, target=args.target, version=args.version, base_image=args.base_image,
-                    pins_file=pins_file, locks=locks_dir(args.locks))  # fmt: skip
+                    pins_file=pins_file, locks=locks)  # fmt: skip
     text = cdx.document(facts)
     errors = cdx.validate(text)
     if errors:
         raise BadInput(f"the SBOM does not validate as CycloneDX {cdx.SPEC_VERSION}: {errors[0]}")
-    out = args.out or SBOM_DIR / f"{layer}.cdx.json"
     write_file(out, text, what="the SBOM")
     groups = {group: sum(1 for p in facts.parts if p.group == group) for group in ("python", "native", "os")}
     console.print(

@@ -22,7 +22,9 @@ def register(subparsers: SubParsers) -> None:
     sources = subparsers.add_parser("sources", help="offline git sources of the deepep layer").add_subparsers(
         dest="sources_command", required=True, metavar="SUBCOMMAND"
     )
-    verify_parser = sources.add_parser("verify", help="check that a `git archive` tarball is a given commit")
+    verify_parser = sources.add_parser(
+        "verify", help="verify a `git archive` tarball whole, and that it is a given commit"
+    )
     verify_parser.add_argument("archive", type=path_arg)
     verify_parser.add_argument("commit")
     verify_parser.set_defaults(func=cmd_sources_verify)

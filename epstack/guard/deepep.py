@@ -231,15 +231,34 @@ def check_jit_prerequisites(env: Mapping[str, str], nccl_header: Path | None) ->
             )
         )
     cache = Path(env.get("EP_JIT_CACHE_DIR") or Path(env.get("HOME", "~")).expanduser() / ".deep_ep")
-    existing = next(p for p in (cache, *cache.parents) if p.exists())
-    writable = os.access(existing, os.W_OK | os.X_OK) and existing.is_dir()
+    problem = _cache_problem(cache)
     rows.append(
         Check(
             component="EP_JIT_CACHE_DIR",
             expected="writable",
             found=str(cache),
-            verdict="ok" if writable else "mismatch",
-            detail="" if writable else f"{existing} is not a writable directory",
+            verdict="mismatch" if problem else "ok",
+            detail=problem,
         )
     )
     return rows
+
+
+def _cache_problem(cache: Path) -> str:
+    """Why DeepEP could not create and write its JIT cache at `cache`; '' when it can."""
+    existing = next(p for p in (cache, *cache.parents) if _exists(p))
+    name_max = os.pathconf(existing, "PC_NAME_MAX")
+    longest = max((len(os.fsencode(name)) for name in cache.relative_to(existing).parts), default=0)
+    if longest > name_max:
+        return f"a name in it has {longest} bytes, over the {name_max} its file system allows"
+    if not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
+        return f"{existing} is not a writable directory"
+    return ""
+
+
+def _exists(path: Path) -> bool:
+    """Whether `path` exists; a name too long for its file system names nothing."""
+    try:
+        return path.exists()
+    except OSError:
+        return False

@@ -100,7 +100,7 @@ def missing_git_sources(pins: Pins, plan: RenderPlan, target: str) -> list[str]:
 
 
 def github_reachable(pins: Pins) -> bool:
-    return succeeds("git", "ls-remote", "--exit-code", pins.deepep_repo, "HEAD", timeout=30)
+    return succeeds("git", "ls-remote", "--exit-code", "--", pins.deepep_repo, "HEAD", timeout=30)
 
 
 def build_standin(engine: DockerEngine, pins: Pins, context: Path, console: Console) -> Standin:

@@ -6,7 +6,9 @@ SOURCE_DATE_EPOCH where set; the same image facts give the same bytes.
 
 from __future__ import annotations
 
+import json
 import os
+import textwrap
 import uuid
 from datetime import UTC, datetime
 
@@ -28,6 +30,8 @@ from packageurl import PackageURL
 from epstack.image.sbom import ImageFacts, Part
 
 SPEC_VERSION = "1.6"
+# A schema error quotes the part of the document it is about: kept to one readable line.
+MAX_ERROR_CHARS = 200
 _KINDS = {
     "library": ComponentType.LIBRARY,
     "application": ComponentType.APPLICATION,
@@ -110,7 +114,20 @@ def document(facts: ImageFacts) -> str:
     return str(JsonV1Dot6(bom).output_as_string(indent=2)) + "\n"
 
 
+def _one_line(text: str) -> str:
+    """A schema error as one short printable line (a key in its path may hold any character)."""
+    printable = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    return textwrap.shorten(printable, MAX_ERROR_CHARS)
+
+
 def validate(text: str) -> list[str]:
-    """Schema errors of a CycloneDX JSON document (empty when valid), by cyclonedx-python-lib."""
-    error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
-    return [str(error)] if error is not None else []
+    """Every schema error of a CycloneDX JSON document as one line, `$.json.path: what` (empty when
+    valid), by cyclonedx-python-lib; ValueError when the text is no JSON document it can check."""
+    try:
+        json.loads(text)
+        errors = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text, all_errors=True) or []
+        return [_one_line(f"{error.data.json_path}: {error.data.message}") for error in errors]
+    except RecursionError:
+        raise ValueError("nested too deeply to check") from None
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc})") from None

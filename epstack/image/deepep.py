@@ -1,7 +1,8 @@
 """`epstack deepep build`: the one DeepEP V2 builder, for images and for bare GPU hosts alike.
 
 1. Source: the pinned commit with its fmt submodule, from `git archive` tarballs in a sources folder
-   (commits checked before unpacking) or cloned (HEAD and the fmt gitlink checked); then the fabric's
+   (verified whole and their commits checked before unpacking: epstack.image.gitarchive), or cloned
+   where the folder holds neither (HEAD and the fmt gitlink checked); then the fabric's
    pinned patches (DEEPEP_PATCHES_<FABRIC>), each checked by sha256 and `git apply --check` first.
 2. Toolchain: the system gcc/g++, CUDAHOSTCXX unset. A _C.so built by a second g++ exports libstdc++
    symbols and the first dispatch SEGFAULTs in DeepEP's JIT; the built _C.so is checked for that.
@@ -13,6 +14,7 @@ It builds for the Python running it (in an image, the venv's; `python3 -m epstac
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import sys
@@ -34,7 +36,7 @@ from epstack.image.sources import (
     fabric_patches,
     git_sources,
     patch_bytes,
-    verify,
+    source_archives,
 )
 from epstack.pins.load import pin_values
 from epstack.stack import cuda_wheels
@@ -56,9 +58,9 @@ def _wheel_root(distribution: str, library_prefix: str) -> Path:
     raise EnvironmentProblem(f"{distribution} has no lib/{library_prefix}*; fix: reinstall it")
 
 
-def _unpack(archive: Path, destination: Path) -> Path:
-    """Extract a checked archive with tarfile's data filter; returns the tree (its --prefix, if any)."""
-    with tarfile.open(archive) as tar:
+def _unpack(archive: bytes, destination: Path) -> Path:
+    """Extract a verified archive with tarfile's data filter; returns the tree (its --prefix, if any)."""
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
         tar.extractall(destination, filter="data")
     entries = list(destination.iterdir())
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else destination
@@ -67,22 +69,20 @@ def _unpack(archive: Path, destination: Path) -> Path:
 def fetch_source(sources: Path | None, pinned: dict[str, str], work: Path) -> tuple[Path, str]:
     """The DeepEP tree at DEEPEP_REF with third-party/fmt at DEEPEP_FMT_REF, and how it was obtained."""
     deepep, fmt, _ = git_sources(pinned)
-    archives = [sources / s.archive for s in (deepep, fmt)] if sources else []
-    if archives and all(a.is_file() for a in archives):
-        for archive, source in zip(archives, (deepep, fmt), strict=True):
-            verify(archive, source.commit, source.key)
-        tree = _unpack(archives[0], work / "deepep")
-        fmt_dir = tree / "third-party" / "fmt"
-        shutil.rmtree(fmt_dir, ignore_errors=True)
-        fmt_dir.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(_unpack(archives[1], work / "fmt"), fmt_dir)
-        return tree, f"archive {archives[0].name}"
-    return _clone(deepep, fmt, work / "DeepEP"), f"git {deepep.repo}"
+    archives = source_archives(sources, pinned) if sources is not None else {}
+    if deepep not in archives:
+        return _clone(deepep, fmt, work / "DeepEP"), f"git {deepep.repo}"
+    tree = _unpack(archives[deepep], work / "deepep")
+    fmt_dir = tree / "third-party" / "fmt"
+    shutil.rmtree(fmt_dir, ignore_errors=True)
+    fmt_dir.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(_unpack(archives[fmt], work / "fmt"), fmt_dir)
+    return tree, f"archive {deepep.archive}"
 
 
 def _clone(deepep: GitSource, fmt: GitSource, tree: Path) -> Path:
     call("git", "init", "--quiet", tree)
-    call("git", "-C", tree, "fetch", "--quiet", "--depth", "1", deepep.repo, deepep.commit)
+    call("git", "-C", tree, "fetch", "--quiet", "--depth", "1", "--", deepep.repo, deepep.commit)
     call("git", "-C", tree, "checkout", "--quiet", "FETCH_HEAD")
     head = call("git", "-C", tree, "rev-parse", "HEAD", capture=True, echo=False).strip()
     gitlink = call("git", "-C", tree, "rev-parse", "HEAD:third-party/fmt", capture=True, echo=False).strip()

@@ -37,7 +37,7 @@ def tag_problem(tag: str) -> str | None:
     """Why `tag` is not a valid tag, or None."""
     if len(tag) > MAX_TAG:
         return f"the tag is {len(tag)} characters, over the {MAX_TAG} a registry accepts"
-    if not _TAG.match(tag):
+    if not _TAG.fullmatch(tag):
         return (
             f"tag {tag!r} may hold only letters, digits, '_', '.' and '-' and may not start with '.' or '-'"
         )
@@ -50,10 +50,10 @@ def repository_problem(name: str) -> str | None:
         return f"the repository name is {len(name)} characters, over {MAX_NAME}"
     first, slash, rest = name.partition("/")
     is_host = bool(slash) and ("." in first or ":" in first or first == "localhost")
-    if is_host and not _HOST.match(first):
+    if is_host and not _HOST.fullmatch(first):
         return f"{first!r} is not a registry host[:port]"
     path = rest if is_host else name
-    bad = next((part for part in path.split("/") if not _PATH_COMPONENT.match(part)), None)
+    bad = next((part for part in path.split("/") if not _PATH_COMPONENT.fullmatch(part)), None)
     if bad is not None:
         return (
             f"{bad!r} is not a repository path component (lowercase letters and digits, joined by . _ __ -)"
@@ -64,7 +64,7 @@ def repository_problem(name: str) -> str | None:
 def parse_reference(text: str) -> Reference:
     """Split and check a reference; ValueError says what is wrong."""
     name, at, digest = text.partition("@")
-    if at and not _DIGEST.match(digest):
+    if at and not _DIGEST.fullmatch(digest):
         raise ValueError(f"{digest!r} is not sha256:<64 lowercase hex>")
     head, _, last = name.rpartition("/")
     repository, tag = name, ""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from epstack import imagepaths
 from epstack.aws.ecr import EcrRegistry
@@ -133,7 +134,7 @@ def push_image(
     uri = f"{registry.host}/{remote_repository}:{image_tag}"
     existing = registry.digest(remote_repository, image_tag)
     if existing and registry.config_digest(remote_repository, image_tag) == engine.image_id(tag):
-        console.print(f"{uri} already is this image ({existing}): not pushed again")
+        console.print(f"{uri} already is this image ({existing}): not pushed again", markup=False)
         return uri, existing
     if existing and registry.tag_immutable(remote_repository):
         raise BadInput(
@@ -153,7 +154,7 @@ def push_image(
     digest = registry.digest(remote_repository, image_tag)
     if digest is None or digest not in pushed:
         raise EnvironmentProblem(f"{uri}: pushed, but the registry says {digest} and Docker says {pushed}")
-    console.print(f"[green]pushed[/] {uri} {digest}")
+    console.print(f"[green]pushed[/] {escape(uri)} {digest}")
     return uri, digest
 
 
@@ -240,6 +241,6 @@ def pull(*, registry: str, image: str, out: Path, engine: DockerEngine, console:
     engine.pull_quiet(ref)
     if ref not in engine.repo_digests(ref):
         raise EnvironmentProblem(f"{ref}: pulled, but Docker does not list that digest")
-    console.print(f"[green]pulled[/] {ref}")
+    console.print(f"[green]pulled[/] {escape(ref)}")
     write_file(out / "image.env", exports(f"{host}/{remote}:{tag}", digest), what="image.env")
     return ref

@@ -2,30 +2,31 @@
 
 The deepep layer builds DeepEP, its fmt submodule and GDRCopy from pinned commits. Where GitHub is out
 of reach (CI, air-gapped builders) a sources folder holds `<name>-<commit>.tar.gz` made by `git archive`;
-the commit that tool writes into the archive's pax header is compared with the pin before anything is
-unpacked. render copies the matching archives into the build context (sources/), the image scripts and
-the GPU host check them again with `epstack sources verify`, and unpack only then.
+each is verified whole (epstack.image.gitarchive: every member, size caps, read to its end) and the
+commit that tool writes into its pax header is compared with the pin before anything is unpacked.
+render copies the matching archives into the build context (sources/), the image's builders and the
+GPU host verify them again the same way (`epstack deepep build`, `epstack sources verify`), and unpack
+only then. A pinned archive that is present but wrong is refused, never replaced by a clone.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
-import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from epstack.errors import BadInput
 from epstack.fabric import FABRICS
+from epstack.image import gitarchive
 
 # In the build context: sources/<layer>/, one folder per layer that takes sources, each always present
 # (a manifest at least), so a Dockerfile can COPY it whatever the folder held.
 CONTEXT_DIR = "sources"
 MANIFEST = "sources.json"
-# What `git archive` names the commit it archived (a pax global header).
-_COMMIT_HEADER = "comment"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,25 +106,52 @@ def git_sources(pinned: Mapping[str, str]) -> tuple[GitSource, ...]:
 
 
 def archive_commit(archive: Path) -> str:
-    """The commit `git archive` recorded in `archive`, read from its first header only."""
-    try:
-        with tarfile.open(archive) as tar:
-            return str(tar.pax_headers.get(_COMMIT_HEADER, ""))
-    except (OSError, tarfile.TarError, EOFError) as exc:
-        raise BadInput(
-            f"{archive}: not a readable tar archive ({exc}); fix: make it with `git archive`"
-        ) from None
+    """The commit `git archive` recorded in `archive`, once the whole archive is verified."""
+    return gitarchive.read(archive).commit
 
 
-def verify(archive: Path, commit: str, key: str = "the pin") -> None:
-    """BadInput unless `archive` is a `git archive` of exactly `commit`."""
-    found = archive_commit(archive)
-    if found != commit:
-        what = f"commit {found}" if found else "no commit (not made by `git archive` of a commit)"
+def verify(archive: Path, commit: str, key: str = "the pin") -> bytes:
+    """The bytes of `archive`, verified whole to be a `git archive` of exactly `commit`; else BadInput."""
+    found = gitarchive.read(archive)
+    if found.commit != commit:
         raise BadInput(
-            f"{archive}: holds {what}, {key} is {commit}; "
+            f"{archive}: holds commit {found.commit}, {key} is {commit}; "
             f"fix: git archive --format=tar.gz -o {archive.name} {commit}"
         )
+    return found.data
+
+
+def _pinned_archive(folder: Path, source: GitSource) -> bytes | None:
+    """`source`'s archive in `folder`, verified; None only where the folder holds no archive of it.
+
+    Present but wrong (not a regular file, unreadable, another commit, renamed) is BadInput: the build
+    must not fall back to a clone."""
+    wanted = folder / source.archive
+    if os.path.lexists(wanted):
+        return verify(wanted, source.commit, source.key)
+    others = sorted(folder.glob(f"{source.name}-*.tar.gz"))
+    if others:
+        raise BadInput(
+            f"{others[0]}: not {source.key}={source.commit}; "
+            f"fix: add {source.archive} (git archive {source.commit})"
+        )
+    return None
+
+
+def source_archives(folder: Path, pinned: Mapping[str, str]) -> dict[GitSource, bytes]:
+    """The git sources' archives `folder` holds, each verified. DeepEP's and fmt's come together (a
+    clone brings both): one without the other is BadInput."""
+    if not folder.is_dir():
+        raise BadInput(f"{folder}: no such sources folder; fix: pass a folder of `git archive` tarballs")
+    found = {s: data for s in git_sources(pinned) if (data := _pinned_archive(folder, s)) is not None}
+    deepep, fmt, _ = git_sources(pinned)
+    if (deepep in found) != (fmt in found):
+        missing = fmt if deepep in found else deepep
+        raise BadInput(
+            f"{folder}: holds no {missing.archive} beside the other archive; "
+            f"fix: add it (git archive {missing.commit}), or remove both to clone"
+        )
+    return found
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,20 +197,6 @@ def check_sha256(data: bytes, sha256: str, what: str, key: str) -> None:
         raise BadInput(f"{what}: sha256 {digest}, {key} is {sha256}; fix: use the pinned file")
 
 
-def _archive(folder: Path, source: GitSource) -> bytes | None:
-    wanted = folder / source.archive
-    if not wanted.is_file():
-        others = sorted(folder.glob(f"{source.name}-*.tar.gz"))
-        if others:
-            raise BadInput(
-                f"{others[0]}: not {source.key}={source.commit}; "
-                f"fix: add {source.archive} (git archive {source.commit})"
-            )
-        return None
-    verify(wanted, source.commit, source.key)
-    return wanted.read_bytes()
-
-
 def context_files(
     folder: Path | None, base: Mapping[str, str], deepep: Mapping[str, str]
 ) -> dict[str, bytes]:
@@ -190,13 +204,11 @@ def context_files(
 
     Each pinned archive or installer found is checked first. An archive of a source at another commit,
     or an installer with another sha256, is an error (the folder was made for other pins); what the
-    folder lacks is left to the build, which downloads or clones it."""
-    if folder is not None and not folder.is_dir():
-        raise BadInput(f"{folder}: no such sources folder; fix: pass a folder of `git archive` tarballs")
+    folder lacks is left to the build, which downloads or clones it (DeepEP and fmt together)."""
     found: dict[str, dict[str, bytes | None]] = {"base": {}, "deepep": {}}
     if folder is not None:
+        found["deepep"] = {s.archive: data for s, data in source_archives(folder, deepep).items()}
         found["base"] = {i.file: _installer(folder, i) for i in installers(base)}
-        found["deepep"] = {s.archive: _archive(folder, s) for s in git_sources(deepep)}
         for fabric in FABRICS:
             found["deepep"] |= {p.file: patch_bytes(folder, p) for p in fabric_patches(deepep, fabric)}
     files: dict[str, bytes] = {}

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, cast
 
 from pydantic import TypeAdapter, ValidationError
 
+from epstack.credentials import credential
 from epstack.pins import values as v
 from epstack.pins.file import PinsFile, Problem, parse_pins_file
 from epstack.pins.model import Pins
@@ -23,8 +25,7 @@ from epstack.suggest import did_you_mean
 def load_pins(path: Path) -> Pins:
     """Parse, validate and rule-check a pins file. BadInput lists every problem, each with
     file:line and fix; the rules between pins run once every value is valid."""
-    pins_file = parse_pins_file(path)
-    problems = list(pins_file.problems)
+    pins_file, problems = _screened(path)
     known = known_keys()
     for problem in pins_file.problems:  # a bad line's key may be misspelt too
         if problem.key and problem.key not in known and not problem.key.startswith("ARCH_"):
@@ -46,6 +47,32 @@ def load_pins(path: Path) -> Pins:
     if problems:
         raise pins_file.report(problems)
     return pins
+
+
+# Every pin is written into the image labels and layer pins files: none may hold a credential.
+CREDENTIAL_FIX = (
+    "remove it: give git the credential through a credential helper (git config credential.helper) "
+    "or the build a BuildKit secret (docker build --secret), which no image keeps"
+)
+
+
+def _screened(path: Path) -> tuple[PinsFile, list[Problem]]:
+    """The pins file without its entries that hold a credential, and its problems: the malformed lines
+    and one per credential, naming its kind. No problem repeats a credential and no value rule sees one
+    (its message would quote the value)."""
+    pins_file = parse_pins_file(path)
+    problems = [
+        _credential(problem.line, problem.key, kind) if (kind := credential(problem.text)) else problem
+        for problem in pins_file.problems
+    ]
+    secrets = {key: kind for key, entry in pins_file.entries.items() if (kind := credential(entry.value))}
+    problems += [_credential(pins_file.line_of(key), key, kind) for key, kind in secrets.items()]
+    kept = {key: entry for key, entry in pins_file.entries.items() if key not in secrets}
+    return replace(pins_file, entries=kept), problems
+
+
+def _credential(line: int, key: str, kind: str) -> Problem:
+    return Problem(line=line, key=key, text=f"{key or 'this line'} holds {kind}; fix: {CREDENTIAL_FIX}")
 
 
 def _raw_values(pins_file: PinsFile) -> tuple[dict[str, Any], list[Problem]]:
@@ -100,8 +127,7 @@ LAYER_FILE_VALIDATORS: dict[str, Callable[[str], object]] = {
 def read_layer_pins(path: Path) -> dict[str, str]:
     """A layer pins file (targets/<target>/<layer>.pins.env): every key known, every value valid by the
     rule pins.env's value has, every arch buildable by its CUDA_VERSION. BadInput lists all problems."""
-    pins_file = parse_pins_file(path)
-    problems = list(pins_file.problems)
+    pins_file, problems = _screened(path)
     fields = {f.alias: f for f in Pins.model_fields.values() if f.alias}
     known = [*fields, *LAYER_FILE_VALIDATORS]
     for key, entry in pins_file.entries.items():

@@ -10,8 +10,10 @@ base lock is resolved with the whole stack in view (base and SGLang together fir
 that answer), since a base that the upper layer cannot hold would have to move under it. uv keeps
 every version of an existing lock that still holds (it reads the lock as its previous output), so a
 relock moves only what its changed inputs force, and `--upgrade PACKAGE[==VERSION]` only that package
-and what must move with it. A lock's header records its inputs and their digest: `--check` needs no
-index. Every new lock is installed dry-run with the images' flags before it is written.
+and what must move with it. A lock's header records its inputs and their digest, and its entries'
+digest: `--check` needs no index. A lock is fresh when both digests hold and its entries hold what its
+spec says (epstack.python.lockcontent), so a hand-edited lock is stale. Every new lock is installed
+dry-run with the images' flags before it is written.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from packaging.utils import canonicalize_name
 from epstack.errors import BadInput, CommandFailed
 from epstack.output import write_file
 from epstack.pins.model import Pins
+from epstack.python.lockcontent import content_problems
 from epstack.python.lockfile import (
     LockFile,
     inputs_digest,
@@ -131,9 +134,25 @@ def _differences(recorded: Mapping[str, str], current: Mapping[str, str]) -> tup
     )
 
 
+def _content_problems(
+    spec: LockSpec, pins: Pins, lock: LockFile, lower: Mapping[str, Resolution]
+) -> tuple[str, ...]:
+    return content_problems(
+        lock,
+        cuda_major=pins.wheels.major,
+        requirements=spec.requirements,
+        overrides=spec.overrides,
+        constraints=spec.constraints,
+        excludes=spec.excludes,
+        below={name: lower[name] for name in spec.below},
+        own=spec.own,
+    )
+
+
 def stale_locks(pins: Pins, directory: Path) -> list[Stale]:
-    """Every lock whose recorded inputs differ from what `pins` and the locks below give, without
-    resolving anything. A lock above a stale one is stale too: its constraints are about to change."""
+    """Every lock whose recorded inputs differ from what `pins` and the locks below give, or whose
+    entries are not what its spec says (edited by hand), without resolving anything. A lock above a
+    stale one is stale too: its constraints are about to change."""
     stale: list[Stale] = []
     resolved: dict[str, Resolution] = {}
     for spec in lock_specs(pins):
@@ -150,6 +169,10 @@ def stale_locks(pins: Pins, directory: Path) -> list[Stale]:
         if lock.digest != inputs_digest(inputs):
             reasons = _differences(lock.inputs, inputs) or ("its inputs-sha256 does not match its header",)
             stale.append(Stale(name=spec.name, path=path, reasons=reasons))
+            continue
+        problems = _content_problems(spec, pins, lock, resolved)
+        if problems:
+            stale.append(Stale(name=spec.name, path=path, reasons=problems))
             continue
         resolved[spec.name] = lock.resolution
     return stale
@@ -278,7 +301,8 @@ def _resolve(
         constraints=constraints,
         overrides=spec.overrides,
         excludes=spec.excludes,
-        preferences=lock.resolution.text if lock else "",
+        # an edited lock's own lines never reach uv: only the versions read from them
+        preferences=lock.resolution.text if lock and lock.entries_intact else _preferences(lock),
         upgrade=upgrades,
         name=spec.name,
     )

@@ -1,10 +1,12 @@
 """Lock files: every Python distribution a layer installs, pinned with its hashes (locks/<name>.txt).
 
 A lock is uv's requirements output (`uv pip compile --generate-hashes`) under a header epstack writes:
-the inputs it was resolved from, one `# key: value` line each, and their sha256. Comparing that digest
-with the one the current pins give tells a stale lock without resolving anything. This module only
-reads and writes the files; epstack.python.lock resolves them, render copies them into the build context,
-and the guard reads them inside the images (imagepaths.LOCKS, $EPSTACK_LOCKS).
+the inputs it was resolved from, one `# key: value` line each, their sha256, and the sha256 of the
+entries below (uv's output as written). Comparing the first digest with the one the current pins give
+tells a stale lock without resolving anything; the second, verified on read, tells an edited one
+(epstack.python.lockcontent reads the entries themselves). This module only reads and writes the
+files; epstack.python.lock resolves them, render copies them into the build context, and the guard
+reads them inside the images (imagepaths.LOCKS, $EPSTACK_LOCKS).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ DEFAULT_LOCKS = Path("locks")
 UV_BOOTSTRAP = "uv-bootstrap.txt"
 _INPUT = re.compile(r"^# (?P<key>[a-z][a-z0-9 ._-]*): (?P<value>.*)$")
 DIGEST_KEY = "inputs-sha256"
+ENTRIES_KEY = "entries-sha256"
 
 
 def locks_dir(value: Path | None) -> Path:
@@ -45,6 +48,11 @@ def inputs_digest(inputs: Mapping[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def entries_digest(body: str) -> str:
+    """sha256 of a lock's entries as written: any changed, added or removed byte changes it."""
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
 def pins_digest(resolution: Resolution) -> str:
     """sha256 of a lock's name==version lines: what an upper lock is constrained by (not its hashes or
     comments, so a lower lock written again with the same pins leaves the upper ones fresh)."""
@@ -55,34 +63,44 @@ def pins_digest(resolution: Resolution) -> str:
 @dataclass(frozen=True, kw_only=True)
 class LockFile:
     name: str
-    inputs: dict[str, str]  # the header's `# key: value` lines, the digest excluded
+    inputs: dict[str, str]  # the header's `# key: value` lines, the digests excluded
     digest: str  # the header's inputs-sha256; "" when absent (a hand-written file)
-    resolution: Resolution
+    entries_digest: str  # the header's entries-sha256; "" when absent
+    entries_intact: bool  # the entries below the header still have that entries-sha256
+    body_start: int  # the line number of the first entry line (the header ends above it)
+    resolution: Resolution  # the entries, parsed
     text: str  # the whole file
 
 
 def render_lock(name: str, inputs: Mapping[str, str], resolution: Resolution) -> str:
-    """Header (inputs, their digest) and uv's output."""
+    """Header (inputs, their digest, the entries' digest) and uv's output."""
     lines = [f"# epstack lock {name}: written by `epstack lock` from pins.env; do not edit."]
     lines += [f"# {key}: {value}" for key, value in inputs.items()]
     lines.append(f"# {DIGEST_KEY}: {inputs_digest(inputs)}")
+    lines.append(f"# {ENTRIES_KEY}: {entries_digest(resolution.text)}")
     return "\n".join(lines) + "\n" + resolution.text
 
 
 def parse_lock(name: str, text: str) -> LockFile:
-    inputs: dict[str, str] = {}
-    digest = ""
-    for line in text.splitlines()[1:]:  # the first line is the title
-        if not line.startswith("#"):
-            break
-        match = _INPUT.match(line)
-        if match and match["key"] == DIGEST_KEY:
-            digest = match["value"].strip()
-        elif match:
-            inputs[match["key"]] = match["value"]
-    body = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("# "))
-    resolution = parse_compiled(body)
-    return LockFile(name=name, inputs=inputs, digest=digest, resolution=resolution, text=text)
+    """The header is the title comment and the `# key: value` lines under it; the entries are the rest."""
+    lines = text.splitlines(keepends=True)
+    header: dict[str, str] = {}
+    end = 1 if text.startswith("#") else 0
+    while end < len(lines) and (match := _INPUT.match(lines[end].rstrip("\r\n"))):
+        header[match["key"]] = match["value"]
+        end += 1
+    body = "".join(lines[end:])
+    digest, recorded = header.pop(DIGEST_KEY, "").strip(), header.pop(ENTRIES_KEY, "").strip()
+    return LockFile(
+        name=name,
+        inputs=header,
+        digest=digest,
+        entries_digest=recorded,
+        entries_intact=bool(recorded) and recorded == entries_digest(body),
+        body_start=end + 1,
+        resolution=parse_compiled(body),
+        text=text,
+    )
 
 
 def read_lock(directory: Path, name: str) -> LockFile | None:

@@ -6,10 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import socket
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,6 +23,7 @@ from epstack.smoke.classify import classify
 from epstack.smoke.config import SmokeConfig
 from epstack.smoke.launch import Launch
 from epstack.smoke.result import RANK_RESULT, RankResult
+from epstack.smoke.rundir import UPSTREAM, fresh_run_dir, run_files
 from epstack.smoke.supervise import RankCommand, Supervised, supervise
 from epstack.smoke.upstream import UpstreamResult
 
@@ -32,10 +31,6 @@ from epstack.smoke.upstream import UpstreamResult
 WORKER: tuple[str, ...] = (sys.executable, "-m", "epstack.smoke.worker")
 
 VERDICTS = {OK: "pass", CHECK_FAILED: "fail", ENVIRONMENT: "environment"}
-
-# What a run writes into its run directory (rank logs, stage files, results, the config): a reused
-# --run-dir loses these before any rank starts, so a report never shows a previous run's results.
-_RUN_FILES = re.compile(r"^(?:all_ranks\.json|config\.json|rank\d+\.(?:json|log|stage|tmp\d+))$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,23 +148,6 @@ def _ranks_from(run_dir: Path, sup: Supervised) -> list[RankResult]:
     return out
 
 
-def fresh_run_dir(run_dir: Path | None) -> Path:
-    """The run directory, made if new, without the files of an earlier run (and nothing else removed)."""
-    if run_dir is None:
-        return Path(tempfile.mkdtemp(prefix="epstack-smoke-"))
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for directory in (run_dir, run_dir / "upstream"):
-            stale = [e for e in directory.iterdir() if _RUN_FILES.match(e.name)] if directory.is_dir() else []
-            for entry in stale:
-                entry.unlink()
-    except OSError as exc:
-        raise BadInput(
-            f"--run-dir {run_dir}: cannot use it ({exc.strerror}); fix: choose a writable directory"
-        ) from None
-    return run_dir
-
-
 def _run_ranks(
     settings: Settings, launch: Launch, run_dir: Path, progress: Progress
 ) -> tuple[int, list[RankResult], dict[str, Any]]:
@@ -225,7 +203,7 @@ def _run_upstream(
         upstream.checkout,
         nproc=launch.nproc,
         timeout_s=upstream.timeout_s,
-        run_dir=run_dir / "upstream",
+        run_dir=run_dir / UPSTREAM,
         extra=upstream.extra,
     )
     ratio = report_mod.ratios(summary, up)
@@ -251,12 +229,18 @@ def run(settings: Settings, progress: Progress) -> Outcome:
     cfg.validate(launch.world_size)
     if settings.upstream and launch.launcher != "none":
         raise BadInput("--upstream-tests starts its own ranks: run it without a launcher")
+    files = run_files(
+        (spec.rank for spec in launch.ranks()),
+        smoke=not settings.upstream_only,
+        upstream=bool(settings.upstream),
+    )
     if launch.rank == 0:
-        check_writable(settings.report, what="the smoke's --json report")
+        ranks_read = [settings.run_dir / name for name in files] if settings.run_dir else []
+        check_writable(settings.report, what="the smoke's --json report", inputs=ranks_read)
     preflight.require(
         preflight.probe(), local_ranks=launch.nproc, first_local_rank=launch.local_rank, need_deep_ep=True
     )
-    run_dir = fresh_run_dir(settings.run_dir)
+    run_dir = fresh_run_dir(settings.run_dir, files)
     progress.started(launch, cfg, run_dir)
     report: dict[str, Any] = {
         "command": list(settings.argv),

@@ -80,6 +80,6 @@ def test_build_yml_builds_guards_pushes_and_pulls_back_by_the_exported_digest(
     try:
         subprocess.run([engine.cli, "pull", "--quiet", ref], check=True, capture_output=True)
         assert ref in engine.repo_digests(ref)
-        assert engine.image_id(ref) == engine.image_id(top["tag"])
+        assert engine.image_id(ref) == engine.image_id(top.tag)
     finally:
         subprocess.run([engine.cli, "image", "rm", ref], capture_output=True, check=False)

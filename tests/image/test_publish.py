@@ -109,16 +109,16 @@ def test_push_guards_pushes_and_pull_comes_back_by_digest(
     assert image.uri == f"{registry}/{repository}:{image_tag}" and image.pushed and image.standin
     assert image.digest == manifest_digest(registry, repository, image_tag)
     assert image.pins_hash == load_pins(PINS).layer_hash("base", TARGET) and image_tag.endswith(
-        image["pins_hash"]
+        image.pins_hash
     )
     suites = {
         suite.get("name"): suite for suite in ET.parse(out / "guard-junit.xml").getroot().iter("testsuite")
     }
-    assert set(suites) == {devel["tag"], tag}, "every built image is guarded, pushed or not"
-    assert (suites[tag].get("tests"), suites[tag].get("failures")) == (str(image["guard_checks"]), "0")
+    assert set(suites) == {devel.tag, tag}, "every built image is guarded, pushed or not"
+    assert (suites[tag].get("tests"), suites[tag].get("failures")) == (str(image.guard_checks), "0")
     env = dict(line.split("=", 1) for line in (out / "image.env").read_text().splitlines())
-    assert env["IMAGE_DIGEST"] == image["digest"] and env["IMAGE_URI"] == image["uri"]
-    assert not engine.image_exists(image["uri"]), "the registry tag is removed locally after the push"
+    assert env["IMAGE_DIGEST"] == image.digest and env["IMAGE_URI"] == image.uri
+    assert not engine.image_exists(image.uri), "the registry tag is removed locally after the push"
 
     # publishing again finds the tag already naming the image
     assert main(args) == 0
@@ -131,7 +131,7 @@ def test_push_guards_pushes_and_pull_comes_back_by_digest(
         )
         == 0
     )
-    ref = f"{registry}/{repository}@{image['digest']}"
+    ref = f"{registry}/{repository}@{image.digest}"
     try:
         assert ref in engine.repo_digests(ref)
         assert (pulled / "image.env").read_text() == (out / "image.env").read_text()
