@@ -17,18 +17,17 @@ import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 from epstack import imagepaths
 from epstack.checkrow import Check
 from epstack.cmd import run
-from epstack.errors import BadInput, EpstackError
+from epstack.document import Schema
+from epstack.errors import EpstackError
 from epstack.guard.jittoolchains import Compiled, epstack_python
-from epstack.inputs import read_text
 
-SCHEMA = 1
 REPORTS = Path(imagepaths.REPORTS)
 TIMEOUT_S = 1200.0
 # Environment variables that decide which compiler a toolchain runs: recorded by the probe, compared
@@ -113,13 +112,16 @@ class JitReport:
         return all(probe.verdict != "failed" for probe in self.probes)
 
     def to_json(self) -> str:
-        document = {
-            "schema": SCHEMA,
-            "layer": self.layer,
-            "archs": list(self.archs),
-            "probes": [asdict(probe) for probe in self.probes],
-        }
-        return json.dumps(document, indent=2) + "\n"
+        return JIT_REPORT.dumps(self)
+
+
+JIT_REPORT = Schema(
+    name="jit-report",
+    version=1,
+    model=JitReport,
+    what="a JIT probe report",
+    fix="`epstack jit probe` again",
+)
 
 
 def report_path(layer: str) -> Path:
@@ -130,14 +132,7 @@ def report_path(layer: str) -> Path:
 
 def read_report(path: Path) -> JitReport:
     """A report the probe wrote; BadInput naming the file for anything else."""
-    try:
-        document = json.loads(read_text(path, what="a JIT probe report"))
-        if document.get("schema") != SCHEMA:
-            raise ValueError(f"schema {document.get('schema')!r}, not {SCHEMA}")
-        probes = tuple(Probe(**probe) for probe in document["probes"])
-        return JitReport(layer=document["layer"], archs=tuple(document["archs"]), probes=probes)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise BadInput(f"{path}: not a JIT probe report ({exc}); fix: `epstack jit probe` again") from None
+    return JIT_REPORT.read(path)
 
 
 def _empty_caches(work: Path, archs: Sequence[str]) -> dict[str, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -92,9 +93,15 @@ def test_a_report_round_trips_and_a_stranger_is_bad_input(tmp_path: Path) -> Non
     path = tmp_path / "jit-sglang.json"
     path.write_text(report.to_json())
     assert read_report(path) == report
-    for text in ('{"schema": 2, "probes": []}', "[]", '{"schema": 1, "layer": "x"}', "not json"):
+    assert json.loads(path.read_text())["schema"] == "jit-report/1"
+    for text, problem in (
+        ('{"schema": "jit-report/2", "probes": []}', "schema 'jit-report/2' unknown"),
+        ("[]", "no schema, so not a JIT probe report"),
+        ('{"schema": "jit-report/1", "layer": "x"}', "archs: field required"),
+        ("not json", "not JSON"),
+    ):
         path.write_text(text)
-        with pytest.raises(BadInput, match="not a JIT probe report"):
+        with pytest.raises(BadInput, match=re.escape(f"{path}: {problem}")):
             read_report(path)
 
 
