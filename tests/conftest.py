@@ -30,13 +30,9 @@ REPO = Path(__file__).resolve().parent.parent
 # Hypothesis: "ci" (default) keeps the property tests inside CI's budget; "thorough" for a long run
 # (HYPOTHESIS_PROFILE=thorough). No example database, and Hypothesis's caches in the temporary
 # directory: tests write nothing into the checkout.
-_PROFILE = {
-    "deadline": None,
-    "database": None,
-    "suppress_health_check": [HealthCheck.function_scoped_fixture],
-}
-settings.register_profile("ci", max_examples=25, **_PROFILE)
-settings.register_profile("thorough", max_examples=1000, **_PROFILE)
+_PROFILE = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+settings.register_profile("ci", parent=_PROFILE, max_examples=25)
+settings.register_profile("thorough", parent=_PROFILE, max_examples=1000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "epstack-hypothesis")
 PINS = REPO / "pins.env"

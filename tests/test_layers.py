@@ -35,9 +35,9 @@ def test_every_pins_key_belongs_to_exactly_one_layer_or_fabric() -> None:
         for key in layer.pin_keys:
             owners.setdefault(key, []).append(layer.name)
     for fabric in FABRICS.values():
-        for layer_name, keys in fabric.pin_keys.items():
+        for layer_name, fabric_keys in fabric.pin_keys.items():
             assert layer_name in layers.LAYER_NAMES
-            for key in keys:
+            for key in fabric_keys:
                 owners.setdefault(key, []).append(f"{fabric.name}/{layer_name}")
     keys = {field.alias for field in Pins.model_fields.values() if field.alias}
     assert {key for key, names in owners.items() if len(names) != 1} == set()

@@ -18,7 +18,7 @@ import pytest
 
 from epstack.cli import main
 from epstack.image.render import tree_digest
-from epstack.output import MARKER
+from epstack.marker import MARKER
 from tests.conftest import PINS, REPO, copy_checkout, pins_variant
 
 

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from epstack.cli import main
 from epstack.errors import BAD_INPUT, OK, BadInput
-from epstack.output import MARKER, check_output, replace_output
+from epstack.marker import MARKER
+from epstack.output import check_output, replace_output
 from epstack.smoke.__main__ import main as smoke_main
 from tests.conftest import PINS
 
@@ -164,7 +165,7 @@ def test_staging_of_another_user_or_not_epstacks_is_left_alone(tmp_path: Path) -
 
 
 SEGMENT = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="/\0"), min_size=1, max_size=10
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="/\0"), min_size=1, max_size=10
 ).filter(lambda s: s not in (".", "..", MARKER) and len(s.encode()) < 200)
 RELATIVE = st.lists(SEGMENT, min_size=1, max_size=3).map("/".join)
 

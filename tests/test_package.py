@@ -40,13 +40,15 @@ def _cycle(graph: dict[str, set[str]]) -> list[str]:
     stack: list[str] = []
 
     def visit(module: str) -> list[str]:
-        state[module], _ = "open", stack.append(module)
+        state[module] = "open"
+        stack.append(module)
         for target in sorted(graph[module]):
             if state.get(target) == "open":
                 return [*stack[stack.index(target) :], target]
             if target not in state and (found := visit(target)):
                 return found
-        state[module], _ = "done", stack.pop()
+        state[module] = "done"
+        stack.pop()
         return []
 
     for module in sorted(graph):

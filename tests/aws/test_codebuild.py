@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -30,6 +30,9 @@ from epstack.cli import main
 from epstack.commands import aws as aws_cli
 from epstack.errors import EnvironmentProblem
 from tests.conftest import PINS, REPO
+
+if TYPE_CHECKING:
+    from mypy_boto3_logs.type_defs import InputLogEventTypeDef
 
 PROJECT = "epstack-cb-images"
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -67,7 +70,9 @@ def put_log(stream: str, *messages: str) -> None:
     if not logs.describe_log_streams(logGroupName=group, logStreamNamePrefix=stream)["logStreams"]:
         logs.create_log_stream(logGroupName=group, logStreamName=stream)
     base = int(datetime.now(UTC).timestamp() * 1000)
-    events = [{"timestamp": base + i, "message": m} for i, m in enumerate(messages)]
+    events: list[InputLogEventTypeDef] = [
+        {"timestamp": base + i, "message": m} for i, m in enumerate(messages)
+    ]
     logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=events)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Literal
 
 import boto3
 import pytest
@@ -13,7 +14,9 @@ import pytest
 from tests.conftest import REPO
 
 IAM = REPO / "docs" / "iam"
-SERVICES = ("codebuild", "ecr", "logs", "ssm", "secretsmanager", "s3")
+# Literal service names: boto3-stubs types boto3.client per service name.
+Service = Literal["codebuild", "ecr", "logs", "ssm", "secretsmanager", "s3"]
+SERVICES: tuple[Service, ...] = ("codebuild", "ecr", "logs", "ssm", "secretsmanager", "s3")
 # module -> the policies a user of its commands attaches
 MODULE_POLICIES = {
     "codebuild.py": ["codebuild-start.json"],

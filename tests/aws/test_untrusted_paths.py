@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from epstack.aws import lint as lint_module
-from epstack.aws.buildspec import FileSet, load_buildspec
+from epstack.aws.buildspec import Document, FileSet, load_buildspec, load_document
 from epstack.aws.lint import lint
 from epstack.aws.outputs import copy_artifacts
 from epstack.aws.runner import run_local
@@ -202,8 +202,12 @@ def test_lint_never_reads_a_batch_buildspec_outside_the_source(
     (tree / "src" / "link.yml").symlink_to("../outside/docker.yml")
     (tree / "src" / "docker.yml").write_text((tree / "outside" / "docker.yml").read_text())
     read: list[Path] = []
-    original = lint_module.load_document
-    monkeypatch.setattr(lint_module, "load_document", lambda p: read.append(p) or original(p))
+
+    def recording_load_document(path: Path) -> Document:
+        read.append(path)
+        return load_document(path)
+
+    monkeypatch.setattr(lint_module, "load_document", recording_load_document)
     tasks = [
         "/etc/shadow",
         str(tree / "outside" / "docker.yml"),
@@ -300,7 +304,7 @@ def test_collected_artifacts_come_from_the_source_and_land_under_out(
 
 
 IDENTIFIERS = st.text(
-    st.characters(max_codepoint=0xFFFF, exclude_categories=("Cs",)), min_size=1, max_size=130
+    st.characters(max_codepoint=0xFFFF, exclude_categories=["Cs"]), min_size=1, max_size=130
 ) | st.from_regex(r"[A-Za-z0-9_]{1,127}", fullmatch=True)
 
 
@@ -327,8 +331,12 @@ def test_lint_reads_no_batch_buildspec_outside_the_source(
     (tree / "src" / "docker.yml").unlink(missing_ok=True)
     (tree / "src" / "docker.yml").symlink_to("../outside/docker.yml")
     read: list[Path] = []
-    original = lint_module.load_document
-    monkeypatch.setattr(lint_module, "load_document", lambda p: read.append(p) or original(p))
+
+    def recording_load_document(path: Path) -> Document:
+        read.append(path)
+        return load_document(path)
+
+    monkeypatch.setattr(lint_module, "load_document", recording_load_document)
     task = data.draw(globs(tree) | st.sampled_from(["docker.yml", "../outside/docker.yml", "buildspec.yml"]))
     spec = write(
         tree,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from epstack.cluster.profiles import A2A_BACKENDS, PROFILES, serve_plan
+from epstack.cluster.profiles import A2A_BACKENDS, PROFILES, ServePlan, serve_plan
 from epstack.cluster.serve import SGLANG_ENTRY, sglang_command
 from epstack.pins.file import read_pins_file
 from tests.cluster import sglang_env
@@ -115,9 +115,10 @@ def test_every_emitted_command_parses_without_deprecation(parsed: dict[str, dict
 
 def test_parsed_values_are_the_plan(parsed: dict[str, dict[str, Any]]) -> None:
     for result in parsed.values():
-        plan, values = result.get("plan"), result.get("values")
+        plan: ServePlan | None = result.get("plan")
         if plan is None:
             continue
+        values: dict[str, Any] = result["values"]
         assert values["tp_size"] == plan.tp_size and values["ep_size"] == plan.ep_size
         assert values["attn_dp_size"] == plan.attn_dp_size and values["dp_size"] == 1
         assert values["moe_a2a_backend"] == plan.a2a

@@ -30,10 +30,10 @@ from epstack.guard.distributions import (
     check_requirements,
     check_torch_cuda,
 )
+from epstack.guard.expected import load_expected
 from epstack.guard.libraries import check_nccl_loaded
 from epstack.guard.loaded import nccl_version
 from epstack.guard.report import GUARD_REPORT
-from epstack.pins.load import load_pins
 from tests.conftest import PINS, REPO, pins_variant, write_deepep_manifest, write_dist
 
 FIXTURES = REPO / "tests" / "fixtures" / "guard"
@@ -278,11 +278,11 @@ def test_torch_with_an_older_nccl_requirement_is_an_override(
     )
     write_dist(tmp_path, "nvidia-nccl-cu13", "2.30.7", ("nvidia/nccl/include/nccl.h",))
     monkeypatch.syspath_prepend(str(tmp_path))
-    pins = load_pins(PINS)
+    expected = load_expected(PINS, ["python", "base"])  # what `guard --layer base` compares with
     assert check_distribution("torch", "2.11.0").verdict == "ok"
     assert check_distribution("torch", "2.14.1").verdict == "mismatch"
     assert check_distribution("nvidia-nccl-cu13", "2.30.7").verdict == "ok"
-    assert check_torch_cuda(pins, None, "not imported").verdict == "ok"  # the +cu130 tag decides
+    assert check_torch_cuda(expected, None, "not imported").verdict == "ok"  # the +cu130 tag decides
     (row,) = check_requirements("torch", {"nvidia-nccl-cu13": "2.30.7", "torch": "2.11.0"})
     assert (row.component, row.found, row.verdict) == (
         "torch requires nvidia-nccl-cu13",
@@ -298,7 +298,7 @@ def test_torch_without_local_tag_and_not_importable_is_a_mismatch(
 ) -> None:
     write_dist(tmp_path, "torch", "2.14.1", ("torch/__init__.py",))
     monkeypatch.syspath_prepend(str(tmp_path))
-    check = check_torch_cuda(load_pins(PINS), None, "ImportError: boom")
+    check = check_torch_cuda(load_expected(PINS, ["python", "base"]), None, "ImportError: boom")
     assert check.verdict == "mismatch" and "boom" in check.detail
 
 
@@ -320,23 +320,25 @@ def test_second_distribution_owning_deep_ep_is_a_mismatch(tmp_path: Path) -> Non
 
 
 def test_deep_ep_source_manifest(tmp_path: Path) -> None:
-    pins = load_pins(PINS)
+    expected = load_expected(PINS, ["python", "base", "deepep"])  # what `guard --layer deepep` compares with
     manifest = tmp_path / "deepep-source.json"
-    assert check_deep_ep_source(pins, manifest).verdict == "missing"
-    write_deepep_manifest(manifest, repo=pins.deepep_repo, commit=SHA)
-    assert check_deep_ep_source(pins, manifest).verdict == "ok"
-    write_deepep_manifest(manifest, repo=pins.deepep_repo, commit="dd758ca" + "0" * 33)
-    assert check_deep_ep_source(pins, manifest).verdict == "mismatch"
+    assert check_deep_ep_source(expected, manifest).verdict == "missing"
+    write_deepep_manifest(manifest, repo=expected.deepep_repo, commit=SHA)
+    assert check_deep_ep_source(expected, manifest).verdict == "ok"
+    write_deepep_manifest(manifest, repo=expected.deepep_repo, commit="dd758ca" + "0" * 33)
+    assert check_deep_ep_source(expected, manifest).verdict == "mismatch"
     manifest.write_text("{not json")
-    assert check_deep_ep_source(pins, manifest).found == "unreadable manifest"
+    assert check_deep_ep_source(expected, manifest).found == "unreadable manifest"
 
 
 def test_a_manifest_of_an_older_epstack_fails_the_source_row_and_says_why(tmp_path: Path) -> None:
     """A manifest without a schema (as epstack wrote them before) is unreadable, named with its fix."""
-    pins = load_pins(PINS)
+    expected = load_expected(PINS, ["python", "base", "deepep"])  # what `guard --layer deepep` compares with
     manifest = tmp_path / "deepep-source.json"
-    manifest.write_text(json.dumps({"repo": pins.deepep_repo, "commit": SHA, "torch_cuda_arch_list": "9.0a"}))
-    check = check_deep_ep_source(pins, manifest)
+    manifest.write_text(
+        json.dumps({"repo": expected.deepep_repo, "commit": SHA, "torch_cuda_arch_list": "9.0a"})
+    )
+    check = check_deep_ep_source(expected, manifest)
     assert (check.found, check.verdict) == ("unreadable manifest", "mismatch")
     assert check.detail.startswith(f"{manifest}: no schema, so not a deep_ep source manifest")
     assert "fix: rebuild the deepep layer" in check.detail

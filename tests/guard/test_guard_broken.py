@@ -12,7 +12,7 @@ import pytest
 from epstack.cli import main
 from epstack.guard.deepep import check_deep_ep_owner, deep_ep_owners, unreadable_deep_ep_records
 from epstack.guard.distributions import check_distribution, check_requirements, check_torch_cuda
-from epstack.pins.load import load_pins
+from epstack.guard.expected import load_expected
 from tests.conftest import PINS, write_dist
 
 
@@ -47,7 +47,7 @@ def test_a_version_that_is_not_pep_440(site: Path) -> None:
 
 def test_torch_with_an_unparsable_version_has_a_torch_cuda_row(site: Path) -> None:
     dist_info(site, "torch", "2", metadata="Metadata-Version: 2.1\nName: torch\nVersion: two\n", record=None)
-    row = check_torch_cuda(load_pins(PINS), None, "not imported")
+    row = check_torch_cuda(load_expected(PINS, ["python", "base"]), None, "not imported")
     assert row.verdict == "mismatch" and "not a PEP 440 version" in row.detail
 
 

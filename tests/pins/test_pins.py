@@ -156,7 +156,7 @@ def test_nccl_pin_moves_every_layer(tmp_path: Path) -> None:
     before = load_pins(PINS)
     after = load_pins(pins_variant(tmp_path, NCCL_VERSION="2.32.3"))
     for layer in ("base", "deepep", "sglang"):
-        assert before.image_tag(layer, "hopper-ib") != after.image_tag(layer, "hopper-ib")  # type: ignore[arg-type]
+        assert before.image_tag(layer, "hopper-ib") != after.image_tag(layer, "hopper-ib")
 
 
 def test_efa_pins_do_not_touch_ib_images(tmp_path: Path) -> None:

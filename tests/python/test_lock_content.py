@@ -227,7 +227,7 @@ FIRST_ENTRY = line_of(BASE_TEXT, "cuda-bindings==") - 1
 @given(
     where=st.integers(min_value=FIRST_ENTRY, max_value=len(BASE_LINES)),
     action=st.sampled_from(["insert", "replace", "delete"]),
-    line=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=80),
+    line=st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\r\n"), max_size=80),
 )
 def test_any_edit_of_the_entries_is_stale_naming_a_line(where: int, action: str, line: str) -> None:
     """Insert, replace or delete one line anywhere below the header: the base lock is stale (and so

@@ -10,9 +10,14 @@ import re
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 torch = pytest.importorskip("torch")
 
@@ -78,16 +83,12 @@ def test_expected_combine_by_hand() -> None:
     assert combine_input(X1, rank=1).float().tolist() == [[14, 16], [18, 20]]
 
 
-def _shuffled(r: Received, perm: list[int], **change: torch.Tensor) -> Received:
+def _shuffled(r: Received, perm: list[int], **change: Tensor) -> Received:
     p = torch.tensor(perm)
-    fields = {
-        "x": r.x[p],
-        "sf": None,
-        "topk_idx": r.topk_idx[p],
-        "topk_weights": r.topk_weights[p],
-        "src": r.src[p],
-    }
-    return Received(**(fields | change))  # type: ignore[arg-type]
+    shuffled = Received(
+        x=r.x[p], sf=None, topk_idx=r.topk_idx[p], topk_weights=r.topk_weights[p], src=r.src[p]
+    )
+    return replace(shuffled, **change)
 
 
 def test_any_receive_order_passes() -> None:
