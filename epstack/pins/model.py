@@ -149,7 +149,7 @@ class Pins(CudaFacts, BaseModel):
             if not facts.gin_ok(self.nccl_version):
                 caveats.append(
                     f"{facts.title} targets use GIN type {self.gin_type(name)} with NCCL "
-                    f"{self.nccl_version}, below the NCCL {facts.gin_min_nccl} of {facts.gin_floor_source}: "
+                    f"{self.nccl_version}, below NCCL {facts.gin_min_nccl} ({facts.gin_floor_source}); "
                     "they build and run on one node; `cluster render` refuses them across nodes until "
                     "NCCL_VERSION is raised"
                 )

@@ -174,7 +174,7 @@ def test_efa_gda_with_a_new_enough_nccl_still_needs_a_deepep_that_allows_it(tmp_
 
 
 def test_the_efa_proxy_below_the_guides_floor_is_a_caveat(tmp_path: Path) -> None:
-    assert "below the NCCL 2.31.2" in load_pins(PINS).caveats[0]
+    assert "with NCCL 2.30.7, below NCCL 2.31.2 (aws-ofi-nccl 1.21" in load_pins(PINS).caveats[0]
     assert load_pins(pins_variant(tmp_path, NCCL_VERSION="2.31.2")).caveats == ()
     assert load_pins(pins_variant(tmp_path, FABRICS="ib", DEFAULT_TARGET="hopper-ib")).caveats == ()
 
