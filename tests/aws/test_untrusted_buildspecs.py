@@ -45,7 +45,9 @@ i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
 """
 
 
-def run_local_cli(path: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_local_cli(
+    path: Path, out: Path, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """`epstack codebuild run-local PATH` from PATH's folder into OUT, with the checkout's pins."""
     return epstack(
         "codebuild",
@@ -58,6 +60,7 @@ def run_local_cli(path: Path, out: Path, *args: str) -> subprocess.CompletedProc
         "--out",
         str(out),
         *args,
+        timeout=timeout,
     )
 
 
@@ -320,18 +323,7 @@ def test_a_command_that_closes_or_redirects_its_output_does_not_hold_the_build(
         "      - touch reached\n"
     )
     out = tmp_path / "out"
-    done = epstack(
-        "codebuild",
-        "run-local",
-        str(path),
-        "--pins",
-        str(PINS),
-        "--source",
-        str(path.parent),
-        "--out",
-        str(out),
-        timeout=30,
-    )
+    done = run_local_cli(path, out, timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (path.parent / "reached").exists()
     assert "before" in (out / "build.log").read_text().splitlines()
