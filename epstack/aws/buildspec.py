@@ -1,5 +1,5 @@
-"""A buildspec (version 0.2) as epstack reads it: YAML that keeps its line numbers, checked against
-the shipped JSON Schema, then a typed model for the runner.
+"""A buildspec (version 0.1 or 0.2) as epstack reads it: YAML that keeps its line numbers, checked
+against the shipped JSON Schema, then a typed model for the runner (0.2 only).
 
 The schema (buildspec.schema.json) is written from the AWS reference (build-spec-ref,
 batch-build-buildspec); AWS publishes none. Every error names file:line and, where a key is
@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 from ruamel.yaml import YAML
@@ -40,18 +40,21 @@ MAX_BYTES = 256 << 10
 MAX_DEPTH = 64
 MAX_NODES = 10_000  # counted with every alias expanded, as every walk over the document sees them
 MAX_SCALAR = 8 << 10  # characters in one key or value (lint's rules read each one whole)
+# aws: what CodeBuild's documentation asks of any buildspec; epstack: this project's own rules.
+RuleSet = Literal["aws", "epstack"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Finding:
-    """One problem in a buildspec, at a line (1-based)."""
+    """One problem in a buildspec, at a line (1-based), and the rule set that found it."""
 
     file: Path
     line: int
     message: str
+    rules: RuleSet = "aws"
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.message}"
+        return f"{self.file}:{self.line}: [{self.rules}] {self.message}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -282,6 +285,9 @@ def _finding(document: Document, error: jsonschema.ValidationError) -> Finding:
         value = error.validator_value
         allowed = value if isinstance(value, list) else [value]
         message = f"{where}: {error.instance!r} is not one of {', '.join(map(repr, allowed))}"
+    elif error.validator == "not":
+        what = "these keys together" if isinstance(error.instance, dict) else repr(error.instance)
+        message = f"{where}: {what} not allowed"
     elif error.validator == "type":
         got = f"{type(error.instance).__name__} {error.instance!r}"
         message = f"{where}: expected {error.validator_value}, got {got}"
@@ -371,13 +377,19 @@ def _commands(document: Document, name: str, key: str) -> tuple[Command, ...]:
 
 
 def load_buildspec(path: Path) -> Buildspec:
-    """Load and validate; any schema finding is BadInput (the first, with how many more)."""
+    """Load and validate; any schema finding is BadInput (the first, with how many more), and so is
+    version 0.1, whose commands each run in their own shell (build-env-ref-cmd): the runner has one."""
     document = load_document(path)
     findings = schema_findings(document) + retry_findings(document)
     if findings:
         more = f" (and {len(findings) - 1} more: epstack codebuild lint {path})" if len(findings) > 1 else ""
         raise BadInput(f"{findings[0]}{more}")
     data = document.plain()
+    if str(data["version"]) == "0.1":
+        raise BadInput(
+            f"{path}:{document.line(['version'])}: run-local runs buildspec 0.2 (one shell for the whole "
+            "build); 0.1 runs each command in its own shell; fix: write version: 0.2"
+        )
     env = data.get("env") or {}
     phases = data.get("phases") or {}
     artifacts = data.get("artifacts")

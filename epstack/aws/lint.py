@@ -1,40 +1,46 @@
-"""`epstack codebuild lint FILE...`: the shipped buildspec schema, then the project's rules.
+"""`epstack codebuild lint FILE...`: AWS's rules for any buildspec, epstack's own on top for its own.
 
-Rules (each finding names file:line and the fix):
-- no secret in plain text: secret-looking variables, AWS key IDs, private keys, tokens, passwords
-  on a command line; secrets come from env.secrets-manager or env.parameter-store;
+Two rule sets; each finding names its set (`[aws]`, `[epstack]`), its file:line and the fix.
+
+aws, what CodeBuild's documentation asks of any buildspec:
+- the shipped schema (buildspec.schema.json, from build-spec-ref.html and batch-build-buildspec.html)
+  and on-failure retries (retry.py);
+- no secret in plain text (build-spec-ref.html, env/variables: sensitive values belong in
+  env.parameter-store or env.secrets-manager), found by value and by name (secretscan.py);
+- no exported variable from a secret store (build-spec-ref.html, env/exported-variables);
+- a batch task whose buildspec runs Docker sets privileged-mode: true (batch-build-buildspec.html,
+  env/privileged-mode: otherwise the build fails to reach the Docker daemon);
+- paths stay in the source directory CodeBuild checks out (places.py): artifacts' and reports'
+  base-directory and globs, a batch task's buildspec (build-spec-ref.html: relative to the original
+  build location; never read from outside it).
+
+epstack, this project's own (on for SOURCE/buildspecs/ when SOURCE holds pins.env, or --rules epstack):
 - no AWS account ID in the repository (ARNs, ECR hosts);
 - pins come from pins.env: no pin set as a variable, pins.env never sourced or grepped, no pinned
-  package installed at a version written in a command, a batch builds exactly pins.env's targets;
-- Docker needs privileged mode: a batch task whose buildspec runs Docker sets privileged-mode: true
-  (a single build's project setting is checked by `epstack codebuild start`);
-- exported variables are not secrets (CodeBuild cannot export them);
-- paths stay in their place (places.py): artifacts' and reports' base-directory and globs inside the
-  source directory and their base, a batch task's buildspec inside the source directory (and never
-  read from outside it).
+  package installed at a version written in a command, a batch builds exactly pins.env's targets.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from epstack.aws.buildspec import Document, Finding, load_document, retry_findings, schema_findings
+from epstack.aws.buildspec import (
+    Document,
+    Finding,
+    RuleSet,
+    load_document,
+    retry_findings,
+    schema_findings,
+)
 from epstack.aws.places import Place
-from epstack.credentials import TOKENS, Shape
+from epstack.aws.secretscan import in_text, in_variable
 from epstack.errors import BadInput, EpstackError
 from epstack.pins.model import Pins
 from epstack.stack import DEEP_EP_PROVIDERS
 
-SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|PRIVATE_KEY|API_KEY|ACCESS_KEY|CREDENTIAL)", re.I)
-SECRET_VALUES: tuple[Shape, ...] = (
-    *TOKENS,
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), "a private key"),
-    (re.compile(r"--password[ =]+['\"]?(?!\$)[^\s'\"-]"), "a password on a command line"),
-    (re.compile(r"\blogin\b.*\s-p\s+['\"]?(?!\$)[^\s'\"-]"), "a password on a command line"),
-)
 ACCOUNT_ID: tuple[re.Pattern[str], ...] = (
     re.compile(r"\barn:aws[a-z-]*:[a-z0-9-]*:[a-z0-9-]*:(\d{12}):"),
     re.compile(r"\b(\d{12})\.dkr\.ecr[.-]"),
@@ -48,47 +54,73 @@ PIP_PIN = re.compile(r"\b(pip3?|uv\s+pip)\s+install\b.*?\b([A-Za-z0-9_.-]+)==\S+
 SECRET_FIX = (
     "move it to env.secrets-manager (or env.parameter-store as a SecureString) and refer to the variable"
 )
+# The pins, or how to read them: only epstack's rules need them.
+PinsSource = Pins | Callable[[], Pins]
 
 
-def lint(paths: Sequence[Path], pins: Pins, *, source: Path) -> list[Finding]:
-    """Every finding in every file, in file then line order."""
+def rules_for(path: Path, source: Path) -> RuleSet:
+    """epstack's rules for epstack's own buildspecs (SOURCE/buildspecs/, SOURCE holding pins.env);
+    AWS's for any other file, such as another project's buildspecs/."""
+    own = (source / "pins.env").is_file() and path.resolve().is_relative_to((source / "buildspecs").resolve())
+    return "epstack" if own else "aws"
+
+
+def lint(
+    paths: Sequence[Path], pins: PinsSource, *, source: Path, rules: RuleSet | None = None
+) -> list[Finding]:
+    """Every finding in every file, in file then line order; `rules` None: each file's rules_for."""
     findings: list[Finding] = []
+    loaded: Pins | None = None
     for path in paths:
         document = load_document(path)
-        findings += schema_findings(document) + retry_findings(document)
-        findings += rule_findings(document, pins, source=source)
+        findings += aws_findings(document, source=source)
+        if (rules or rules_for(path, source)) == "epstack":
+            if loaded is None:
+                loaded = pins if isinstance(pins, Pins) else pins()
+            findings += epstack_findings(document, loaded)
     return sorted(set(findings), key=lambda f: (str(f.file), f.line, f.message))
 
 
-def rule_findings(document: Document, pins: Pins, *, source: Path) -> list[Finding]:
+def aws_findings(document: Document, *, source: Path) -> list[Finding]:
     data = document.plain()
     return [
+        *schema_findings(document),
+        *retry_findings(document),
         *_plaintext_secrets(document, data),
-        *_account_ids(document),
-        *_pins_from_pins_env(document, data, pins),
-        *_batch(document, data, pins, source),
         *_exported(document, data),
+        *_batch_tasks(document, data, source),
         *_file_set_paths(document, data, source),
     ]
 
 
-def _at(document: Document, path: Sequence[str | int], message: str) -> Finding:
-    return Finding(file=document.path, line=document.line(path), message=message)
+def epstack_findings(document: Document, pins: Pins) -> list[Finding]:
+    data = document.plain()
+    return [
+        *_account_ids(document),
+        *_pins_from_pins_env(document, data, pins),
+        *_batch_targets(document, data, pins),
+    ]
+
+
+def _at(document: Document, path: Sequence[str | int], message: str, rules: RuleSet = "aws") -> Finding:
+    return Finding(file=document.path, line=document.line(path), message=message, rules=rules)
 
 
 def _variables(data: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...], str, Any]]:
-    """(path, name, value) of every plain variable: env.variables and each batch task's."""
-    for name, value in ((data.get("env") or {}).get("variables") or {}).items():
-        yield ("env", "variables", name), name, value
-    batch = data.get("batch") or {}
-    for kind in ("build-list", "build-graph"):
-        for index, task in enumerate(batch.get(kind) or []):
-            for name, value in ((task.get("env") or {}).get("variables") or {}).items():
-                yield ("batch", kind, index, "env", "variables", name), name, value
-    for name, value in (
-        (((batch.get("build-matrix") or {}).get("dynamic") or {}).get("env") or {}).get("variables") or {}
-    ).items():
-        yield ("batch", "build-matrix", "dynamic", "env", "variables", name), name, value
+    """(path, name, value) of every plain variable: env.variables, each batch task's and the build
+    matrix's (a dynamic one's value is the list of its values)."""
+    matrix = _mapping(_mapping(data.get("batch")).get("build-matrix"))
+    blocks = [
+        (("env",), data.get("env")),
+        *(((*path, "env"), task.get("env")) for path, task in _tasks(data)),
+        *(
+            (("batch", "build-matrix", part, "env"), _mapping(matrix.get(part)).get("env"))
+            for part in ("static", "dynamic")
+        ),
+    ]
+    for path, env in blocks:
+        for name, value in _mapping(_mapping(env).get("variables")).items():
+            yield (*path, "variables", name), name, value
 
 
 def _commands(data: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...], str]]:
@@ -99,13 +131,18 @@ def _commands(data: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...], str
 
 
 def _plaintext_secrets(document: Document, data: dict[str, Any]) -> Iterator[Finding]:
+    variables: dict[tuple[str | int, ...], tuple[str, Any]] = {}
     for path, name, value in _variables(data):
-        if SECRET_NAME.search(name) and value not in (None, ""):
-            yield _at(document, path, f"{name} looks like a secret in plain text; fix: {SECRET_FIX}")
+        items = enumerate(value) if isinstance(value, list) else [(None, value)]
+        variables |= {path if i is None else (*path, i): (name, item) for i, item in items}
+    for path, (name, value) in variables.items():
+        what = in_variable(name, value)
+        if what:
+            yield _at(document, path, f"{what} in plain text; fix: {SECRET_FIX}")
     for path, text in document.strings():
-        for pattern, what in SECRET_VALUES:
-            if pattern.search(text):
-                yield _at(document, path, f"{what} in plain text; fix: {SECRET_FIX}")
+        what = None if path in variables else in_text(text)
+        if what:
+            yield _at(document, path, f"{what} in plain text; fix: {SECRET_FIX}")
 
 
 def _account_ids(document: Document) -> Iterator[Finding]:
@@ -117,6 +154,7 @@ def _account_ids(document: Document) -> Iterator[Finding]:
                     path,
                     "an AWS account ID in the repository; fix: read it at build time (parameter-store, "
                     "or the registry host in EPSTACK_REGISTRY) instead of writing it here",
+                    "epstack",
                 )
 
 
@@ -125,7 +163,10 @@ def _pins_from_pins_env(document: Document, data: dict[str, Any], pins: Pins) ->
     for path, name, _ in _variables(data):
         if name in keys or name.startswith("ARCH_"):
             yield _at(
-                document, path, f"{name} is a pin; fix: pins come from pins.env: change it there, not here"
+                document,
+                path,
+                f"{name} is a pin; fix: pins come from pins.env: change it there, not here",
+                "epstack",
             )
     pinned = {*pins.base_packages, *DEEP_EP_PROVIDERS, "sglang", "deep_ep"}
     for path, text in _commands(data):
@@ -135,6 +176,7 @@ def _pins_from_pins_env(document: Document, data: dict[str, Any], pins: Pins) ->
                 path,
                 "pins.env is data, never sourced or grepped; fix: use `epstack pins check --json` "
                 "or the epstack command that needs the pins",
+                "epstack",
             )
         for match in PIP_PIN.finditer(text):
             if match.group(2).lower() in pinned:
@@ -143,6 +185,7 @@ def _pins_from_pins_env(document: Document, data: dict[str, Any], pins: Pins) ->
                     path,
                     f"{match.group(2)} installed at a version written here; fix: pins come from pins.env "
                     "(epstack render writes the requirement files)",
+                    "epstack",
                 )
 
 
@@ -154,43 +197,52 @@ def _uses_docker(document: Document) -> int | None:
     return None
 
 
-def _batch(document: Document, data: dict[str, Any], pins: Pins, source: Path) -> Iterator[Finding]:
-    batch = data.get("batch") or {}
-    tasks = [
-        (kind, i, t) for kind in ("build-list", "build-graph") for i, t in enumerate(batch.get(kind) or [])
-    ]
+def _tasks(data: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...], dict[str, Any]]]:
+    """(path, task) of every build-list and build-graph task."""
+    batch = _mapping(data.get("batch"))
+    for kind in ("build-list", "build-graph"):
+        items = batch.get(kind)
+        for index, task in enumerate(items if isinstance(items, list) else []):
+            yield ("batch", kind, index), _mapping(task)
+
+
+def _batch_tasks(document: Document, data: dict[str, Any], source: Path) -> Iterator[Finding]:
+    """Each task's buildspec inside the source directory, and privileged where it runs Docker."""
     place = Place.source(source)
-    for kind, index, task in tasks:
-        env = task.get("env") or {}
-        target = (env.get("variables") or {}).get("EPSTACK_TARGET")
-        path: tuple[str | int, ...] = ("batch", kind, index)
-        if target is not None and str(target) not in pins.targets:
-            yield _at(
-                document,
-                (*path, "env", "variables", "EPSTACK_TARGET"),
-                f"EPSTACK_TARGET={target} is not a target of pins.env; fix: one of {', '.join(pins.targets)} "
-                "(epstack codebuild batchspec renders the batch from pins.env)",
-            )
+    for path, task in _tasks(data):
         named = str(task.get("buildspec") or "")
         outside = place.leaves(source / named, named=named) if named else None
         if outside:
-            yield _at(document, (*path, "buildspec"), f"batch.{kind}.{index}.buildspec: {outside}")
+            yield _at(document, (*path, "buildspec"), f"{_where(path)}.buildspec: {outside}")
             continue
         spec = source / named if named else document.path
-        if env.get("privileged-mode") is not True and spec.is_file():
+        if _mapping(task.get("env")).get("privileged-mode") is not True and spec.is_file():
             docker_line = _uses_docker(load_document(spec))
             if docker_line is not None:
                 yield _at(
                     document,
                     path,
-                    f"task {task.get('identifier', index)} runs Docker ({spec}:{docker_line}) "
+                    f"task {task.get('identifier', path[-1])} runs Docker ({spec}:{docker_line}) "
                     "without privileged mode; fix: set env.privileged-mode: true",
                 )
-    targets = {
-        str(((t.get("env") or {}).get("variables") or {}).get("EPSTACK_TARGET"))
-        for _, _, t in tasks
-        if ((t.get("env") or {}).get("variables") or {}).get("EPSTACK_TARGET")
-    }
+
+
+def _batch_targets(document: Document, data: dict[str, Any], pins: Pins) -> Iterator[Finding]:
+    """Each task's EPSTACK_TARGET a target of pins.env, and every target built."""
+    targets: set[str] = set()
+    for path, task in _tasks(data):
+        target = _mapping(_mapping(task.get("env")).get("variables")).get("EPSTACK_TARGET")
+        if not target:
+            continue
+        targets.add(str(target))
+        if str(target) not in pins.targets:
+            yield _at(
+                document,
+                (*path, "env", "variables", "EPSTACK_TARGET"),
+                f"EPSTACK_TARGET={target} is not a target of pins.env; fix: one of {', '.join(pins.targets)} "
+                "(epstack codebuild batchspec renders the batch from pins.env)",
+                "epstack",
+            )
     if targets and not targets >= set(pins.targets):
         missing = [target for target in pins.targets if target not in targets]
         yield _at(
@@ -198,7 +250,12 @@ def _batch(document: Document, data: dict[str, Any], pins: Pins, source: Path) -
             ("batch",),
             f"the batch leaves out {', '.join(missing)} of pins.env's targets; "
             f"fix: epstack codebuild batchspec > {document.path}",
+            "epstack",
         )
+
+
+def _where(path: Sequence[str | int]) -> str:
+    return ".".join(map(str, path))
 
 
 def _file_sets(data: dict[str, Any]) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
@@ -247,8 +304,9 @@ def _exported(document: Document, data: dict[str, Any]) -> Iterator[Finding]:
             )
 
 
-def lint_or_raise(paths: Iterable[Path], pins: Pins, *, source: Path) -> None:
-    """For commands that run a buildspec: any finding is bad input (the first, with a count)."""
+def lint_or_raise(paths: Iterable[Path], pins: PinsSource, *, source: Path) -> None:
+    """For commands that run a buildspec: any finding of its rules is bad input (the first, with a
+    count)."""
     findings = lint(list(paths), pins, source=source)
     if findings:
         more = f" (and {len(findings) - 1} more: epstack codebuild lint)" if len(findings) > 1 else ""

@@ -13,7 +13,7 @@ from epstack.aws.checkout import pins_sha256, revision, source_root
 from epstack.aws.clients import Backoff, codebuild_client, logs_client
 from epstack.aws.codebuild import StartRequest, Watch, check_privileged, start
 from epstack.aws.ecr import ecr_for, login, parse_ecr_image
-from epstack.aws.lint import LintFailed, lint, lint_or_raise
+from epstack.aws.lint import LintFailed, lint, lint_or_raise, rules_for
 from epstack.aws.runner import (
     DEFAULT_TIMEOUT,
     loopback_registry,
@@ -31,14 +31,14 @@ from epstack.pins.load import load_pins
 
 
 def cmd_lint(args: argparse.Namespace, console: Console) -> int:
-    pins = load_pins(pins_path(args.pins))
-    source = args.source or source_root(args.files[0])
-    findings = lint(args.files, pins, source=source.resolve())
+    source = (args.source or source_root(args.files[0])).resolve()
+    findings = lint(args.files, lambda: load_pins(pins_path(args.pins)), source=source, rules=args.rules)
     for finding in findings:
         console.print(f"[red]{escape(str(finding))}[/]")
     if findings:
         raise LintFailed(f"{len(findings)} problems in {len(args.files)} buildspecs")
-    console.print(f"[green]{len(args.files)} buildspecs ok[/] ({escape(', '.join(map(str, args.files)))})")
+    checked = [f"{path} [{args.rules or rules_for(path, source)}]" for path in args.files]
+    console.print(f"[green]{len(args.files)} buildspecs ok[/] ({escape(', '.join(checked))})")
     return 0
 
 
@@ -154,11 +154,18 @@ def register(subparsers: SubParsers) -> None:
     commands = codebuild.add_subparsers(dest="codebuild_command", required=True, metavar="SUBCOMMAND")
 
     lint_parser = commands.add_parser(
-        "lint", parents=[PINS], help="check buildspecs: the 0.2 schema and the project's rules"
+        "lint", parents=[PINS], help="check buildspecs: CodeBuild's documented rules, and epstack's own"
     )
     lint_parser.add_argument("files", nargs="+", type=path_arg, metavar="FILE")
     lint_parser.add_argument(
         "--source", type=path_arg, help="source root for batch buildspec paths (default: git root)"
+    )
+    lint_parser.add_argument(
+        "--rules",
+        choices=["aws", "epstack"],
+        help="aws: CodeBuild's documented syntax and rules only; epstack: those and this project's "
+        "(account IDs, pins from pins.env); default: epstack for SOURCE/buildspecs/ when SOURCE holds "
+        "pins.env, aws for any other file",
     )
     lint_parser.set_defaults(func=cmd_lint)
 

@@ -33,10 +33,10 @@ def test_the_schema_is_a_valid_2020_12_schema() -> None:
 
 
 def test_the_shipped_buildspecs_pass(capsys: pytest.CaptureFixture[str]) -> None:
-    assert [p.name for p in SHIPPED] == ["batch.yml", "build.yml", "smoke.yml"]
+    assert [p.name for p in SHIPPED] == ["batch.yml", "build.yml", "outdated.yml", "smoke.yml"]
     code = main(["codebuild", "lint", "--pins", str(PINS), *map(str, SHIPPED)])
     assert code == 0, capsys.readouterr().err
-    assert "3 buildspecs ok" in capsys.readouterr().err
+    assert "4 buildspecs ok" in capsys.readouterr().err
 
 
 def test_a_bad_phase_name_names_its_line_and_the_near_miss(
@@ -56,7 +56,7 @@ def test_a_bad_phase_name_names_its_line_and_the_near_miss(
     )
     code, lines = lint(capsys, path)
     assert code == 1
-    assert lines[0] == f"{path}:6: phases.biuld: unknown key 'biuld'; did you mean build?"
+    assert lines[0] == f"{path}:6: [aws] phases.biuld: unknown key 'biuld'; did you mean build?"
 
 
 def test_a_plaintext_secret_names_its_line_and_the_fix(
@@ -79,11 +79,11 @@ def test_a_plaintext_secret_names_its_line_and_the_fix(
     code, lines = lint(capsys, path)
     assert code == 1
     assert lines[:3] == [
-        f"{path}:5: HF_TOKEN looks like a secret in plain text; fix: move it to env.secrets-manager "
+        f"{path}:5: [aws] HF_TOKEN looks like a secret in plain text; fix: move it to env.secrets-manager "
         "(or env.parameter-store as a SecureString) and refer to the variable",
-        f"{path}:9: a password on a command line in plain text; fix: move it to env.secrets-manager "
+        f"{path}:9: [aws] a password on a command line in plain text; fix: move it to env.secrets-manager "
         "(or env.parameter-store as a SecureString) and refer to the variable",
-        f"{path}:10: an AWS access key ID in plain text; fix: move it to env.secrets-manager "
+        f"{path}:10: [aws] an AWS access key ID in plain text; fix: move it to env.secrets-manager "
         "(or env.parameter-store as a SecureString) and refer to the variable",
     ]
 
@@ -114,9 +114,9 @@ def test_secrets_from_the_stores_and_variables_in_commands_pass(buildspec: Write
     ("yaml", "line", "message"),
     [
         (
-            "version: 0.1\nphases:\n  build:\n    commands: [make]\n",
+            "version: 0.3\nphases:\n  build:\n    commands: [make]\n",
             1,
-            "version: 0.1 is not one of 0.2, '0.2'",
+            "version: 0.3 is not one of 0.1, '0.1', 0.2, '0.2'",
         ),
         (
             "version: 0.2\nphases:\n  build:\n    commands: [make]\n    on-failure: STOP\n",
@@ -193,7 +193,8 @@ def test_account_ids_and_pins_in_a_buildspec_are_findings(buildspec: Write, pins
               - pip install torch==2.14.1
         """
     )
-    messages = [(f.line, f.message.split(";")[0]) for f in lint_files([path], pins, source=path.parent)]
+    findings = lint_files([path], pins, source=path.parent, rules="epstack")
+    messages = [(f.line, f.message.split(";")[0]) for f in findings]
     assert messages == [
         (4, "NCCL_VERSION is a pin"),
         (5, "an AWS account ID in the repository"),
@@ -223,7 +224,7 @@ def test_a_batch_must_build_every_target_and_run_docker_privileged(buildspec: Wr
         """,
         "batch.yml",
     )
-    messages = [(f.line, f.message) for f in lint_files([path], pins, source=path.parent)]
+    messages = [(f.line, f.message) for f in lint_files([path], pins, source=path.parent, rules="epstack")]
     assert (
         2,
         f"the batch leaves out {', '.join(pins.targets[1:])} of pins.env's targets; "

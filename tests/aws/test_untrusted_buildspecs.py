@@ -279,7 +279,7 @@ def test_a_retry_count_over_100_is_always_a_finding_and_one_within_is_kept(
     value = f"RETRY-{count}" + (f"-{pattern}" if pattern else "")
     path = tmp_path / "buildspec.yml"
     path.write_text(on_failure(value.replace("'", "''")))
-    findings = lint([path], pins, source=tmp_path)
+    findings = [f for f in lint([path], pins, source=tmp_path) if "on-failure" in f.message]
     if count > 100:
         assert any(f.line == 4 and "over CodeBuild's 100" in f.message for f in findings), findings
         return

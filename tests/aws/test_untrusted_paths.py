@@ -102,7 +102,7 @@ def test_run_local_refuses_artifacts_and_reports_outside_the_source_before_runni
     path = write(tree, BUILD + block.format(outside=tree / "outside"))
     code, err = run_cli(tree, path, capsys)
     assert code == 2, err
-    assert f"{path}:{line}: {key}" in err and " leads to " in err
+    assert f"{path}:{line}: [aws] {key}" in err and " leads to " in err
     assert SOURCE_FIX in err and "Traceback" not in err
     assert not (tree / "src" / "ran").exists() and not (tree / "run").exists()
     assert lint_cli(tree, path, capsys)[0] == 1
@@ -172,7 +172,7 @@ def test_secondary_artifact_identifiers_are_codebuilds(
         BUILD + SECONDARY.format(json.dumps(name)),
     )
     for (code, err), expected in ((run_cli(tree, path, capsys), 2), (lint_cli(tree, path, capsys), 1)):
-        assert code == expected and f"{path}:9: artifacts.secondary-artifacts.{name}: " in err, err
+        assert code == expected and f"{path}:9: [aws] artifacts.secondary-artifacts.{name}: " in err, err
         assert "fix: an artifact identifier is letters, digits and underscores" in err
     assert (victim / "a.txt").read_text() == "keep\n"
     assert not (tree / "run").exists() and not (tree / "src" / "ran").exists()
@@ -223,7 +223,7 @@ def test_lint_never_reads_a_batch_buildspec_outside_the_source(
     code, err = lint_cli(tree, path, capsys)
     assert code == 1
     for index, task in enumerate(tasks[:-1]):
-        assert f"{path}:{5 + 2 * index}: batch.build-list.{index}.buildspec: {task!r} leads to" in err
+        assert f"{path}:{5 + 2 * index}: [aws] batch.build-list.{index}.buildspec: {task!r} leads to" in err
     assert err.count("outside the source directory") == 4
     assert err.count("runs Docker") == 1 and "(" + str(tree / "src" / "docker.yml") in err
     assert all(inside(p, tree / "src") for p in read), read
