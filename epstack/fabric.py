@@ -9,7 +9,8 @@ read the same table. Standard library only: GPU hosts import this bare for the d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from epstack.stack import DEEPEP_V2_MIN_NCCL, EFA_GDA_MIN_NCCL, GIN_EFA_GDA, GIN_GDAKI, GIN_PROXY, release
 
@@ -19,6 +20,30 @@ COMMON_IMAGE_ENV: tuple[tuple[str, str], ...] = (
     ("CUDA_HOME", "/usr/local/cuda"),
     ("NCCL_CUMEM_ENABLE", "1"),
 )
+
+
+# Where GDRCopy's kernel module puts its device: DeepEP V2 loads libgdrapi, and NCCL GIN cannot start
+# without it (awslabs/awsome-distributed-ai PR #1241's review: pods that never got /dev/gdrdrv abort
+# with "NCCL GIN is unavailable").
+GDRDRV = "/dev/gdrdrv"
+# The RDMA devices' character devices (uverbs, rdma_cm): EFA's and IB's alike.
+RDMA_DEVICE_DIR = "/dev/infiniband"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostAccess:
+    """What a container running GIN of one type needs from its host, and why (written into the job)."""
+
+    devices: tuple[str, ...]
+    capabilities: tuple[str, ...]
+    reason: str
+
+
+_GDRDRV_REASON = (
+    f"{GDRDRV}: DeepEP V2 and NCCL GIN need GDRCopy; without it NCCL GIN is unavailable "
+    "(awslabs/awsome-distributed-ai PR #1241 review)"
+)
+_IPC_LOCK_REASON = "IPC_LOCK: DeepEP and NCCL pin host memory past the memlock limit"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,9 +78,19 @@ class Fabric:
     # device name prefixes it gives them ("" and (): any other RDMA device).
     kernel_driver: str = ""
     device_prefixes: tuple[str, ...] = ()
+    # Per pinned GIN type: the host devices and capabilities a job crossing nodes needs.
+    gin_host_access: Mapping[str, HostAccess] = field(default_factory=dict)
+    # Fabric devices per instance type (the device plugin counts each), and the instance a job
+    # assumes unless told; empty where the count does not follow the instance type.
+    instance_devices: Mapping[str, int] = field(default_factory=dict)
+    default_instance: str = ""
 
     def gin_ok(self, nccl_version: str) -> bool:
         return release(nccl_version) >= release(self.gin_min_nccl)
+
+    def host_access(self, gin_type: str) -> HostAccess:
+        """What GIN of `gin_type` over this fabric needs from the host (the pins validate the type)."""
+        return self.gin_host_access[gin_type]
 
     def image_env(self, gin_type: str) -> tuple[tuple[str, str], ...]:
         """The base image's environment for a pinned GIN type."""
@@ -90,6 +125,26 @@ EFA = Fabric(
     install_template="partials/fabric-efa.j2",
     kernel_driver="efa",
     device_prefixes=("efa", "rdmap"),
+    gin_host_access={
+        GIN_PROXY: HostAccess(
+            devices=(GDRDRV,), capabilities=("IPC_LOCK",), reason=f"{_GDRDRV_REASON}; {_IPC_LOCK_REASON}"
+        ),
+        # EFA-GDA: the GPU writes the EFA queues itself; awsome-distributed-ai's DeepEP V2 EFA-GDA
+        # jobs run with /dev/gdrdrv and IPC_LOCK (SYS_ADMIN there is for CUPTI profiling only).
+        GIN_EFA_GDA: HostAccess(
+            devices=(GDRDRV,), capabilities=("IPC_LOCK",), reason=f"{_GDRDRV_REASON}; {_IPC_LOCK_REASON}"
+        ),
+    },
+    # EFA interfaces per instance (AWS's EFA docs, "supported instance types"): the EFA device plugin
+    # advertises each as one vpc.amazonaws.com/efa.
+    instance_devices={
+        "p4d.24xlarge": 4,
+        "p4de.24xlarge": 4,
+        "p5.48xlarge": 32,
+        "p5e.48xlarge": 32,
+        "p5en.48xlarge": 16,
+    },
+    default_instance="p5.48xlarge",
 )
 
 IB = Fabric(
@@ -111,6 +166,21 @@ IB = Fabric(
     ),
     device_per_gpu=False,
     install_template="partials/fabric-ib.j2",
+    gin_host_access={
+        GIN_PROXY: HostAccess(
+            devices=(GDRDRV,), capabilities=("IPC_LOCK",), reason=f"{_GDRDRV_REASON}; {_IPC_LOCK_REASON}"
+        ),
+        # GDAKI: the GPU rings the NIC's doorbells through mapped device memory. NVSHMEM's IBGDA, the
+        # same mechanism, fails in a non-privileged container (sgl-project/sglang#12533); llm-d's
+        # wide-EP pods run it with SYS_RAWIO. Where that is not enough: --privileged.
+        GIN_GDAKI: HostAccess(
+            devices=(GDRDRV,),
+            capabilities=("IPC_LOCK", "SYS_RAWIO"),
+            reason=f"{_GDRDRV_REASON}; {_IPC_LOCK_REASON}; SYS_RAWIO: GDAKI maps the NIC's doorbells "
+            "into GPU memory, which fails without it (sgl-project/sglang#12533; llm-d wide-ep-lws); "
+            "--privileged where it is still refused",
+        ),
+    },
 )
 
 FABRICS: dict[str, Fabric] = {EFA.name: EFA, IB.name: IB}

@@ -5,6 +5,7 @@ One concept a module:
   profiles  model profiles (DeepSeek-V3, Qwen3-30B-A3B, tiny) and the serve plan: sizes, token budget
   serve     the SGLang launch command and environment for one node of a serve job
   jobs      what a job runs on each node (elastic smoke, serve): command, env, ports, readiness
+  site      a site's settings: storage, environment, network, scheduling, privileges (flag values)
   k8s       Kubernetes objects: indexed Job + headless Service, LeaderWorkerSet, pre-pull DaemonSet
   slurm     sbatch scripts (pyxis/enroot) and enroot import commands
   yamltext  a small deterministic YAML writer for the manifests

@@ -11,15 +11,17 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Literal
 
 from epstack import imagepaths
 from epstack.cluster.image import ImageRef
 from epstack.cluster.profiles import ServePlan, serve_plan
 from epstack.cluster.serve import DIST_INIT_PORT, HEALTH_PATH, HTTP_PORT, serve_env, sglang_command
+from epstack.cluster.site import Site
 from epstack.errors import BadInput
-from epstack.fabric import FABRICS, Fabric
+from epstack.fabric import FABRICS, Fabric, HostAccess
 from epstack.pins.model import Pins
 from epstack.smoke.launch import DEFAULT_PORT
 
@@ -27,7 +29,7 @@ JobKind = Literal["elastic-smoke", "serve"]
 JOB_KINDS: tuple[JobKind, ...] = ("elastic-smoke", "serve")
 # images/base/Dockerfile.j2's ENTRYPOINT: the guard, then the command (pyxis does not run it itself).
 IMAGE_ENTRYPOINT = str(imagepaths.SCRIPTS / "entrypoint.sh")
-SMOKE_REPORT = "/tmp/epstack-smoke-elastic.json"
+SMOKE_REPORT = "/tmp/epstack-smoke-elastic.json"  # without a results volume: lost with the container
 SMOKE_TIMEOUT_S = 900
 # What the command holds for the node's rank and node 0's host until a platform writes its expressions
 # there: NUL, which no argument and no flag value can hold, keeps them apart from the user's text.
@@ -43,13 +45,44 @@ class Job:
     nodes: int
     gpus_per_node: int
     fabric: Fabric
+    gin_type: str  # the pins' NCCL_GIN_TYPE for the fabric
     fabric_devices: int  # per node, only requested when the job crosses nodes
     serve: ServePlan | None
     smoke_profile: str | None
+    site: Site = field(default_factory=Site)
 
     @property
     def crosses_nodes(self) -> bool:
         return self.nodes > 1
+
+    @property
+    def host_access(self) -> HostAccess | None:
+        """The devices and capabilities GIN needs, when the job crosses nodes (one node: NVLink only)."""
+        return self.fabric.host_access(self.gin_type) if self.crosses_nodes else None
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        return self.host_access.capabilities if self.host_access else ("IPC_LOCK",)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return self.host_access.devices if self.host_access else ()
+
+    def notes(self) -> list[str]:
+        """Why the job asks for what it asks (comments in the manifest or script), one line each."""
+        notes = []
+        if self.host_access:
+            notes.append(
+                f"NCCL GIN type {self.gin_type} over {self.fabric.title}: {self.host_access.reason}."
+            )
+        if self.site.privileged:
+            notes.append(
+                "privileged (--privileged): NVSHMEM IBGDA, GPU-initiated like GIN GDAKI, fails in a "
+                "non-privileged container and works privileged (sgl-project/sglang#12533)."
+            )
+        for volume in self.site.volumes:
+            notes.append(f"{volume.name} at {volume.mount}: {volume.kind} {shlex.quote(volume.source)}.")
+        return notes
 
     @property
     def tasks_per_node(self) -> int:
@@ -71,7 +104,7 @@ class Job:
     def command(self, *, node_rank: str, leader: str) -> list[str]:
         if self.serve is not None:
             return sglang_command(self.serve, node_rank=node_rank, leader=leader)
-        args = ["epstack", "smoke", "elastic", "--timeout", str(SMOKE_TIMEOUT_S), "--json", SMOKE_REPORT]
+        args = ["epstack", "smoke", "elastic", "--timeout", str(SMOKE_TIMEOUT_S), *self._smoke_outputs()]
         if self.smoke_profile is not None:
             # The smoke moves the serve plan's per-rank batch through ElasticBuffer at the model's shape.
             plan = serve_plan(self.smoke_profile, nodes=self.nodes, gpus_per_node=self.gpus_per_node)
@@ -79,6 +112,13 @@ class Job:
             args += ["--preset", self.smoke_profile, "--num-tokens", budget]
             args += ["--num-max-tokens-per-rank", budget]
         return args
+
+    def _smoke_outputs(self) -> list[str]:
+        """The report and the ranks' files in the results volume, named after the job; else /tmp."""
+        if self.site.results is None:
+            return ["--json", SMOKE_REPORT]
+        results = PurePosixPath(self.site.results.mount)
+        return ["--json", str(results / f"{self.name}.json"), "--run-dir", str(results / self.name)]
 
     def words(self, literal: Callable[[str], str], *, node_rank: str, leader: str) -> list[str]:
         """The command as a platform writes it: every literal part through `literal` (the platform's
@@ -94,7 +134,7 @@ class Job:
         env = dict(self.fabric.job_env) if self.crosses_nodes else {}
         if self.serve is not None:
             env |= serve_env(self.serve)
-        return env
+        return env | self.site.volume_env() | self.site.env
 
 
 def make_job(
@@ -110,6 +150,8 @@ def make_job(
     a2a: str = "deepep_v2",
     model_path: str | None = None,
     fabric_devices: int | None = None,
+    instance_type: str | None = None,
+    site: Site | None = None,
 ) -> Job:
     """Check the request against the pins and the fabric's facts; BadInput names the flag and the fix."""
     if kind not in JOB_KINDS:
@@ -150,10 +192,26 @@ def make_job(
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         fabric=facts,
-        fabric_devices=fabric_devices or (gpus_per_node if facts.device_per_gpu else 1),
+        gin_type=pins.gin_type(fabric),
+        fabric_devices=fabric_devices or _devices_per_node(facts, gpus_per_node, instance_type),
         serve=plan,
         smoke_profile=profile if kind == "elastic-smoke" else None,
+        site=site or Site(),
     )
+
+
+def _devices_per_node(facts: Fabric, gpus_per_node: int, instance_type: str | None) -> int:
+    """The instance type's device count where the fabric has one (EFA), else one per GPU or one."""
+    if not facts.instance_devices:
+        return gpus_per_node if facts.device_per_gpu else 1
+    instance = instance_type or facts.default_instance
+    if instance not in facts.instance_devices:
+        known = ", ".join(f"{name} ({count})" for name, count in facts.instance_devices.items())
+        raise BadInput(
+            f"--instance-type {instance}: its {facts.title} device count is not known here ({known}); "
+            "fix: pass --fabric-devices N"
+        )
+    return facts.instance_devices[instance]
 
 
 def node_commands(job: Job) -> str:

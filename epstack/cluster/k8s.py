@@ -1,10 +1,13 @@
 """Kubernetes objects for a Job: a LeaderWorkerSet, or an indexed Job with a headless Service; and the
 pre-pull DaemonSet. Plain dicts, in a fixed key order, written out by yamltext.
 
-Every pod: the image by digest, nvidia.com/gpu, /dev/shm as a memory emptyDir, IPC_LOCK (DeepEP and
-NCCL pin memory; Kubernetes has no memlock setting, the capability lifts the limit), and, when the job
-crosses nodes, the fabric's device resource, its huge pages and its environment. The launcher
-variables come from epstack.smoke.launchenv, the fabric facts from epstack.fabric.
+Every pod: the image by digest, nvidia.com/gpu, CPUs, /dev/shm as a memory emptyDir, IPC_LOCK (DeepEP
+and NCCL pin memory; Kubernetes has no memlock setting, the capability lifts the limit), the site's
+volumes (model cache, JIT cache, results; epstack.cluster.site), its environment, scheduling and
+network settings, and, when the job crosses nodes, the fabric's device resource, its huge pages, its
+environment and what its GIN type needs from the host (/dev/gdrdrv, capabilities). Serve pods get
+startup and liveness probes on SGLang's /health. The launcher variables come from
+epstack.smoke.launchenv, the fabric facts from epstack.fabric.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Any
 
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import Job
+from epstack.cluster.site import Site, Storage
+from epstack.fabric import GDRDRV
 from epstack.smoke import launchenv as V
 
 Obj = dict[str, Any]
@@ -21,6 +26,10 @@ K8S_VERSION = "1.34"  # the Kubernetes version the manifests are validated again
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 JOB_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"  # Kubernetes >= 1.28 labels indexed pods
+EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+# The LWS release whose controller sets LWS_WORKER_INDEX in every container (kubernetes-sigs/lws#416).
+LWS_MIN_VERSION = "0.6.0"
+PROBE_PERIOD_S = 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,8 +53,12 @@ def _labels(job: Job) -> dict[str, str]:
     }
 
 
-def _env(pairs: dict[str, str]) -> list[Obj]:
-    return [{"name": key, "value": value} for key, value in pairs.items()]
+def _env(job: Job, env: dict[str, str]) -> list[Obj]:
+    """The container's environment; Kubernetes expands $(VAR) in values too, so each is written literally."""
+    if GDRDRV in job.devices:
+        # The NVIDIA container toolkit adds /dev/gdrdrv to the container's allowed devices.
+        env = {"NVIDIA_GDRCOPY": "enabled", **env}
+    return [{"name": key, "value": _literal(value)} for key, value in env.items()]
 
 
 def _resources(job: Job, settings: PodSettings) -> Obj:
@@ -54,7 +67,50 @@ def _resources(job: Job, settings: PodSettings) -> Obj:
         limits[settings.rdma_resource or job.fabric.k8s_resource] = job.fabric_devices
         if job.fabric.hugepages_2mi:
             limits["hugepages-2Mi"] = job.fabric.hugepages_2mi
-    return {"limits": limits, "requests": {"memory": settings.memory, **limits}}
+    requests: dict[str, Any] = {"memory": settings.memory, "cpu": job.site.cpus_per_gpu * job.gpus_per_node}
+    model = job.site.model
+    if model is not None and model.kind == "ephemeral":
+        requests["ephemeral-storage"] = model.source
+    return {"limits": limits, "requests": {**requests, **limits}}
+
+
+def _volume(storage: Storage) -> Obj:
+    if storage.kind == "host":
+        return {"name": storage.name, "hostPath": {"path": storage.source, "type": "DirectoryOrCreate"}}
+    if storage.kind == "pvc":
+        return {"name": storage.name, "persistentVolumeClaim": {"claimName": storage.source}}
+    return {"name": storage.name, "emptyDir": {"sizeLimit": storage.source}}
+
+
+def _device_name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def _volume_mounts(job: Job) -> list[Obj]:
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    mounts += [{"name": v.name, "mountPath": v.mount} for v in job.site.volumes]
+    return mounts + [{"name": _device_name(path), "mountPath": path} for path in job.devices]
+
+
+def _security(job: Job) -> Obj:
+    security: Obj = {"capabilities": {"add": list(job.capabilities)}}
+    if job.site.privileged:
+        security["privileged"] = True
+    return security
+
+
+def _health_probes(job: Job) -> Obj:
+    """Serve: SGLang's /health on every pod (0.5.23 answers it on nodes >= 1 too, from a stand-in server
+    once their schedulers are up). Start-up may take --startup-timeout (weights, CUDA graphs); after
+    it, a pod that stops answering is restarted (LWS: its whole group)."""
+    if job.http_port is None:
+        return {}
+    get = {"path": job.health_path, "port": job.http_port}
+    startup = -(-job.site.startup_timeout_s // PROBE_PERIOD_S)
+    return {
+        "startupProbe": {"httpGet": get, "periodSeconds": PROBE_PERIOD_S, "failureThreshold": startup},
+        "livenessProbe": {"httpGet": get, "periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 4},
+    }
 
 
 def _readiness(job: Job, *, every_pod: bool) -> Obj | None:
@@ -81,24 +137,46 @@ def _container(
         "imagePullPolicy": "IfNotPresent",
         # args only: the image's entrypoint runs `epstack guard` before the command.
         "args": args,
-        "env": _env(env),
+        "env": _env(job, env),
         "resources": _resources(job, settings),
-        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "securityContext": _security(job),
+        "volumeMounts": _volume_mounts(job),
     }
     if job.http_port is not None:
         container["ports"] = [{"name": "http", "containerPort": job.http_port}]
     if probe is not None:
         container["readinessProbe"] = probe
-    return container
+    return container | _health_probes(job)
 
 
-def _pod_spec(container: Obj, settings: PodSettings, **extra: Any) -> Obj:
-    return {
-        **extra,
-        "containers": [container],
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}}],
-    }
+def _scheduling(site: Site) -> Obj:
+    """Where the pods may run: host network, node selector, tolerations."""
+    spec: Obj = {}
+    if site.host_network:
+        spec |= {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}
+    if site.node_selector:
+        spec["nodeSelector"] = dict(site.node_selector)
+    if site.tolerations:
+        spec["tolerations"] = [
+            {"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in site.tolerations
+        ]
+    return spec
+
+
+def _pod_spec(job: Job, container: Obj, settings: PodSettings, **extra: Any) -> Obj:
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}}]
+    volumes += [_volume(v) for v in job.site.volumes]
+    volumes += [
+        {"name": _device_name(path), "hostPath": {"path": path, "type": "CharDevice"}} for path in job.devices
+    ]
+    return {**extra, **_scheduling(job.site), "containers": [container], "volumes": volumes}
+
+
+def _template(job: Job, spec: Obj) -> Obj:
+    metadata: Obj = {"labels": _labels(job)}
+    if job.site.annotations:
+        metadata["annotations"] = dict(job.site.annotations)
+    return {"metadata": metadata, "spec": spec}
 
 
 def _service(name: str, job: Job, selector: dict[str, str], *, headless: bool, port: int) -> Obj:
@@ -127,7 +205,15 @@ def indexed_job(job: Job, settings: PodSettings) -> list[Obj]:
         }
     args = job.words(_literal, node_rank=f"$({V.JOB_COMPLETION_INDEX})", leader=leader)
     container = _container(job, args, env, settings, _readiness(job, every_pod=True))
-    pod = _pod_spec(container, settings, restartPolicy="Never", subdomain=service)
+    placement: Obj = {}
+    if job.site.topology_key:
+        # Every pod of the job in one domain of the key (one zone, one network block).
+        term = {
+            "labelSelector": {"matchLabels": {"epstack.io/job": job.name}},
+            "topologyKey": job.site.topology_key,
+        }
+        placement["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    pod = _pod_spec(job, container, settings, restartPolicy="Never", subdomain=service, **placement)
     objects = [
         _service(service, job, {"epstack.io/job": job.name}, headless=True, port=job.rendezvous_port),
         {
@@ -139,7 +225,7 @@ def indexed_job(job: Job, settings: PodSettings) -> list[Obj]:
                 "completions": job.nodes,
                 "parallelism": job.nodes,
                 "backoffLimit": 0,
-                "template": {"metadata": {"labels": _labels(job)}, "spec": pod},
+                "template": _template(job, pod),
             },
         },
     ]
@@ -160,14 +246,18 @@ def leader_worker_set(job: Job, settings: PodSettings) -> list[Obj]:
     template: Obj = {
         "size": job.nodes,
         "restartPolicy": "RecreateGroupOnPodRestart",
-        "leaderTemplate": {"metadata": {"labels": _labels(job)}, "spec": _pod_spec(leader, settings)},
-        "workerTemplate": {"metadata": {"labels": _labels(job)}, "spec": _pod_spec(worker, settings)},
+        "leaderTemplate": _template(job, _pod_spec(job, leader, settings)),
+        "workerTemplate": _template(job, _pod_spec(job, worker, settings)),
     }
+    metadata: Obj = {"name": job.name, "labels": _labels(job)}
+    if job.site.topology_key:
+        # LWS places each group alone in one domain of the key (exclusive placement).
+        metadata["annotations"] = {EXCLUSIVE_TOPOLOGY: job.site.topology_key}
     objects: list[Obj] = [
         {
             "apiVersion": LWS_API,
             "kind": "LeaderWorkerSet",
-            "metadata": {"name": job.name, "labels": _labels(job)},
+            "metadata": metadata,
             "spec": {"replicas": 1, "startupPolicy": "LeaderCreated", "leaderWorkerTemplate": template},
         }
     ]
@@ -177,10 +267,35 @@ def leader_worker_set(job: Job, settings: PodSettings) -> list[Obj]:
     return objects
 
 
+def k8s_kind(job: Job, kind: str | None) -> str:
+    """--k8s-kind, or its default: lws for serve, job for the smoke."""
+    return kind or ("lws" if job.kind == "serve" else "job")
+
+
 def job_objects(job: Job, settings: PodSettings, kind: str | None = None) -> list[Obj]:
     """The job as a LeaderWorkerSet ("lws") or an indexed Job ("job"); default lws for serve."""
-    kind = kind or ("lws" if job.kind == "serve" else "job")
-    return (leader_worker_set if kind == "lws" else indexed_job)(job, settings)
+    return (leader_worker_set if k8s_kind(job, kind) == "lws" else indexed_job)(job, settings)
+
+
+def notes(job: Job, kind: str | None = None) -> list[str]:
+    """The comments heading the manifests: what the cluster must provide, and why each grant."""
+    lines = []
+    if k8s_kind(job, kind) == "lws":
+        lines.append(
+            f"Needs LeaderWorkerSet >= {LWS_MIN_VERSION}: its controller sets LWS_WORKER_INDEX, which "
+            f"the command reads as $({V.LWS_WORKER_INDEX}) (kubernetes-sigs/lws#416)."
+        )
+    if GDRDRV in job.devices:
+        lines.append(
+            f"{GDRDRV}: a hostPath device, and NVIDIA_GDRCOPY=enabled so the NVIDIA container toolkit "
+            "lets the container open it."
+        )
+    if job.site.host_network:
+        lines.append(
+            "hostNetwork (--host-network): the node's RDMA netdevs (RoCE GIDs) in the pod where no "
+            "SR-IOV/Multus network brings them; dnsPolicy ClusterFirstWithHostNet keeps cluster DNS."
+        )
+    return lines + job.notes()
 
 
 def prepull_daemonset(image: ImageRef, *, node_selector: dict[str, str] | None = None) -> Obj:

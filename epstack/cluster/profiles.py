@@ -30,6 +30,9 @@ class Profile:
     chunk_per_dp_rank: int  # prefill tokens one attention-DP rank takes per chunk
     decode_graph_bs: int  # --cuda-graph-max-bs-decode
     trust_remote_code: bool
+    # A pod's ephemeral storage for the HF cache when no other model storage is given: the weights
+    # on the hub and room to spare.
+    disk: str
 
 
 PROFILES: dict[str, Profile] = {
@@ -41,6 +44,7 @@ PROFILES: dict[str, Profile] = {
         chunk_per_dp_rank=4096,
         decode_graph_bs=128,
         trust_remote_code=True,
+        disk="800Gi",  # 163 FP8 safetensors shards, 689 GB (642 GiB)
     ),
     "qwen3-30b-a3b": Profile(
         name="qwen3-30b-a3b",
@@ -50,6 +54,7 @@ PROFILES: dict[str, Profile] = {
         chunk_per_dp_rank=8192,
         decode_graph_bs=256,
         trust_remote_code=False,
+        disk="100Gi",  # BF16 weights, 61 GB
     ),
     # For tests and plumbing checks: a path only, so nothing is fetched by the parser test.
     "tiny": Profile(
@@ -60,6 +65,7 @@ PROFILES: dict[str, Profile] = {
         chunk_per_dp_rank=512,
         decode_graph_bs=8,
         trust_remote_code=False,
+        disk="1Gi",
     ),
 }
 

@@ -5,6 +5,12 @@ or as the squashfs file `cluster pull` imported, whose name carries the digest. 
 runs one task per GPU (the launcher reads srun's SLURM_* variables); SGLang one task per node (it
 starts a process per GPU itself), with its node rank expanded inside the task. MASTER_ADDR is the
 first host of the job's node list. Every script passes `bash -n` and shellcheck in the tests.
+
+The site's storage is node directories only (`host:DIR`): created on every node before the step, then
+mounted with --container-mounts, so the JIT caches and the results are writable under enroot's
+read-only root and outlive the step. The fabric's devices are mounted by path (what
+awslabs/awsome-distributed-ai's DeepEP V2 sbatch does); each task gets its CPUs (--cpus-per-task)
+unbound (--cpu-bind=none): SGLang runs about 11 processes per node.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from pathlib import PurePosixPath
 from epstack import __version__
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import IMAGE_ENTRYPOINT, Job
+from epstack.errors import BadInput
+from epstack.fabric import RDMA_DEVICE_DIR
 from epstack.smoke import launchenv as V
 
 # Where `cluster pull` imports images on each node unless told otherwise.
@@ -39,7 +47,58 @@ def _task_command(job: Job) -> str:
     return shlex.join([IMAGE_ENTRYPOINT, "bash", "-c", " ".join(["exec", *inner])])
 
 
+_LITERAL = "the value is text: quoted, never expanded"
+
+
+def _assignments(env: dict[str, str]) -> list[str]:
+    """KEY=VALUE lines; a value the shell would read (a site's $, quotes) is quoted, and shellcheck told
+    that its single quotes are meant."""
+    lines = []
+    for key, value in env.items():
+        quoted = shlex.quote(value)
+        if quoted != value:
+            lines.append(f"# shellcheck disable=SC2016,SC2089  # {_LITERAL}")
+        lines.append(f"{key}={quoted}")
+    return lines
+
+
+def _host_dirs(job: Job) -> list[str]:
+    """The site's node directories; BadInput for storage Slurm cannot mount, or a path that would break
+    --container-mounts (its entries are SRC:DST, comma-separated)."""
+    for volume in job.site.volumes:
+        if volume.kind != "host":
+            raise BadInput(
+                f"--{volume.name}-storage {volume.kind}:{volume.source}: Slurm mounts node directories "
+                f"only; fix: --{volume.name}-storage host:/DIR (or none)"
+            )
+        if {",", ":"} & set(volume.source + volume.mount):
+            raise BadInput(
+                f"--{volume.name}-storage {volume.source}: ',' and ':' cannot be mounted by pyxis "
+                f"(--container-mounts SRC:DST,...); fix: --{volume.name}-storage host:/DIR without them"
+            )
+    return [volume.source for volume in job.site.volumes]
+
+
+def _container_mounts(job: Job) -> list[str]:
+    mounts = [f"{volume.source}:{volume.mount}" for volume in job.site.volumes]
+    devices = [*job.devices, RDMA_DEVICE_DIR] if job.crosses_nodes else []
+    return mounts + [f"{path}:{path}" for path in devices]
+
+
+def _notes(job: Job) -> list[str]:
+    notes = job.notes()
+    if job.crosses_nodes:
+        notes.append(
+            f"Devices mounted by path ({', '.join([*job.devices, RDMA_DEVICE_DIR])}): enroot shows the "
+            "host's /dev unless ENROOT_RESTRICT_DEV=y; the task runs as you, with your capabilities."
+        )
+    if job.site.host_network:
+        notes.append("--host-network: pyxis containers already share the node's network namespace.")
+    return notes
+
+
 def sbatch_script(job: Job, *, squashfs_dir: str | None = None, pins_target: str = "") -> str:
+    host_dirs = _host_dirs(job)
     env = job.env() | {V.MASTER_PORT: str(job.rendezvous_port)}
     exported = [V.MASTER_ADDR, *env]
     lines = [
@@ -54,6 +113,7 @@ def sbatch_script(job: Job, *, squashfs_dir: str | None = None, pins_target: str
         f" x {job.gpus_per_node} GPU(s), fabric {job.fabric.name}.",
         f"# Image by digest: {shlex.quote(job.image.ref)}",
         "# Needs pyxis and enroot >= 4.0 (image references with a digest).",
+        *(f"# {note}" for note in _notes(job)),
         "set -euo pipefail",
         "",
         "# DeepEP and NCCL pin host memory: the locked-memory limit must be unlimited (epstack doctor).",
@@ -65,16 +125,27 @@ def sbatch_script(job: Job, *, squashfs_dir: str | None = None, pins_target: str
         "",
         f'{V.MASTER_ADDR}=$(scontrol show hostnames "${V.SLURM_JOB_NODELIST}" | sed -n 1p)',
     ]
-    lines += [f"{key}={shlex.quote(value)}" for key, value in env.items()]
+    lines += _assignments(env)
+    if any(shlex.quote(value) != value for value in env.values()):
+        lines.append(f"# shellcheck disable=SC2090  # {_LITERAL}")
     lines.append("export " + " ".join(exported))
     lines.append("")
+    if host_dirs:
+        lines.append("# The node directories the container mounts, on every node.")
+        lines.append(shlex.join(["srun", "--ntasks-per-node=1", "mkdir", "-p", "--", *host_dirs]))
+        lines.append("")
     srun = [
         "srun",
         f"--ntasks-per-node={job.tasks_per_node}",
+        f"--cpus-per-task={job.site.cpus_per_gpu * job.gpus_per_node // job.tasks_per_node}",
+        "--cpu-bind=none",
         f"--container-image={_container_image(job, squashfs_dir)}",
         f"--container-env={','.join(exported)}",
         "--no-container-mount-home",
     ]
+    mounts = _container_mounts(job)
+    if mounts:
+        srun.append(f"--container-mounts={','.join(mounts)}")
     if job.kind == "serve":
         lines.append("# SGLang's node rank is the task's $SLURM_NODEID, expanded inside the task.")
         lines.append("# shellcheck disable=SC2016")

@@ -72,6 +72,11 @@ def dump(document: Mapping[str, Any]) -> str:
     return "\n".join(_lines(document, 0)) + "\n"
 
 
-def dump_all(documents: Sequence[Mapping[str, Any]]) -> str:
-    """Documents separated by `---`, the way kubectl apply -f reads a multi-object file."""
-    return "---\n" + "---\n".join(dump(document) for document in documents)
+def dump_all(documents: Sequence[Mapping[str, Any]], *, comments: Sequence[str] = ()) -> str:
+    """Documents separated by `---`, the way kubectl apply -f reads a multi-object file, after a
+    comment line for each of `comments` (one line each: a line break would end the comment)."""
+    for comment in comments:
+        if "\n" in comment or "\r" in comment:
+            raise ValueError(f"a comment is one line: {comment!r}")
+    head = "".join(f"# {comment}\n" for comment in comments)
+    return head + "---\n" + "---\n".join(dump(document) for document in documents)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from epstack.cluster import k8s, slurm
+from epstack.cluster import k8s, site, slurm
 from epstack.cluster.image import PLACEHOLDER, chosen_image, pins_target
 from epstack.cluster.jobs import JOB_KINDS, make_job, node_commands
 from epstack.cluster.profiles import A2A_BACKENDS, PROFILES
@@ -32,10 +32,97 @@ def _write(text: str, out: Path | None) -> None:
 
 
 def _check_out(args: argparse.Namespace) -> None:
-    """--out is never a file the command reads (the pins file, the build manifest)."""
+    """--out is never a file the command reads (the pins file, the build manifest, the env file)."""
     if args.out:
-        inputs = [pins_path(args.pins), *([args.manifest] if args.manifest else [])]
+        given = (args.manifest, getattr(args, "env_file", None))
+        inputs = [pins_path(args.pins), *(path for path in given if path)]
         check_writable(args.out, what="--out", inputs=inputs)
+
+
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+
+def _mount_path(text: str) -> str:
+    """A --*-mount value: an absolute container path."""
+    one_line(text)
+    if not site.absolute_clean(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: write an absolute path without '..'")
+    return text
+
+
+def _key_value(text: str) -> str:
+    """KEY=VALUE for --annotation and --node-selector (checked as text; split by site.split_pairs)."""
+    one_line(text)
+    if "=" not in text or text.startswith("="):
+        raise argparse.ArgumentTypeError(f"{text!r}: write KEY=VALUE")
+    return text
+
+
+def _env_arg(text: str) -> str:
+    """--env KEY=VALUE, the value one line of text."""
+    try:
+        _, value = site.env_pair(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    if value:
+        one_line(value)
+    return text
+
+
+def _site_env(args: argparse.Namespace) -> dict[str, str]:
+    """--env-file's variables, then --env's (the later wins); a bad value names file:line."""
+    env = {}
+    for line in site.read_env_file(args.env_file) if args.env_file else []:
+        try:
+            if line.value:
+                one_line(line.value)
+        except argparse.ArgumentTypeError as exc:
+            raise site.env_file_error(args.env_file, line.number, str(exc).split("; fix:")[0]) from None
+        env[line.key] = line.value
+    return env | dict(site.env_pair(pair) for pair in args.env)
+
+
+def _storage(args: argparse.Namespace, name: str, default: str) -> site.Storage | None:
+    text = getattr(args, f"{name}_storage") or default
+    return site.parse_storage(text, flag=f"--{name}-storage", name=name, mount=getattr(args, f"{name}_mount"))
+
+
+# Pod settings Slurm has no place for: refused there rather than dropped unseen.
+K8S_ONLY = ("annotation", "node_selector", "toleration", "topology_key", "privileged")
+
+
+def _site(args: argparse.Namespace) -> site.Site:
+    """The site's settings from the flags, with the defaults of the target (README: "Clusters")."""
+    if args.target == "slurm" and (given := [name for name in K8S_ONLY if getattr(args, name)]):
+        flags = " ".join("--" + name.replace("_", "-") for name in given)
+        raise BadInput(
+            f"{flags}: Kubernetes pod settings; fix: drop them for --target slurm (pyxis has no "
+            "privileged mode; place a Slurm job with sbatch's own options)"
+        )
+    node_dir = f"{site.HOST_ROOT}/{{}}"
+    if args.job != "serve":
+        model_default = "none"
+    elif args.target == "k8s":
+        model_default = f"ephemeral:{PROFILES[args.profile or 'deepseek-v3'].disk}"
+    else:
+        model_default = "host:" + node_dir.format("hf")
+    selector = site.split_pairs(args.node_selector)
+    if args.instance_type:
+        selector.setdefault(INSTANCE_TYPE_LABEL, args.instance_type)
+    return site.Site(
+        model=_storage(args, "model", model_default),
+        cache=_storage(args, "cache", "host:" + node_dir.format("jit-cache")),
+        results=_storage(args, "results", "host:" + node_dir.format("results")),
+        env=_site_env(args),
+        annotations=site.split_pairs(args.annotation),
+        node_selector=selector,
+        tolerations=tuple(dict.fromkeys([site.GPU_TAINT, *args.toleration])),
+        host_network=args.host_network,
+        privileged=args.privileged,
+        topology_key=args.topology_key or "",
+        cpus_per_gpu=args.cpus_per_gpu,
+        startup_timeout_s=args.startup_timeout,
+    )
 
 
 def cmd_render(args: argparse.Namespace, console: Console) -> int:
@@ -61,6 +148,8 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
         a2a=args.a2a,
         model_path=args.model_path,
         fabric_devices=args.fabric_devices,
+        instance_type=args.instance_type,
+        site=_site(args),
     )
     if args.print_command:
         _write(node_commands(job), args.out)
@@ -71,7 +160,8 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
         settings = k8s.PodSettings(
             shm_size=args.shm_size, memory=args.memory, rdma_resource=args.rdma_resource or ""
         )
-        text = dump_all(k8s.job_objects(job, settings, args.k8s_kind))
+        objects = k8s.job_objects(job, settings, args.k8s_kind)
+        text = dump_all(objects, comments=k8s.notes(job, args.k8s_kind))
     _write(text, args.out)
     if args.out:
         console.print(
@@ -103,17 +193,49 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fabric", choices=tuple(FABRICS), help="default: DEFAULT_TARGET's")
     parser.add_argument("--image", type=one_line, help="REPOSITORY[:TAG]@sha256:<64 hex>")
     parser.add_argument("--manifest", type=path_arg, help="build manifest JSON: its image for these pins")
-    parser.add_argument(
-        "--squashfs-dir", type=one_line, help="slurm: node-local directory of pulled images"
-    )
+    parser.add_argument("--squashfs-dir", type=one_line, help="slurm: node-local directory of pulled images")
     parser.add_argument("--out", type=path_arg, help="write here (whole or not at all) instead of stdout")
 
 
-def _node_selector(text: str) -> str:
-    one_line(text)
-    if "=" not in text or text.startswith("="):
-        raise argparse.ArgumentTypeError(f"{text!r}: write KEY=VALUE")
-    return text
+def _site_arguments(render: argparse.ArgumentParser) -> None:
+    """The cluster's own settings (epstack.cluster.site); defaults in README "Clusters"."""
+    group = render.add_argument_group("site (storage: host:/DIR, pvc:CLAIM, ephemeral:SIZE or none)")
+    for name, what, mount in (
+        ("model", "serve: HF cache (HF_HOME) / model weights (default k8s ephemeral:<profile's size>, "
+         "slurm host:/var/tmp/epstack/hf)", site.MODEL_MOUNT),
+        ("cache", "writable JIT caches (default host:/var/tmp/epstack/jit-cache)", site.CACHE_MOUNT),
+        ("results", "smoke report and rank logs (default host:/var/tmp/epstack/results)", site.RESULTS_MOUNT),
+    ):  # fmt: skip
+        group.add_argument(f"--{name}-storage", type=one_line, metavar="SPEC", help=what)
+        group.add_argument(
+            f"--{name}-mount",
+            type=_mount_path,
+            default=mount,
+            help=f"where the container sees it ({mount})",
+        )
+    group.add_argument("--env", type=_env_arg, action="append", default=[], help="KEY=VALUE (repeatable)")
+    group.add_argument("--env-file", type=path_arg, help="KEY=VALUE lines (before --env)")
+    group.add_argument(
+        "--instance-type", type=one_line, help="EFA device count (default p5.48xlarge: 32); k8s node selector"
+    )
+    group.add_argument(
+        "--host-network", action="store_true", help="k8s: hostNetwork, for RoCE without SR-IOV"
+    )
+    group.add_argument("--privileged", action="store_true", help="k8s: privileged containers")
+    group.add_argument(
+        "--annotation", type=_key_value, action="append", default=[], help="k8s pod annotation KEY=VALUE"
+    )
+    group.add_argument("--node-selector", type=_key_value, action="append", default=[], help="k8s: KEY=VALUE")
+    group.add_argument(
+        "--toleration", type=one_line, action="append", default=[], help="k8s: tolerate KEY:NoSchedule too"
+    )
+    group.add_argument(
+        "--topology-key", type=one_line, help="k8s: all pods in one domain (LWS exclusive-topology)"
+    )
+    group.add_argument("--cpus-per-gpu", type=positive_int, default=site.DEFAULT_CPUS_PER_GPU)
+    group.add_argument(
+        "--startup-timeout", type=positive_int, default=site.DEFAULT_STARTUP_TIMEOUT_S, help="serve: seconds"
+    )
 
 
 def register(subparsers: SubParsers) -> None:
@@ -145,6 +267,7 @@ def register(subparsers: SubParsers) -> None:
     render.add_argument("--shm-size", type=one_line, default="64Gi", help="/dev/shm size (default 64Gi)")
     render.add_argument("--memory", type=one_line, default="256Gi", help="pod memory request (default 256Gi)")
     render.add_argument("--print-command", action="store_true", help="serve: print node 0's and 1's commands")
+    _site_arguments(render)
     render.set_defaults(func=cmd_render)
 
     pull = cluster.add_parser(
@@ -152,7 +275,5 @@ def register(subparsers: SubParsers) -> None:
     )
     _common(pull)
     pull.add_argument("--nodes", type=positive_int, default=1, help="slurm: nodes to import on")
-    pull.add_argument(
-        "--node-selector", type=_node_selector, action="append", default=[], help="k8s: KEY=VALUE"
-    )
+    pull.add_argument("--node-selector", type=_key_value, action="append", default=[], help="k8s: KEY=VALUE")
     pull.set_defaults(func=cmd_pull)

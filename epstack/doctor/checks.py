@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from epstack.checkrow import Check, Verdict
 from epstack.doctor import host
-from epstack.fabric import EFA
+from epstack.fabric import EFA, GDRDRV
 from epstack.stack import EFA_GDA_MIN_NCCL, GIN_EFA_GDA, GIN_PROXY
 
 # Minimum Linux driver per CUDA major (NVIDIA's CUDA compatibility guide, minor version compatibility).
@@ -25,8 +25,10 @@ DRIVER_PARAMS_FIX = (
 EFA_GDA_MIN_DRIVER = "3.3.0"  # aws-ofi-nccl 1.21 doc/gin-getting-started.md, EFA-GDA requirements
 MEMLOCK_FIX = (
     "set memlock unlimited: '* - memlock unlimited' in /etc/security/limits.conf; containers: docker "
-    "--ulimit memlock=-1, containerd/kubelet LimitMEMLOCK=infinity; Slurm: PropagateResourceLimits"
+    "--ulimit memlock=-1, containerd/kubelet LimitMEMLOCK=infinity, pods: IPC_LOCK (epstack cluster "
+    "render adds it); Slurm: PropagateResourceLimits"
 )
+RENDER = "epstack cluster render"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +49,28 @@ class Facts:
     memlock: str | None
     hugepages: host.HugePages
     env: dict[str, str] = field(default_factory=dict)
+    # What a container sees (epstack.doctor.pod): its verbs devices, its network namespace's
+    # interfaces, what kind of container it is ('' on a host), whether the host loaded gdrdrv, and
+    # each JIT cache (variable, path, why it cannot be written or '').
+    uverbs: tuple[str, ...] = ()
+    netdevs: tuple[str, ...] = ()
+    container: str = ""
+    gdrdrv_module: bool = False
+    jit_caches: tuple[tuple[str, str, str], ...] = ()
+
+
+def gdrdrv_fix(facts: Facts) -> str:
+    """/dev/gdrdrv absent: the module is missing on the host, or the container was not given the device."""
+    if facts.container and facts.gdrdrv_module:
+        return (
+            f"the host has GDRCopy's gdrdrv module but this container has no {GDRDRV}: {RENDER} mounts it "
+            "for jobs across nodes (Kubernetes: hostPath + NVIDIA_GDRCOPY=enabled; Slurm: "
+            f"--container-mounts={GDRDRV}:{GDRDRV}); without it NCCL GIN is unavailable"
+        )
+    return (
+        "install GDRCopy's gdrdrv kernel module (the pinned GDRCOPY_VERSION; "
+        "gdrcopy's insmod.sh or its dkms package)"
+    )
 
 
 def _module_kind(facts: Facts) -> str:
@@ -146,10 +170,7 @@ def check_gpudirect(facts: Facts, needed: bool) -> list[Check]:
         expected="present (GDRCopy kernel module)",
         found="present" if facts.gdrdrv else "absent",
         verdict="ok" if facts.gdrdrv else ("fail" if needed else "warn"),
-        fix=""
-        if facts.gdrdrv
-        else "install GDRCopy's gdrdrv kernel module (the pinned GDRCOPY_VERSION; "
-        "gdrcopy's insmod.sh or its dkms package)",
+        fix="" if facts.gdrdrv else gdrdrv_fix(facts),
     )
     return [rdma, gdr]
 

@@ -1,13 +1,17 @@
 """Read-only facts about a host, from its sysfs and procfs under a root directory (default /), so tests
 read fixture trees of healthy and broken hosts. Used by `epstack doctor` and by the smoke (its RDMA
-device list). Standard library only: GPU hosts import this bare.
+device list). Inside a container (a pod, a pyxis task) the same files are the container's view: its
+/dev, its network namespace's /sys/class/net, its limits. Standard library only: GPU hosts import
+this bare.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from epstack.fabric import EFA
 
@@ -108,10 +112,16 @@ class RdmaDevice:
     name: str
     driver: str  # efa, mlx5_core, ...
     ports: tuple[RdmaPort, ...]
+    netdevs: tuple[str, ...] = ()  # its network interfaces (device/net), as sysfs shows them here
 
     @property
     def is_efa(self) -> bool:
         return self.driver == EFA.kernel_driver or self.name.startswith(EFA.device_prefixes)
+
+    @property
+    def is_roce(self) -> bool:
+        """RDMA over Ethernet: its GIDs come from its netdev, which must be in this network namespace."""
+        return not self.is_efa and any(p.link_layer == "Ethernet" for p in self.ports)
 
 
 def rdma_devices(root: Path = ROOT) -> list[RdmaDevice]:
@@ -133,8 +143,46 @@ def rdma_devices(root: Path = ROOT) -> list[RdmaDevice]:
                         link_layer=(_read(port, "link_layer") or "").strip(),
                     )
                 )
-        devices.append(RdmaDevice(name=path.name, driver=driver, ports=tuple(ports)))
+        net = path / "device" / "net"
+        netdevs = tuple(sorted(n.name for n in net.iterdir())) if net.is_dir() else ()
+        devices.append(RdmaDevice(name=path.name, driver=driver, ports=tuple(ports), netdevs=netdevs))
     return devices
+
+
+def uverbs_devices(root: Path = ROOT) -> list[str]:
+    """The verbs character devices this process can see (/dev/infiniband/uverbs*): what libibverbs,
+    and so NCCL and libfabric, open; a container has them only if a device plugin or mount gives them."""
+    directory = root / "dev" / "infiniband"
+    return sorted(p.name for p in directory.glob("uverbs*")) if directory.is_dir() else []
+
+
+def network_interfaces(root: Path = ROOT) -> list[str]:
+    """This network namespace's interfaces (/sys/class/net shows the namespace of whoever mounted sysfs)."""
+    directory = root / "sys/class/net"
+    return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+
+
+def container_kind(root: Path, env: Mapping[str, str]) -> str:
+    """'kubernetes' in a pod, 'container' in another container (docker, podman, enroot), '' on a host."""
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        return "kubernetes"
+    if any((root / marker).exists() for marker in (".dockerenv", "run/.containerenv")):
+        return "container"  # docker's and podman's markers
+    return ""
+
+
+def directory_problem(root: Path, path: str) -> str:
+    """Why `path` (as this process names it) could not be created or written; '' when it can."""
+    target = root / PurePosixPath(path).relative_to("/") if path.startswith("/") else root / path
+    existing = next((p for p in (target, *target.parents) if p.exists()), None)
+    if existing is None:
+        return "no existing parent"
+    shown = "/" + existing.relative_to(root).as_posix() if existing != root else "/"
+    if not existing.is_dir():
+        return f"{shown} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{shown} is not writable (a read-only root, or another owner)"
+    return ""
 
 
 def memlock_limit(root: Path = ROOT) -> str | None:

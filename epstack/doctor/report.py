@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from epstack.checkrow import Check
+from epstack.cluster.site import JIT_CACHE_DIRS
 from epstack.doctor import host
 from epstack.doctor.checks import (
     Facts,
@@ -23,7 +24,15 @@ from epstack.doctor.checks import (
     check_nccl_env,
     check_rdma,
 )
+from epstack.doctor.pod import check_jit_cache, check_rdma_files, check_rdma_netns
 from epstack.guard.loaded import cuda_driver_version
+
+
+def _jit_caches(root: Path, env: Mapping[str, str]) -> tuple[tuple[str, str, str], ...]:
+    """Each JIT cache variable set (DeepEP's own default, ~/.deep_ep, when unset) and its problem."""
+    paths = {name: env[name] for name, _ in JIT_CACHE_DIRS if env.get(name)}
+    paths.setdefault("EP_JIT_CACHE_DIR", f"{env.get('HOME', '/root')}/.deep_ep")
+    return tuple((name, path, host.directory_problem(root, path)) for name, path in paths.items())
 
 
 def gather(root: Path, env: Mapping[str, str]) -> Facts:
@@ -43,6 +52,11 @@ def gather(root: Path, env: Mapping[str, str]) -> Facts:
         memlock=host.memlock_limit(root),
         hugepages=host.hugepages(root),
         env={k: v for k, v in env.items() if k.startswith(("NCCL_", "EP_", "FI_", "NVSHMEM_"))},
+        uverbs=tuple(host.uverbs_devices(root)),
+        netdevs=tuple(host.network_interfaces(root)),
+        container=host.container_kind(root, env),
+        gdrdrv_module=host.module_loaded("gdrdrv", root),
+        jit_caches=_jit_caches(root, env),
     )
 
 
@@ -84,6 +98,7 @@ def run_doctor(facts: Facts, *, cuda: str, nccl_version: str) -> Report:
         needed = bool(facts.rdma)
         checks += check_driver_params(facts, needed) + check_gpudirect(facts, needed)
     checks += check_rdma(facts)
-    checks += [check_memlock(facts), check_hugepages(facts)]
+    checks += [check_rdma_files(facts), check_rdma_netns(facts)]
+    checks += [check_memlock(facts), check_hugepages(facts), check_jit_cache(facts)]
     checks += check_nccl_env(facts, nccl_version)
     return Report(root=facts.root, cuda=cuda, checks=tuple(checks))

@@ -27,6 +27,7 @@ from tests.cluster.validation import images_of, validate_object
 # Every variable name epstack.smoke.launchenv knows: the launcher reads no other.
 LAUNCHER_NAMES = {value for key, value in vars(V).items() if key.isupper() and isinstance(value, str)}
 CASES = list(itertools.product(("elastic-smoke", "serve"), ("job", "lws"), ("efa", "ib"), (1, 2)))
+GIN_CAPABILITIES = {"ib": ["IPC_LOCK", "SYS_RAWIO"], "efa": ["IPC_LOCK"]}
 
 
 def _objects(tmp_path: Path, job: str, kind: str, fabric: str, nodes: int) -> list[dict[str, Any]]:
@@ -61,18 +62,27 @@ def test_every_manifest_validates_and_names_the_image_by_digest(
     container = _container(objects)
     limits = container["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == 8
-    assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
-    assert container["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    assert container["resources"]["requests"]["cpu"] == 32  # 4 per GPU
+    mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
+    # The JIT caches and the results on node directories; serve's HF cache on the pod's own disk.
+    assert {"/dev/shm", "/var/cache/epstack-jit", "/var/lib/epstack/results"} <= mounts
+    assert ("/models" in mounts) == (job == "serve")
     facts = FABRICS[fabric]
     env = _env(container)
+    assert env["EP_JIT_CACHE_DIR"] == "/var/cache/epstack-jit/deep_ep"
     if nodes > 1:
         assert limits[facts.k8s_resource] >= 1
         assert ("hugepages-2Mi" in limits) == bool(facts.hugepages_2mi)
         assert dict(facts.job_env).items() <= env.items()
+        # Pinned GIN types: IB GDAKI (3) maps NIC doorbells, EFA's proxy (2) does not.
+        assert container["securityContext"]["capabilities"]["add"] == GIN_CAPABILITIES[fabric]
+        assert "/dev/gdrdrv" in mounts and env["NVIDIA_GDRCOPY"] == "enabled"
     else:
         # One node is one NVLink domain: DeepEP V2 runs direct, no NIC, no fabric variables.
         assert set(limits) == {"nvidia.com/gpu"}
         assert not set(dict(facts.job_env)) & set(env)
+        assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+        assert "/dev/gdrdrv" not in mounts and "NVIDIA_GDRCOPY" not in env
 
 
 def test_lws_schema_check_is_not_empty(tmp_path: Path) -> None:
@@ -93,7 +103,7 @@ def test_lws_schema_check_is_not_empty(tmp_path: Path) -> None:
 def test_a_manifest_with_a_bad_field_fails_the_real_schema(tmp_path: Path) -> None:
     objects = _objects(tmp_path, "elastic-smoke", "job", "ib", 2)
     job = next(obj for obj in objects if obj["kind"] == "Job")
-    job["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = "IPC_LOCK"
+    job["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = "SYS_RAWIO"
     with pytest.raises(jsonschema.ValidationError):
         validate_object(job)
 

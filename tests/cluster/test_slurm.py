@@ -70,10 +70,16 @@ def _run_sbatch(
     return subprocess.run(["bash", path], env=env, capture_output=True, text=True, check=False)
 
 
-def _tasks(tmp_path: Path, script: str, nodes: int) -> list[dict[str, Any]]:
+def _steps(tmp_path: Path, script: str, nodes: int) -> list[dict[str, Any]]:
+    """Every task of every srun the script ran."""
     result = _run_sbatch(tmp_path, script, nodes)
     assert result.returncode == 0, result.stderr
     return [json.loads(line) for line in (tmp_path / "srun.jsonl").read_text().splitlines()]
+
+
+def _tasks(tmp_path: Path, script: str, nodes: int) -> list[dict[str, Any]]:
+    """The tasks of the job's step (in its container), not the host steps before it."""
+    return [task for task in _steps(tmp_path, script, nodes) if "container-image" in task["opts"]]
 
 
 def _tool_checks(script: str, tmp_path: Path) -> None:

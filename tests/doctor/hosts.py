@@ -14,6 +14,7 @@ class Nic:
     driver: str  # efa | mlx5_core
     state: str = "4: ACTIVE"
     link_layer: str = "InfiniBand"
+    netdev: str = ""  # its network interface (device/net/<netdev>); RoCE's GIDs come from it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,6 +31,12 @@ class Host:
     efa_version: str | None = None
     memlock: str = "unlimited"
     hugepages: int = 0
+    # What a container sees: the verbs devices (one per NIC), this network namespace's interfaces
+    # (None: every NIC's netdev and eth0), a docker marker, and GDRCopy's module loaded on the host.
+    uverbs: bool = True
+    netdevs: tuple[str, ...] | None = None
+    container: bool = False
+    gdrdrv_module: bool = True
     extra: dict[str, str] = field(default_factory=dict)
 
     def but(self, **changes: object) -> Host:
@@ -42,6 +49,12 @@ HEALTHY_EFA = Host(
     hugepages=2560,
 )
 HEALTHY_IB = Host(nics=tuple(Nic(name=f"mlx5_{i}", driver="mlx5_core") for i in range(4)), peermem=True)
+HEALTHY_ROCE = HEALTHY_IB.but(
+    nics=tuple(
+        Nic(name=f"mlx5_{i}", driver="mlx5_core", link_layer="Ethernet", netdev=f"ens{i + 1}np0")
+        for i in range(4)
+    )
+)
 # The GPU machine: H200s, driver and NVLink, no RDMA NIC, no gdrdrv, default driver parameters.
 GPU_NO_NIC = Host(stream_mem_ops="0", registry_dwords="", gdrdrv=False)
 NO_GPU = Host(driver=None, gdrdrv=False, memlock="8388608")
@@ -90,6 +103,19 @@ def build(root: Path, host: Host) -> Path:
         (device / "device").symlink_to(f"../../../devices/pci0000:00/0000:{0x30 + i:02x}:00.0")
         _write(device, "ports/1/state", nic.state + "\n")
         _write(device, "ports/1/link_layer", nic.link_layer + "\n")
+        if nic.netdev:
+            (pci / "net" / nic.netdev).mkdir(parents=True)
+        if host.uverbs:
+            _write(root, f"dev/infiniband/uverbs{i}", "")
+    netdevs = (
+        host.netdevs if host.netdevs is not None else ("eth0", *(n.netdev for n in host.nics if n.netdev))
+    )
+    for name in ("lo", *netdevs):
+        (root / "sys/class/net" / name).mkdir(parents=True)
+    if host.container:
+        _write(root, ".dockerenv", "")
+    if host.gdrdrv_module:
+        (root / "sys/module/gdrdrv").mkdir(parents=True)
     if host.efa_version:
         _write(root, "sys/module/efa/version", host.efa_version + "\n")
     _write(

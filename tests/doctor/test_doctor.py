@@ -15,7 +15,7 @@ import pytest
 from epstack.cli import main
 from epstack.commands.doctor import main as doctor_main
 from tests.conftest import PINS, REPO, pins_variant
-from tests.doctor.hosts import GPU_NO_NIC, HEALTHY_EFA, HEALTHY_IB, NO_GPU, Host, Nic, build
+from tests.doctor.hosts import GPU_NO_NIC, HEALTHY_EFA, HEALTHY_IB, HEALTHY_ROCE, NO_GPU, Host, Nic, build
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +40,7 @@ def _failed(report: dict[str, Any]) -> set[str]:
     return {row["component"] for row in report["checks"] if row["verdict"] == "fail"}
 
 
-@pytest.mark.parametrize("host", [HEALTHY_EFA, HEALTHY_IB], ids=["efa", "ib"])
+@pytest.mark.parametrize("host", [HEALTHY_EFA, HEALTHY_IB, HEALTHY_ROCE], ids=["efa", "ib", "roce"])
 def test_healthy_hosts_pass(tmp_path: Path, host: Host, capsys: pytest.CaptureFixture[str]) -> None:
     code, report = _doctor(tmp_path, host)
     assert (code, report["ok"], _failed(report)) == (0, True, set())
@@ -175,3 +175,60 @@ def test_stdlib_only_entry_point(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr
     assert json.loads((tmp_path / "r.json").read_text())["checks"]
     assert doctor_main(["--root", str(root), "--pins", str(PINS)]) == 1
+
+
+# ---- inside a pod: what the container sees -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # No device plugin resource: sysfs lists the NICs, /dev/infiniband has no verbs device.
+        (HEALTHY_EFA.but(uverbs=False), "RDMA device files", "--fabric-devices", "modprobe ib_uverbs"),
+        # The module is loaded on the node, the pod was not given the device (PR #1241's failure).
+        (HEALTHY_EFA.but(gdrdrv=False), "/dev/gdrdrv", "--container-mounts=/dev/gdrdrv", "gdrdrv kernel"),
+        # RoCE without hostNetwork or SR-IOV: the pod's namespace has only its own eth0.
+        (HEALTHY_ROCE.but(netdevs=("eth0",)), "RDMA netdevs here", "--host-network", "ip link"),
+        # enroot's read-only root: the image's cache path cannot be created (here: under a file).
+        (
+            HEALTHY_IB.but(extra={"var/cache": "a file, not a directory"}),
+            "JIT caches writable",
+            "--cache-storage host:/DIR",
+            "to a writable directory",
+        ),
+    ],
+    ids=["uverbs", "gdrdrv", "roce-netns", "jit-cache"],
+)
+def test_a_pod_is_told_which_render_flag_fixes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: tuple[Host, str, str, str]
+) -> None:
+    host, component, pod_fix, host_fix = case
+    monkeypatch.setenv("EP_JIT_CACHE_DIR", "/var/cache/deep_ep")  # the image's ENV
+    code, report = _doctor(tmp_path / "pod", host.but(container=True))
+    assert code == 1 and _failed(report) == {component}
+    row = _rows(report)[component]
+    assert pod_fix in row["fix"] and "epstack cluster render" in row["fix"]
+    # The same breakage on a host names the host's fix instead.
+    code, report = _doctor(tmp_path / "host", host)
+    assert (
+        host_fix in _rows(report)[component]["fix"]
+        and "cluster render" not in _rows(report)[component]["fix"]
+    )
+
+
+def test_a_pod_with_what_gin_needs_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `cluster render` gives a RoCE pod: devices, its netdevs (hostNetwork), a writable cache."""
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("EP_JIT_CACHE_DIR", "/var/cache/epstack-jit/deep_ep")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/var/cache/epstack-jit/triton")
+    code, report = _doctor(tmp_path, HEALTHY_ROCE)
+    rows = _rows(report)
+    assert code == 0 and rows["RDMA netdevs here"]["verdict"] == "ok"
+    assert "mlx5_0: ens1np0" in rows["RDMA netdevs here"]["found"]
+    assert rows["RDMA device files"]["found"] == "uverbs0, uverbs1, uverbs2, uverbs3"
+    assert "TRITON_CACHE_DIR=/var/cache/epstack-jit/triton" in rows["JIT caches writable"]["found"]
+
+
+def test_a_missing_gdrdrv_module_is_the_hosts_to_fix_even_in_a_pod(tmp_path: Path) -> None:
+    code, report = _doctor(tmp_path, HEALTHY_EFA.but(gdrdrv=False, gdrdrv_module=False, container=True))
+    assert code == 1 and "install GDRCopy's gdrdrv kernel module" in _rows(report)["/dev/gdrdrv"]["fix"]

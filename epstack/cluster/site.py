@@ -1,0 +1,152 @@
+"""A site's settings for a cluster job: storage (model / HF cache, JIT cache, results), environment,
+network, scheduling and privileges. Flag values are parsed and checked here; epstack.cluster.k8s and
+.slurm write them.
+
+Storage is `host:DIR` (a node's directory), `pvc:CLAIM` (Kubernetes), `ephemeral:SIZE` (a pod's own
+disk: an emptyDir of that size and an ephemeral-storage request) or `none`. The defaults follow
+public deployments (README, "Clusters"): the model cache on the pod's ephemeral storage sized for the
+model in Kubernetes (llm-d's wide-EP pods request ephemeral storage), a node directory on Slurm
+(ai-dynamo's SGLang Slurm jobs mount the model directory); the JIT cache and the results on node
+directories that outlive the pod or step (sgl-project/sglang's lws_pd examples mount a hostPath
+cache, DirectoryOrCreate).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+from epstack.errors import BadInput
+from epstack.inputs import read_text
+from epstack.smoke import launchenv as V
+
+StorageKind = Literal["host", "pvc", "ephemeral"]
+STORAGE_KINDS: tuple[StorageKind, ...] = ("host", "pvc", "ephemeral")
+# Where each volume is mounted in the container.
+MODEL_MOUNT = "/models"  # HF_HOME: hub ids download here once; --model-path may name a directory here
+CACHE_MOUNT = "/var/cache/epstack-jit"
+RESULTS_MOUNT = "/var/lib/epstack/results"
+# Node directories used unless told otherwise (beside `cluster pull`'s /var/tmp/epstack images).
+HOST_ROOT = "/var/tmp/epstack"
+# Each JIT toolchain's cache variable and its folder under the cache mount (the names the guard's JIT
+# probe uses): DeepEP, Triton, FlashInfer, DeepGEMM.
+JIT_CACHE_DIRS: tuple[tuple[str, str], ...] = (
+    ("EP_JIT_CACHE_DIR", "deep_ep"),
+    ("TRITON_CACHE_DIR", "triton"),
+    ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
+    ("DG_JIT_CACHE_DIR", "deep_gemm"),
+)
+DEFAULT_CPUS_PER_GPU = 4  # llm-d's wide-EP pods request 32 CPUs for 8 GPUs
+DEFAULT_STARTUP_TIMEOUT_S = 3600  # DeepSeek-V3: ~690 GB to fetch and load, then CUDA graphs
+GPU_TAINT = "nvidia.com/gpu"  # GPU node pools' usual taint (EKS, GKE, the GPU operator's docs)
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SIZE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
+_DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_LAUNCHER_NAMES = frozenset(v for k, v in vars(V).items() if k.isupper() and isinstance(v, str))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Storage:
+    """A volume: what backs it (kind, source) and where the container sees it."""
+
+    name: str  # the volume's name in a pod
+    kind: StorageKind
+    source: str  # a node directory, a claim name, or a size
+    mount: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Site:
+    """Everything about the cluster a job runs on that the job itself does not decide."""
+
+    model: Storage | None = None
+    cache: Storage | None = None
+    results: Storage | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[str, ...] = (GPU_TAINT,)
+    host_network: bool = False
+    privileged: bool = False
+    topology_key: str = ""
+    cpus_per_gpu: int = DEFAULT_CPUS_PER_GPU
+    startup_timeout_s: int = DEFAULT_STARTUP_TIMEOUT_S
+
+    @property
+    def volumes(self) -> tuple[Storage, ...]:
+        return tuple(v for v in (self.model, self.cache, self.results) if v is not None)
+
+    def volume_env(self) -> dict[str, str]:
+        """HF_HOME on the model volume and every JIT cache on the cache volume."""
+        env = {"HF_HOME": self.model.mount} if self.model else {}
+        if self.cache:
+            env |= {key: str(PurePosixPath(self.cache.mount) / sub) for key, sub in JIT_CACHE_DIRS}
+        return env
+
+
+def parse_storage(text: str, *, flag: str, name: str, mount: str) -> Storage | None:
+    """`host:DIR`, `pvc:CLAIM`, `ephemeral:SIZE` or `none`; BadInput naming the flag otherwise."""
+    if text == "none":
+        return None
+    kind, sep, source = text.partition(":")
+    if not sep or kind not in STORAGE_KINDS or not source:
+        raise BadInput(
+            f"{flag} {text}: fix: write host:/DIR, pvc:CLAIM, ephemeral:SIZE (e.g. ephemeral:800Gi) or none"
+        )
+    if kind == "host" and not absolute_clean(source):
+        raise BadInput(f"{flag} {text}: the node directory must be an absolute path; fix: write host:/DIR")
+    if kind == "pvc" and not _DNS_NAME.fullmatch(source):
+        raise BadInput(f"{flag} {text}: not a claim name; fix: lowercase letters, digits, '-' and '.'")
+    if kind == "ephemeral" and not _SIZE.fullmatch(source):
+        raise BadInput(f"{flag} {text}: not a size; fix: write a Kubernetes quantity such as 800Gi")
+    return Storage(name=name, kind=kind, source=source, mount=mount)
+
+
+def absolute_clean(path: str) -> bool:
+    """An absolute path without `..`, so a mount names exactly the directory written."""
+    return path.startswith("/") and ".." not in PurePosixPath(path).parts
+
+
+def split_pairs(items: Iterable[str]) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in items)
+
+
+def env_pair(line: str) -> tuple[str, str]:
+    """KEY=VALUE with a shell-style name, the value taken literally (as docker --env-file does);
+    ValueError says what is wrong. The caller checks the value is one line of text."""
+    key, sep, value = line.partition("=")
+    if not sep or not _ENV_KEY.fullmatch(key):
+        raise ValueError("not KEY=VALUE with KEY a variable name ([A-Za-z_][A-Za-z0-9_]*)")
+    if key in _LAUNCHER_NAMES:
+        raise ValueError(f"{key} is set by the job's launcher (epstack.smoke.launchenv), not the site")
+    return key, value
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvLine:
+    number: int
+    key: str
+    value: str
+
+
+def read_env_file(path: Path) -> list[EnvLine]:
+    """KEY=VALUE lines; blank lines and `#` comments skipped; a bad line is BadInput naming file:line."""
+    lines = []
+    for number, line in enumerate(read_text(path, what="an env file").splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            key, value = env_pair(line)
+        except ValueError as exc:
+            raise env_file_error(path, number, str(exc)) from None
+        lines.append(EnvLine(number=number, key=key, value=value))
+    return lines
+
+
+def env_file_error(path: Path, number: int, why: str) -> BadInput:
+    return BadInput(
+        f"{path}:{number}: {why}; fix: write one KEY=VALUE a line (the value is taken as written)"
+    )
