@@ -1,4 +1,4 @@
-"""`epstack pins check|get|predict`: the pins file as users and scripts read it.
+"""`epstack pins check|get|predict|bump|outdated`: the pins file as users and scripts read and move it.
 
 `pins get KEY...` is how the shell scripts (scripts/gpu, benchmarks) get a version: from the
 validated pins, never from a constant of their own.
@@ -8,21 +8,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack.commands.common import LOCKS, PINS, SubParsers, pins_path
+from epstack.commands.common import LOCKS, PINS, SubParsers, path_arg, pins_path, positive_int
 from epstack.commands.lock import moves_table
-from epstack.errors import BadInput
+from epstack.errors import BadInput, EnvironmentProblem
 from epstack.layers import LAYER_NAMES
+from epstack.output import check_writable, write_file
+from epstack.pins.bump import apply_bump, plan_bump
+from epstack.pins.bumpreport import Section, markdown, sections, verdict
 from epstack.pins.load import load_pins
 from epstack.pins.model import Pins
+from epstack.pins.outdated import OUTDATED, Outdated, Sources, outdated
 from epstack.python.lock import stale_locks
 from epstack.python.lockfile import locks_dir
-from epstack.python.predict import predict, predict_locks
+from epstack.python.predict import predict_locks, predict_pins
+from epstack.python.releases import index_url
 from epstack.suggest import did_you_mean
 
 
@@ -82,10 +88,11 @@ def _print(console: Console, text: str, style: str) -> None:
 def cmd_pins_predict(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
     pins = load_pins(path)
-    prediction = predict(pins)
+    prediction = predict_pins(pins, locks_dir(args.locks))
     console.print(
         f"uv would install {prediction.installs} distributions for {prediction.requested} "
-        f"(Python {pins.image_target.python_version}, {pins.image_target.platform})"
+        f"(Python {pins.image_target.python_version}, {pins.image_target.platform}; "
+        f"answered from {escape(prediction.source)})"
     )
     for move in prediction.moves:
         _print(console, str(move), "red")
@@ -103,8 +110,82 @@ def cmd_pins_predict(args: argparse.Namespace, console: Console) -> int:
     return 1 if prediction.drifts else 0
 
 
+def _table(section: Section) -> Table:
+    table = Table(*section.columns, title=escape(section.title))
+    for row in section.rows:
+        table.add_row(*map(escape, row))
+    return table
+
+
+def cmd_pins_bump(args: argparse.Namespace, console: Console) -> int:
+    path, directory = pins_path(args.pins), locks_dir(args.locks)
+    if args.summary:
+        check_writable(args.summary, what="the summary", inputs=[path, directory])
+    bump = plan_bump(path, directory, args.assignments)
+    for section in sections(bump):
+        console.print(_table(section))
+    for line in verdict(bump):
+        _print(console, line, "red" if bump.refusals else "green")
+    if args.summary:
+        write_file(args.summary, markdown(bump), what="the summary")
+        console.print(f"summary: {escape(str(args.summary))}")
+    if bump.refusals:
+        _print(console, f"{path} and {directory}: untouched", "red")
+        return 1
+    if args.dry_run:
+        _print(console, f"--dry-run: {path} and {directory} untouched", "green")
+        return 0
+    for written in apply_bump(bump):
+        console.print(f"{escape(str(written))}: written")
+    return 0
+
+
+_STATUS_STYLE = {"current": "green", "newer": "yellow", "held back": "yellow", "moved": "red"}
+
+
+def _short(text: str) -> str:
+    """Digests and commit hashes cut to 12 hex digits, for the table (--json keeps them whole)."""
+    return re.sub(r"\b([0-9a-f]{12})[0-9a-f]{28,52}\b", r"\1", text)
+
+
+def _print_outdated(console: Console, report: Outdated) -> None:
+    """The rows as a table, then each row's note and the command that checks an unreachable one."""
+    title = f"{report.pins} against upstream ({report.index}; {report.seconds:.1f} s)"
+    columns = ("key", "source", "pinned", "newest", "newest that resolves (the rest held)", "status")
+    table = Table(*columns, title=escape(title))
+    for row in report.rows:
+        cells = (row.key, row.source, _short(row.pinned), _short(row.newest), row.resolves, row.status)
+        table.add_row(*(escape(cell) for cell in cells), style=_STATUS_STYLE.get(row.status, "dim"))
+    console.print(table)
+    for row in report.rows:
+        if row.note:
+            _print(console, f"{row.key} ({row.source}): {row.note}", _STATUS_STYLE.get(row.status, "dim"))
+        if row.check:
+            console.print(f"  check: {escape(row.check)}", soft_wrap=True)
+
+
+def cmd_pins_outdated(args: argparse.Namespace, console: Console) -> int:
+    path = pins_path(args.pins)
+    pins = load_pins(path)
+    if args.json:
+        check_writable(args.json, what="the report", inputs=[path])
+    report = outdated(pins, path, Sources(index=index_url(), candidates=args.candidates))
+    _print_outdated(console, report)
+    if report.sglang_bump:
+        console.print(f"next: epstack pins bump SGLANG_VERSION={escape(report.sglang_bump)} --dry-run")
+    if args.json:
+        write_file(args.json, OUTDATED.dumps(report), what="the report")
+        console.print(f"report: {escape(str(args.json))}")
+    if not report.answered:
+        raise EnvironmentProblem(
+            "no upstream source answered (package index, registry, git); fix: run where one is reachable, "
+            "or point UV_DEFAULT_INDEX at a mirror of the index"
+        )
+    return 0
+
+
 def register(subparsers: SubParsers) -> None:
-    """Add `pins check`, `pins get` and `pins predict` to the top-level subcommands."""
+    """Add `pins check`, `get`, `predict`, `bump` and `outdated` to the top-level subcommands."""
     pins = subparsers.add_parser("pins", help="check the pins file, read a pin, predict SGLang's moves")
     commands = pins.add_subparsers(dest="pins_command", required=True, metavar="SUBCOMMAND")
     check = commands.add_parser("check", parents=[PINS], help="validate pins.env and its compatibility rules")
@@ -114,5 +195,30 @@ def register(subparsers: SubParsers) -> None:
     get.add_argument("keys", nargs="+", metavar="KEY", help="pins.env keys, e.g. NCCL_VERSION")
     get.set_defaults(func=cmd_pins_get)
     commands.add_parser(
-        "predict", parents=[PINS, LOCKS], help="ask uv what installing SGLang would move (needs the index)"
+        "predict",
+        parents=[PINS, LOCKS],
+        help="ask uv what installing SGLang would move (the fresh locks answer offline, else the index)",
     ).set_defaults(func=cmd_pins_predict)
+    bump = commands.add_parser(
+        "bump",
+        parents=[PINS, LOCKS],
+        help="move pins: rules, relock, predict and render checked before pins.env and locks are written",
+    )
+    bump.add_argument("assignments", nargs="+", metavar="KEY=VALUE", help="e.g. SGLANG_VERSION=0.5.24")
+    bump.add_argument("--dry-run", action="store_true", help="check and print, write neither pins nor locks")
+    bump.add_argument("--summary", type=path_arg, metavar="FILE", help="also write the result as Markdown")
+    bump.set_defaults(func=cmd_pins_bump)
+    newer = commands.add_parser(
+        "outdated",
+        parents=[PINS],
+        help="each pin against upstream: the newest release and the newest that resolves with the rest held",
+    )
+    newer.add_argument("--json", type=path_arg, metavar="FILE", help="also write the rows (pins-outdated/1)")
+    newer.add_argument(
+        "--candidates",
+        type=positive_int,
+        default=Sources.candidates,
+        metavar="N",
+        help="newer releases resolved per pin, newest first (default %(default)s)",
+    )
+    newer.set_defaults(func=cmd_pins_outdated)

@@ -8,6 +8,7 @@ Problem instead, so nothing downstream reports it twice.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,3 +146,29 @@ def _parse_line(number: int, line: str, comment: str) -> tuple[Entry | None, lis
     else:
         return Entry(key=key, value=value, line=number, comment=comment), problems
     return None, [*problems, Problem(line=number, key=key, text=text)]
+
+
+def rewrite(text: str, values: Mapping[str, str]) -> str:
+    """`text` (a pins file) with the value of each key in `values` replaced on its own line: every
+    other byte (comments, order, blank lines, a ` # ...` tail, line endings) kept. BadInput when a key
+    is on no KEY=VALUE line or a value is not one line of text (it would write a line of its own)."""
+    lines = text.splitlines(keepends=True)
+    found: set[str] = set()
+    for index, raw in enumerate(lines):
+        line = raw.strip()
+        key, sep, rest = line.partition("=")
+        if not sep or line.startswith("#") or key.strip() not in values:
+            continue
+        key = key.strip()
+        value = _INLINE_COMMENT.sub("", rest).strip()
+        start = raw.index("=") + 1 + rest.index(value) if value else raw.index("=") + 1
+        lines[index] = raw[:start] + values[key] + raw[start + len(value) :]
+        found.add(key)
+    for key, value in values.items():
+        if key not in found:
+            raise BadInput(f"{key}: no {key}= line to rewrite; fix: add {key} to the pins file first")
+        if not value.strip() or not value.isprintable():
+            raise BadInput(
+                f"{key}={value!r}: not one line of printable text; fix: give {key} one literal value"
+            )
+    return "".join(lines)

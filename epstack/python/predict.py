@@ -7,6 +7,11 @@ names the requirement that forces the move. Distributions that would bring their
 one built from DEEPEP_REF are named too. Then, against the committed locks: each lock the change makes
 stale is resolved again as `epstack lock` would (nothing written), and every distribution that would
 move is listed, before anything is built.
+
+When every lock is fresh for the pins, the locks hold the answer: uv resolves SGLang offline, from its
+cache, with the locks' versions as constraints. Where that holds, a plain install can keep every pin
+(the locks are the proof) and the index is not asked; where it cannot (a cold cache, a conflict the
+locks' overrides hid), the index is.
 """
 
 from __future__ import annotations
@@ -17,8 +22,11 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from epstack.errors import EpstackError
+from epstack.layers import TOP, venv_locks
 from epstack.pins.model import Pins
-from epstack.python.lock import LockRun, relock
+from epstack.python.lock import LockRun, relock, stale_locks
+from epstack.python.lockfile import read_lock
 from epstack.python.resolve import Resolution, Unresolvable, compile_requirements
 from epstack.stack import DEEP_EP_PROVIDERS, ImageTarget
 
@@ -45,6 +53,7 @@ class Prediction:
     installs: int
     moves: tuple[Move, ...]
     deep_ep: tuple[Move, ...]  # distributions that would install their own deep_ep; pinned is DEEPEP_REF
+    source: str = "the index"  # where the answer came from: the index, or the fresh locks
 
     @property
     def drifts(self) -> bool:
@@ -86,7 +95,16 @@ def predict(pins: Pins, resolver: Resolver = compile_requirements) -> Prediction
                     required_by=_requirers(resolution, package),
                 )
             )
-    deep_ep = tuple(
+    return Prediction(
+        requested=requested,
+        installs=len(resolution.packages),
+        moves=tuple(moves),
+        deep_ep=_deep_ep(pins, resolution, requested),
+    )
+
+
+def _deep_ep(pins: Pins, resolution: Resolution, requested: str) -> tuple[Move, ...]:
+    return tuple(
         Move(
             package=provider.name,
             pinned=f"deep_ep@{pins.deepep_ref[:7]}",
@@ -97,9 +115,36 @@ def predict(pins: Pins, resolver: Resolver = compile_requirements) -> Prediction
         for provider in resolution.packages
         if provider.name in DEEP_EP_PROVIDERS
     )
+
+
+def predict_from_locks(
+    pins: Pins, directory: Path, resolver: Resolver = compile_requirements
+) -> Prediction | None:
+    """The prediction the fresh locks of `directory` prove, asked of uv's cache alone; None when a lock
+    is stale or the cache cannot answer (then the index must be asked)."""
+    if stale_locks(pins, directory):
+        return None
+    requested = f"sglang=={pins.sglang_version}"
+    held = [p.pin for name in venv_locks(TOP.name) if (lock := read_lock(directory, name))
+            for p in lock.resolution.packages]  # fmt: skip
+    try:
+        resolution = resolver([requested], pins.image_target, constraints=held, offline=True)
+    except EpstackError:
+        return None
+    if any(resolution.version(name) != version for name, version in pins.base_packages.items()):
+        return None
     return Prediction(
-        requested=requested, installs=len(resolution.packages), moves=tuple(moves), deep_ep=deep_ep
+        requested=requested,
+        installs=len(resolution.packages),
+        moves=(),
+        deep_ep=_deep_ep(pins, resolution, requested),
+        source=f"the fresh locks in {directory} (uv's cache, offline)",
     )
+
+
+def predict_pins(pins: Pins, directory: Path, resolver: Resolver = compile_requirements) -> Prediction:
+    """`pins predict`'s answer: from the fresh locks where they hold it, else from the index."""
+    return predict_from_locks(pins, directory, resolver) or predict(pins, resolver)
 
 
 def predict_locks(pins: Pins, directory: Path, resolver: Resolver = compile_requirements) -> LockRun | str:

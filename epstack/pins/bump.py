@@ -1,0 +1,201 @@
+"""`epstack pins bump KEY=VALUE...`: what moving some pins means, proven before anything is written.
+
+The pins file is rewritten in memory (pins.file.rewrite: every comment and line kept) into a staging
+folder beside a copy of the locks; there every pins rule runs, `epstack lock`'s relock resolves only
+the locks the change makes stale (the others stay byte-identical), `pins predict` asks whether a plain
+install of SGLang would move a base pin, and the build context is rendered. Only a bump that passes
+all of it is applied: each lock, then the pins file, swapped in whole (epstack.output.write_file).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from epstack.errors import BadInput
+from epstack.image.render import plan_checkout, write_plan
+from epstack.inputs import read_text
+from epstack.layers import LAYER_NAMES
+from epstack.output import write_file
+from epstack.pins.file import rewrite
+from epstack.pins.load import load_pins
+from epstack.pins.model import Pins
+from epstack.python.lock import Installable, Move, Resolver, lock_specs, relock, stale_locks, write_locks
+from epstack.python.lockfile import LockFile, lock_path
+from epstack.python.predict import Prediction, predict_pins
+from epstack.python.releases import index_pins, missing_release
+from epstack.python.resolve import Unresolvable, check_installable, compile_requirements
+from epstack.suggest import did_you_mean
+
+
+@dataclass(frozen=True, kw_only=True)
+class Image:
+    """One image of one target, tagged before and after the bump."""
+
+    target: str
+    layer: str
+    before: str
+    after: str
+
+    @property
+    def reused(self) -> bool:
+        return self.before == self.after
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bump:
+    """A bump resolved, predicted and rendered in staging; nothing written yet."""
+
+    path: Path
+    locks_dir: Path
+    changes: dict[str, tuple[str, str]]  # key -> (before, after)
+    text: str  # the new pins file
+    locks: dict[str, LockFile]  # the relocked locks by name (the others are kept as they are)
+    kept: tuple[str, ...]
+    moves: tuple[Move, ...]
+    images: tuple[Image, ...]
+    prediction: Prediction
+    refusals: tuple[str, ...]  # why it must not be applied, each with its fix
+    rendered: int  # files in the rendered build context
+    seconds: dict[str, float] = field(default_factory=dict)  # lock, predict, render
+
+
+def parse_assignments(assignments: Sequence[str], pins: Pins, path: Path) -> dict[str, str]:
+    """KEY=VALUE arguments -> {KEY: VALUE}; BadInput for a malformed one, an unknown key, a repeat."""
+    known = pins.as_env()
+    values: dict[str, str] = {}
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        if not sep or not key:
+            raise BadInput(f"{assignment!r}: not KEY=VALUE; fix: write e.g. SGLANG_VERSION=0.5.24")
+        if key not in known:
+            hint = did_you_mean(key, known) or "see the pins reference in README.md"
+            raise BadInput(f"{key}: not a key of {path}; fix: {hint}")
+        if key in values:
+            raise BadInput(f"{key} is given twice; fix: bump each key once")
+        if known[key] == value:
+            raise BadInput(f"{key} is already {value} in {path}; fix: give a new value")
+        values[key] = value
+    return values
+
+
+def plan_bump(
+    path: Path,
+    locks: Path,
+    assignments: Sequence[str],
+    *,
+    resolver: Resolver = compile_requirements,
+    installable: Installable = check_installable,
+) -> Bump:
+    """Prove the bump in a staging folder. BadInput (nothing written anywhere) for an unknown key, a
+    value no rule accepts or a release the index does not have; Unresolvable when the bumped pins do
+    not resolve together."""
+    before = load_pins(path)
+    values = parse_assignments(assignments, before, path)
+    text = rewrite(read_text(path, what="a pins file"), values)
+    with tempfile.TemporaryDirectory(prefix="epstack-bump-") as tmp:
+        staged = Path(tmp) / "pins.env"
+        staged.write_text(text)
+        after = _load_staged(staged, path)
+        read_back = after.as_env()
+        for key, value in values.items():
+            if read_back[key] != value:
+                raise BadInput(
+                    f"{key}={value!r} reads back as {read_back[key]!r}; fix: write {key}={read_back[key]}"
+                )
+        staged_locks = Path(tmp) / "locks"
+        staged_locks.mkdir()
+        for spec in lock_specs(before):
+            if lock_path(locks, spec.name).is_file():
+                shutil.copy2(lock_path(locks, spec.name), lock_path(staged_locks, spec.name))
+        seconds: dict[str, float] = {}
+        start = time.monotonic()
+        try:
+            run = relock(after, staged_locks, resolver=resolver, installable=installable)
+        except Unresolvable as exc:
+            raise _missing(after, values, str(exc)) or Unresolvable(
+                f"the bumped pins do not resolve, nothing written: {exc}"
+            ) from None
+        write_locks(run, staged_locks)
+        seconds["lock"] = time.monotonic() - start
+        start = time.monotonic()
+        prediction = predict_pins(after, staged_locks, resolver)
+        seconds["predict"] = time.monotonic() - start
+        start = time.monotonic()
+        plan = plan_checkout(after, path, locks=staged_locks)
+        write_plan(plan, Path(tmp) / "render")
+        seconds["render"] = time.monotonic() - start
+        stale = stale_locks(after, staged_locks)
+    if stale:  # relock leaves none; a lock it could not make fresh is a bug, said plainly
+        raise AssertionError(f"after relock: {'; '.join(map(str, stale))}")
+    return Bump(
+        path=path,
+        locks_dir=locks,
+        changes={key: (before.as_env()[key], value) for key, value in values.items()},
+        text=text,
+        locks=run.locks,
+        kept=tuple(run.kept),
+        moves=tuple(run.moves),
+        images=_images(before, after),
+        prediction=prediction,
+        refusals=_refusals(after, prediction),
+        rendered=len(plan.files),
+        seconds=seconds,
+    )
+
+
+def _load_staged(staged: Path, path: Path) -> Pins:
+    """The bumped pins, every rule run; a problem is reported against the user's file."""
+    try:
+        return load_pins(staged)
+    except BadInput as exc:
+        raise BadInput(str(exc).replace(str(staged), f"{path} (bumped)")) from None
+
+
+def _missing(pins: Pins, values: dict[str, str], reason: str) -> BadInput | None:
+    """BadInput when uv failed because a bumped release is not on the index."""
+    for key, distribution in index_pins(pins).items():
+        if key in values and missing_release(reason, distribution, values[key]):
+            return BadInput(
+                f"{key}={values[key]}: the package index has no {distribution} {values[key]}; "
+                f"fix: pick a released version (epstack pins outdated lists the newest)"
+            )
+    return None
+
+
+def _refusals(pins: Pins, prediction: Prediction) -> tuple[str, ...]:
+    """Each base pin a plain install of SGLang would move, with the fix."""
+    keys = {distribution: key for key, distribution in index_pins(pins).items()}
+    return tuple(
+        f"{move}; fix: pin {keys[move.package]}={move.resolved} too, or an SGLANG_VERSION that accepts "
+        f"{move.package} {move.pinned}"
+        for move in prediction.moves
+    )
+
+
+def _images(before: Pins, after: Pins) -> tuple[Image, ...]:
+    """Every image of the bumped targets; a target new to the bump has no tag before ("")."""
+    return tuple(
+        Image(
+            target=target,
+            layer=layer,
+            before=before.image_tag(layer, target) if target in before.targets else "",
+            after=after.image_tag(layer, target),
+        )
+        for target in after.targets
+        for layer in LAYER_NAMES
+    )
+
+
+def apply_bump(bump: Bump) -> list[Path]:
+    """Write the relocked locks, then the pins file, each swapped in whole; the files written."""
+    written = []
+    for name, lock in bump.locks.items():
+        write_file(lock_path(bump.locks_dir, name), lock.text, what=f"the {name} lock")
+        written.append(lock_path(bump.locks_dir, name))
+    write_file(bump.path, bump.text, what="the pins file")
+    return [*written, bump.path]

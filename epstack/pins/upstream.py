@@ -1,0 +1,150 @@
+"""What upstream has beside the package index, for `epstack pins outdated`: the tags and commits of a
+git repository (`git ls-remote`) and the tags and digests of an image repository (the registry's HTTP
+API v2, anonymous, with the bearer token Docker Hub asks for). Each question is bounded by a timeout
+and says how it failed as an EnvironmentProblem; the caller turns that into a row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
+
+from epstack.cmd import run
+from epstack.errors import EnvironmentProblem, EpstackError
+from epstack.image.registry import MANIFEST_TYPES, is_loopback
+
+GIT_TIMEOUT_S = 30.0
+REGISTRY_TIMEOUT_S = 20.0
+DOCKER_HUB_API = "https://registry-1.docker.io"
+_MAX_TAG_PAGES = 20
+_RELEASE_TAG = re.compile(r"^v?(?P<version>\d+(?:\.\d+)+)(?:-1)?$")  # v2.5.2, 12.1.0, v2.30.7-1
+
+
+def ls_remote_command(repo: str, *refs: str) -> tuple[str, ...]:
+    """The `git ls-remote` that lists `refs` of `repo` (all tags when `refs` is ("--tags",))."""
+    flags = tuple(ref for ref in refs if ref.startswith("-"))
+    return ("git", "ls-remote", *flags, "--", repo, *(ref for ref in refs if not ref.startswith("-")))
+
+
+def ls_remote(repo: str, *refs: str, timeout: float = GIT_TIMEOUT_S) -> dict[str, str]:
+    """ref name -> commit; an annotated tag's ref names the commit it points at (its ^{} line)."""
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_HTTP_LOW_SPEED_LIMIT": "1000",
+           "GIT_HTTP_LOW_SPEED_TIME": str(int(timeout))}  # fmt: skip
+    try:
+        result = run(*ls_remote_command(repo, *refs), env=env, timeout=timeout)
+    except EpstackError as exc:  # no git, or no answer within the timeout
+        raise EnvironmentProblem(str(exc)) from None
+    if result.returncode != 0:
+        detail = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+        raise EnvironmentProblem(f"git ls-remote {repo}: {detail}")
+    refs_found: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        commit, _, ref = line.partition("\t")
+        if ref.endswith("^{}"):
+            refs_found[ref[:-3]] = commit
+        else:
+            refs_found.setdefault(ref, commit)
+    return refs_found
+
+
+def newest_release_tag(tags: dict[str, str]) -> tuple[str, str] | None:
+    """(tag, commit) of the highest release-looking tag (v1.2.3, 1.2.3, v2.30.7-1); None if there is none."""
+    releases = {}
+    for ref, commit in tags.items():
+        name = ref.removeprefix("refs/tags/")
+        match = _RELEASE_TAG.match(name)
+        if match:
+            releases[Version(match["version"])] = (name, commit)
+    return releases[max(releases)] if releases else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageRepository:
+    """An image repository as its registry's API names it."""
+
+    api: str  # https://registry-1.docker.io, or http://127.0.0.1:PORT for a loopback registry
+    name: str  # library/ubuntu, nvidia/cuda
+    timeout: float = REGISTRY_TIMEOUT_S
+
+    @classmethod
+    def of(cls, repository: str, *, hub: str = DOCKER_HUB_API) -> ImageRepository:
+        """`repository` as written in a reference: [host[:port]/]path; no host is Docker Hub (`hub`)."""
+        first, slash, rest = repository.partition("/")
+        if slash and ("." in first or ":" in first or first == "localhost"):
+            scheme = "http" if is_loopback(first) else "https"
+            return cls(api=f"{scheme}://{first}", name=rest)
+        return cls(api=hub.rstrip("/"), name=repository if slash else f"library/{repository}")
+
+    def tags(self) -> list[str]:
+        """Every tag, page after page (Link: rel="next"), up to _MAX_TAG_PAGES pages."""
+        tags: list[str] = []
+        path: str | None = f"/v2/{self.name}/tags/list?n=1000"
+        for _ in range(_MAX_TAG_PAGES):
+            if path is None:
+                break
+            body, headers = self._get(path, "application/json")
+            tags += json.loads(body).get("tags") or []
+            next_link = re.match(r'\s*<([^>]+)>\s*;\s*rel="?next"?', headers.get("Link", ""))
+            path = next_link[1] if next_link else None
+        return tags
+
+    def digest(self, tag: str) -> str:
+        """The digest `tag` points at now (the index's, for a multi-platform image)."""
+        _, headers = self._get(f"/v2/{self.name}/manifests/{tag}", ", ".join(MANIFEST_TYPES), method="HEAD")
+        return headers.get("Docker-Content-Digest", "")
+
+    def _get(
+        self, path: str, accept: str, *, method: str = "GET", token: str = ""
+    ) -> tuple[bytes, dict[str, str]]:
+        headers = {"Accept": accept} | ({"Authorization": f"Bearer {token}"} if token else {})
+        request = urllib.request.Request(urllib.parse.urljoin(self.api, path), headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return response.read(), dict(response.headers)
+        except urllib.error.HTTPError as exc:
+            challenge = exc.headers.get("WWW-Authenticate", "")
+            if exc.code == 401 and not token and challenge.startswith("Bearer "):
+                return self._get(path, accept, method=method, token=self._token(challenge))
+            raise EnvironmentProblem(f"{self.api}: {method} {path} answered HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise EnvironmentProblem(f"cannot reach {self.api}: {getattr(exc, 'reason', exc)}") from None
+
+    def _token(self, challenge: str) -> str:
+        """An anonymous pull token from the realm the registry's challenge names."""
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        query = urllib.parse.urlencode({k: v for k, v in fields.items() if k in ("service", "scope")})
+        try:
+            with urllib.request.urlopen(
+                f"{fields.get('realm', '')}?{query}", timeout=self.timeout
+            ) as response:
+                answer = json.loads(response.read())
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise EnvironmentProblem(f"no pull token from {fields.get('realm')}: {exc}") from None
+        return str(answer.get("token") or answer.get("access_token") or "")
+
+
+def newest_image_tag(tags: list[str], pinned: str, *, minor: str = "") -> str | None:
+    """The highest tag shaped like `pinned` (13.0.3-devel-ubuntu24.04: VERSION-devel-ubuntu24.04), and
+    of CUDA `minor` (13.0) when given; None if there is none."""
+    _, sep, suffix = pinned.partition("-")
+    if not sep:
+        return None
+    found: dict[Version, str] = {}
+    for tag in tags:
+        head, _, tail = tag.partition("-")
+        if tail != suffix or not re.fullmatch(r"\d+(?:\.\d+)+", head):
+            continue
+        if minor and not (head == minor or head.startswith(f"{minor}.")):
+            continue
+        try:
+            found[Version(head)] = tag
+        except InvalidVersion:
+            continue
+    return found[max(found)] if found else None
