@@ -120,8 +120,9 @@ def _table(section: Section) -> Table:
 def cmd_pins_bump(args: argparse.Namespace, console: Console) -> int:
     path, directory = pins_path(args.pins), locks_dir(args.locks)
     if args.summary:
-        check_writable(args.summary, what="the summary", inputs=[path, directory])
-    bump = plan_bump(path, directory, args.assignments)
+        reads = [path, directory, *([args.build_report] if args.build_report else [])]
+        check_writable(args.summary, what="the summary", inputs=reads)
+    bump = plan_bump(path, directory, args.assignments, build_report=args.build_report)
     for section in sections(bump):
         console.print(_table(section))
     for line in verdict(bump):
@@ -207,6 +208,12 @@ def register(subparsers: SubParsers) -> None:
     bump.add_argument("assignments", nargs="+", metavar="KEY=VALUE", help="e.g. SGLANG_VERSION=0.5.24")
     bump.add_argument("--dry-run", action="store_true", help="check and print, write neither pins nor locks")
     bump.add_argument("--summary", type=path_arg, metavar="FILE", help="also write the result as Markdown")
+    bump.add_argument(
+        "--build-report",
+        type=path_arg,
+        metavar="FILE",
+        help="the last `epstack build --report`: its image sizes estimate the bytes a node pulls",
+    )
     bump.set_defaults(func=cmd_pins_bump)
     newer = commands.add_parser(
         "outdated",

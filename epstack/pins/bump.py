@@ -5,6 +5,8 @@ folder beside a copy of the locks; there every pins rule runs, `epstack lock`'s 
 the locks the change makes stale (the others stay byte-identical), `pins predict` asks whether a plain
 install of SGLang would move a base pin, and the build context is rendered. Only a bump that passes
 all of it is applied: each lock, then the pins file, swapped in whole (epstack.output.write_file).
+What it costs and changes is derived, nothing run: the bytes a node pulls from the sizes in the last
+build report (`epstack build --report`), the guard rows from the pins and locks that move.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from epstack.errors import BadInput
+from epstack.image.build import BUILD_REPORT, BuildReport
 from epstack.image.render import plan_checkout, write_plan
 from epstack.inputs import read_text
-from epstack.layers import LAYER_NAMES
+from epstack.layers import GUARD_SCOPES, LAYER_NAMES, LAYERS, layer_named, venv_locks
 from epstack.output import write_file
 from epstack.pins.file import rewrite
 from epstack.pins.load import load_pins
@@ -47,6 +50,35 @@ class Image:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Pull:
+    """The bytes a node pulls for one rebuilt image (None: unknown), and how they were estimated."""
+
+    target: str
+    layer: str
+    size: int | None
+    basis: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class GuardRow:
+    """A guard row whose expected value follows a moved pin (epstack.layers.GuardScope.keys)."""
+
+    scope: str
+    row: str  # the distribution checked, else the pins key
+    key: str
+    before: str
+    after: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockRows:
+    """The distributions whose `guard --locks` row in a layer's image expects another version."""
+
+    layer: str
+    distributions: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Bump:
     """A bump resolved, predicted and rendered in staging; nothing written yet."""
 
@@ -61,6 +93,10 @@ class Bump:
     prediction: Prediction
     refusals: tuple[str, ...]  # why it must not be applied, each with its fix
     rendered: int  # files in the rendered build context
+    build_report: str  # where the sizes come from, or why there are none and the command that makes them
+    pulls: tuple[Pull, ...]  # each rebuilt image's pull; empty without a build report
+    guard_rows: tuple[GuardRow, ...]
+    lock_rows: tuple[LockRows, ...]
     seconds: dict[str, float] = field(default_factory=dict)  # lock, predict, render
 
 
@@ -90,10 +126,12 @@ def plan_bump(
     *,
     resolver: Resolver = compile_requirements,
     installable: Installable = check_installable,
+    build_report: Path | None = None,
 ) -> Bump:
     """Prove the bump in a staging folder. BadInput (nothing written anywhere) for an unknown key, a
-    value no rule accepts or a release the index does not have; Unresolvable when the bumped pins do
-    not resolve together."""
+    value no rule accepts, a release the index does not have or a build report that is not one;
+    Unresolvable when the bumped pins do not resolve together."""
+    report = BUILD_REPORT.read(build_report) if build_report else None
     before = load_pins(path)
     values = parse_assignments(assignments, before, path)
     text = rewrite(read_text(path, what="a pins file"), values)
@@ -132,18 +170,24 @@ def plan_bump(
         stale = stale_locks(after, staged_locks)
     if stale:  # relock leaves none; a lock it could not make fresh is a bug, said plainly
         raise AssertionError(f"after relock: {'; '.join(map(str, stale))}")
+    images = _images(before, after)
+    changes = {key: (before.as_env()[key], value) for key, value in values.items()}
     return Bump(
         path=path,
         locks_dir=locks,
-        changes={key: (before.as_env()[key], value) for key, value in values.items()},
+        changes=changes,
         text=text,
         locks=run.locks,
         kept=tuple(run.kept),
         moves=tuple(run.moves),
-        images=_images(before, after),
+        images=images,
         prediction=prediction,
         refusals=_refusals(after, prediction),
         rendered=len(plan.files),
+        build_report=f"{build_report} (target {report.target})" if report else NO_BUILD_REPORT,
+        pulls=_pulls(images, report) if report else (),
+        guard_rows=_guard_rows(after, changes),
+        lock_rows=_lock_rows(run.moves),
         seconds=seconds,
     )
 
@@ -189,6 +233,60 @@ def _images(before: Pins, after: Pins) -> tuple[Image, ...]:
         for target in after.targets
         for layer in LAYER_NAMES
     )
+
+
+NO_BUILD_REPORT = (
+    "no build report given; fix: `epstack build TARGET --report FILE` writes one (`make image` builds "
+    "without), then pins bump --build-report FILE"
+)
+
+
+def _pulls(images: tuple[Image, ...], report: BuildReport) -> tuple[Pull, ...]:
+    """Per rebuilt image, the bytes its own layers add: its size in the report less the size of the
+    image it is built on (a node holds that one if reused; else that one's row counts it)."""
+    sizes = {
+        built.ref.rsplit(":", 1)[1]: built.size
+        for built in report.built
+        if built.stage == layer_named(built.layer).stages[-1]
+    }
+    tags = {(image.target, image.layer): image.before for image in images}
+    pulls = []
+    for image in (image for image in images if not image.reused):
+        on = layer_named(image.layer).on
+        lower = sizes.get(tags.get((image.target, on), "")) if on else None
+        size, basis = sizes.get(image.before), f"its size in the build report less its {on} image's"
+        if size is None:
+            built = "from other pins" if image.target == report.target else f"of {report.target}"
+            basis = (
+                f"not in the build report (a build {built}); fix: epstack build {image.target} --report FILE"
+            )
+        elif lower is None:
+            basis = "its whole size in the build report (an upper bound: the CUDA base's layers included)"
+        else:
+            size -= lower
+        pulls.append(Pull(target=image.target, layer=image.layer, size=size, basis=basis))
+    return tuple(pulls)
+
+
+def _guard_rows(pins: Pins, changes: dict[str, tuple[str, str]]) -> tuple[GuardRow, ...]:
+    """The rows of each guard scope that read a moved pin, named as the guard names them."""
+    distributions = index_pins(pins)
+    return tuple(
+        GuardRow(scope=scope.name, row=distributions.get(key, key), key=key, before=old, after=new)
+        for scope in GUARD_SCOPES
+        for key, (old, new) in changes.items()
+        if key in scope.keys
+    )
+
+
+def _lock_rows(moves: Sequence[Move]) -> tuple[LockRows, ...]:
+    """Per layer image, the distributions its venv's locks move (the guard's --locks rows)."""
+    rows = []
+    for layer in LAYERS:
+        moved = sorted({move.package for move in moves if move.lock in venv_locks(layer.name)})
+        if moved:
+            rows.append(LockRows(layer=layer.name, distributions=tuple(moved)))
+    return tuple(rows)
 
 
 def apply_bump(bump: Bump) -> list[Path]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from epstack.pins.bump import Bump
+from epstack.layers import TOP
+from epstack.pins.bump import NO_BUILD_REPORT, Bump
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -16,7 +17,8 @@ class Section:
 
 
 def sections(bump: Bump) -> list[Section]:
-    """The pins moved, the images (rebuilt or reused), the distributions each relocked lock moves."""
+    """The pins moved, the images (rebuilt or reused), the distributions each relocked lock moves, the
+    bytes a node pulls and the guard rows that change."""
     pins = Section(
         title=f"pins ({bump.path})",
         columns=("key", "before", "after"),
@@ -36,7 +38,58 @@ def sections(bump: Bump) -> list[Section]:
         columns=("lock", "distribution", "before", "after"),
         rows=tuple((m.lock, m.package, m.before or "(added)", m.after or "(removed)") for m in bump.moves),
     )
-    return [pins, images, moves]
+    return [pins, images, moves, _pull_section(bump), *_guard_sections(bump)]
+
+
+def _gigabytes(size: int | None) -> str:
+    return "unknown" if size is None else f"{size / 1e9:.2f} GB"
+
+
+def _pull_section(bump: Bump) -> Section:
+    """Each rebuilt image's pull, then per target the sum: what `docker pull` of its served image fetches."""
+    if bump.build_report == NO_BUILD_REPORT:
+        return Section(
+            title="bytes a node pulls",
+            columns=("target", "pull", "why"),
+            rows=(("every target", "unknown", NO_BUILD_REPORT),),
+        )
+    rows = [(pull.target, pull.layer, _gigabytes(pull.size), pull.basis) for pull in bump.pulls]
+    targets: dict[str, list[int | None]] = {}
+    for pull in bump.pulls:
+        targets.setdefault(pull.target, []).append(pull.size)
+    for target, sizes in targets.items():
+        total = None if None in sizes else sum(size or 0 for size in sizes)
+        rows.append(
+            (
+                target,
+                "a node's pull",
+                _gigabytes(total),
+                f"the sum of its rows above: `docker pull` of its {TOP.name} image",
+            )
+        )
+    return Section(
+        title=f"bytes a node pulls, estimated from {bump.build_report}",
+        columns=("target", "image", "pull", "estimated as"),
+        rows=tuple(rows),
+    )
+
+
+def _guard_sections(bump: Bump) -> list[Section]:
+    """The guard rows whose expected value follows a moved pin, and the lock rows that move."""
+    pinned = Section(
+        title="guard rows that follow a moved pin (epstack guard --layer SCOPE)",
+        columns=("scope", "row", "expected before", "expected after"),
+        rows=tuple((row.scope, f"{row.row} ({row.key})", row.before, row.after) for row in bump.guard_rows),
+    )
+    locked = Section(
+        title="guard lock rows that move (epstack guard --locks, in each layer's image)",
+        columns=("layer", "rows", "distributions"),
+        rows=tuple(
+            (each.layer, str(len(each.distributions)), ", ".join(each.distributions))
+            for each in bump.lock_rows
+        ),
+    )
+    return [pinned, locked]
 
 
 def verdict(bump: Bump) -> list[str]:

@@ -12,7 +12,9 @@ import pytest
 
 from epstack.cli import main
 from epstack.errors import BadInput
+from epstack.image.build import BUILD_REPORT, BuildReport, BuiltImage
 from epstack.pins.file import rewrite
+from epstack.pins.load import load_pins
 from tests.conftest import PINS
 from tests.python.localindex import build_index, served, use_index
 
@@ -81,6 +83,62 @@ def test_a_clean_bump_relocks_only_sglang_and_keeps_every_comment(
     )
 
 
+GB = 10**9
+
+
+def build_report(root: Path, target: str = "hopper-ib") -> Path:
+    """A build report as `epstack build --report` writes it, for the checkout's pins as they are now:
+    base 9 GB, deepep 10 GB, sglang 14.5 GB (and a devel build stage, which no node pulls)."""
+    pins = load_pins(root / "pins.env")
+    sizes = {"base": 9 * GB, "deepep": 10 * GB, "sglang": 14_500_000_000}
+    built = [
+        BuiltImage(
+            ref=f"{pins.image_repository}:devel-x", layer="base", stage="devel", seconds=1, size=30 * GB
+        ),
+        *(
+            BuiltImage(ref=pins.image_ref(layer, target), layer=layer, stage=layer, seconds=1, size=size)
+            for layer, size in sizes.items()
+        ),
+    ]
+    path = root / "build-report.json"
+    path.write_text(BUILD_REPORT.dumps(BuildReport(target=target, standin=None, built=built)))
+    return path
+
+
+def test_a_sglang_bump_pulls_only_the_sglang_images_and_moves_only_the_sglang_guard_rows(
+    checkout: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = build_report(checkout)
+    before = snapshot(checkout)
+    args = [
+        "SGLANG_VERSION=0.5.24",
+        "--dry-run",
+        "--build-report",
+        str(report),
+        "--summary",
+        str(checkout / "pr.md"),
+    ]
+    assert bump(checkout, *args) == 0
+    assert snapshot(checkout) == before
+    err = capsys.readouterr().err
+    rows = {tuple(cell.strip() for cell in line.split("│")[1:4]) for line in err.splitlines()}
+    assert ("hopper-ib", "sglang", "4.50 GB") in rows, "14.5 GB less the reused deepep image's 10 GB"
+    assert ("hopper-ib", "a node's pull", "4.50 GB") in rows
+    summary = (checkout / "pr.md").read_text()
+    pulls = summary.split("### bytes a node pulls")[1].split("###")[0]
+    assert f"estimated from {report} (target hopper-ib)" in pulls
+    pulled = [line.split(" | ")[:3] for line in pulls.splitlines() if line.startswith("| `")]
+    assert {layer for _, layer, _ in pulled} == {"`sglang`", "`a node's pull`"}, "base and deepep are reused"
+    assert ["| `blackwell-efa`", "`sglang`", "`unknown`"] in pulled, "the report is of hopper-ib only"
+    assert (
+        "not in the build report (a build of hopper-ib); fix: epstack build blackwell-efa --report" in pulls
+    )
+    guard = summary.split("### guard rows that follow a moved pin")[1]
+    assert "| `sglang` | `sglang (SGLANG_VERSION)` | `0.5.23` | `0.5.24` |" in guard
+    assert "| `python`" not in guard and "| `base`" not in guard and "| `deepep`" not in guard
+    assert "| `sglang` | `2` | `sglang, tinydep` |" in guard, "only the sglang image's lock rows move"
+
+
 def test_a_bump_that_moves_torch_is_refused_and_writes_nothing(
     checkout: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -134,6 +192,30 @@ def test_a_dry_run_leaves_every_file_byte_identical(
     assert not [row for row in rows if len(row) == 4 and row[3] == "reused"], (
         "a base pin rebuilds every image"
     )
+    assert ("python", "nvidia-nccl-cu13 (NCCL_VERSION)", "2.30.7", "2.32.3") in rows
+    assert any(row[:2] == ("every target", "unknown") for row in rows)
+    assert "no build report given; fix: `epstack build TARGET --report FILE`" in " ".join(err.split())
+    lock_rows = {row[0]: row[2] for row in rows if len(row) >= 3 and row[1].isdigit()}
+    assert set(lock_rows) == {"base", "deepep", "sglang"}, "the base lock is in every image's venv"
+    assert "nvidia-nccl-cu13" in lock_rows["deepep"]
+
+
+def test_a_base_pin_bump_pulls_the_whole_base_image_and_a_bad_report_is_refused(
+    checkout: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = build_report(checkout)
+    assert bump(checkout, "NCCL_VERSION=2.32.3", "--dry-run", "--build-report", str(report)) == 0
+    rows = {
+        tuple(cell.strip() for cell in line.split("│")[1:4]) for line in capsys.readouterr().err.splitlines()
+    }
+    assert {("hopper-ib", "base", "9.00 GB"), ("hopper-ib", "deepep", "1.00 GB")} <= rows
+    assert ("hopper-ib", "a node's pull", "14.50 GB") in rows, "every layer rebuilt: the whole sglang image"
+    before = snapshot(checkout)
+    report.write_text("{not json")
+    assert bump(checkout, "NCCL_VERSION=2.32.3", "--build-report", str(report)) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("+ ")]
+    assert f"{report}: not JSON" in line and "fix:" in line, line
+    assert snapshot(checkout) == before
 
 
 def test_rewrite_keeps_comments_order_tails_and_line_endings() -> None:
