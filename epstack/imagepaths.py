@@ -19,4 +19,5 @@ LOCKS = EPSTACK_HOME / "locks"  # the lock files the layers install ($EPSTACK_LO
 REPORTS = EPSTACK_HOME / "reports"  # the guard's and the JIT probe's reports, per layer
 SBOM = EPSTACK_HOME / "sbom"  # <layer>.cdx.json
 WHEELS = EPSTACK_HOME / "wheels"  # the deep_ep wheel and its manifest
+JIT = EPSTACK_HOME / "jit"  # kernel caches the image ships, read-only; linked into the writable ones at start
 SOURCES = EPSTACK_HOME / "sources"  # the `git archive` tarballs and installers of a layer's build

@@ -247,7 +247,7 @@ def replace_output(out: Path, files: Mapping[str, bytes], *, executable: Sequenc
             _remove_staging(staging)
 
 
-def write_file(path: Path, text: str, *, what: str) -> None:
+def write_file(path: Path, text: str | bytes, *, what: str) -> None:
     """A file the user named (--json, --report, --out FILE), written whole: a new or regular file gets a
     sibling swapped in (readers see the old text or the new), a device such as /dev/stdout is written
     to. A directory, a FIFO nobody reads or a path that cannot hold a file is BadInput naming `what`;
@@ -263,15 +263,15 @@ def write_file(path: Path, text: str, *, what: str) -> None:
     try:
         if mode is not None and not stat.S_ISREG(mode):
             fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            with os.fdopen(fd, "w", encoding="utf-8") as device:
-                device.write(text)
+            with os.fdopen(fd, "wb") as device:
+                device.write(_encoded(text))
             return
         target = Path(os.path.realpath(path))
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, staging = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as file:
-                file.write(text)
+            with os.fdopen(fd, "wb") as file:
+                file.write(_encoded(text))
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(staging, 0o666 & ~umask)
@@ -281,6 +281,10 @@ def write_file(path: Path, text: str, *, what: str) -> None:
                 os.unlink(staging)
     except OSError as exc:
         raise _cannot_write(path, exc) from None
+
+
+def _encoded(text: str | bytes) -> bytes:
+    return text.encode() if isinstance(text, str) else text
 
 
 def _as_input(path: Path, source: Path) -> str | None:

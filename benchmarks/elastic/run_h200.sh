@@ -8,6 +8,13 @@
 #             `epstack jit probe --layer all` (Triton's launcher and a kernel run, FlashInfer's sampling
 #             module, DeepGEMM), each process's mapped libraries recorded ($GPU_SRC/python/*.tar.xz:
 #             FlashInfer, tvm-ffi, DeepGEMM as the sglang lock pins them, unpacked beside the host's torch)
+#   kernels-export, kernels-shipped   the shipped-kernels path (issue 17), in the image's paths (run with
+#             PYTHON=<the image's venv>/bin/python, that venv folder a link to the host's venv, so DeepEP's
+#             kernel hashes are the image's; epstack.imagepaths.VENV): the smoke
+#             at both model presets with an empty cache and `--export-jit-cache`, the export unpacked
+#             read-only as the kernels layer does (`epstack jit unpack`), copied into a new writable cache
+#             by the entrypoint's scripts/image/jit-caches.sh (kernels-shipped), then both presets again:
+#             first-call times, and nvcc runs counted by a wrapper in the image's CUDA_HOME
 #   doctor    epstack doctor on this host (JSON)
 #   smoke     epstack smoke elastic on $NPROC ranks (default 2) at test_ep's default sizes
 #   smoke-topk0  the same with ElasticBuffer(num_topk=0), + test_ep's first mode (bandwidth ratio)
@@ -96,6 +103,63 @@ for phase in "$@"; do
             --toolkit "$full" --json "$out/first-request-maps.json"
         note "first-request: mapped libraries exit $?"
         unset EPSTACK_MAPS_DIR
+        ;;
+    kernels-export | kernels-shipped)
+        k=/tmp/kernels home=/tmp/kernels/cuda-home
+        if [[ $phase == kernels-export ]]; then
+            full=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+            rm -rf "$k" && mkdir -p "$k"
+            "$py" -m benchmarks.elastic.cuda_home_from_list benchmarks/elastic/results/image-cuda-home.txt \
+                "$full" "$home" --json "$out/kernels-cuda-home.json" >/dev/null
+            # Every nvcc run logged (its arguments), then the real one.
+            mv "$home/bin/nvcc" "$home/bin/nvcc.real"
+            # shellcheck disable=SC2016
+            printf '#!/bin/sh\necho "$*" >> %s/nvcc.log\nexec "$(dirname "$0")/nvcc.real" "$@"\n' "$k" \
+                >"$home/bin/nvcc"
+            chmod +x "$home/bin/nvcc"
+        fi
+        unset CC CXX CUDAHOSTCXX
+        run_preset() {  # preset cache name [smoke flags...]
+            local preset=$1 cache=$2 name=$3; shift 3
+            local c=("${smoke[@]}" --nproc-per-node "$nproc" --preset "$preset" --skip-bench --timeout 300
+                     --run-dir "$k/run-$name" --json "$out/$name.json" "$@")
+            echo "+ EP_JIT_CACHE_DIR=$cache CUDA_HOME=<the image's, nvcc logged> ${c[*]}" >>"$out/run.log"
+            : >"$k/nvcc.log"
+            CUDA_HOME=$home CUDA_PATH=$home PATH="$home/bin:$PATH" EP_JIT_CACHE_DIR=$cache "${c[@]}" \
+                >"$k/$name.console" 2>&1
+            local rc=$?
+            tail -n 4 "$k/$name.console"
+            note "$phase: $name exit $rc; nvcc runs: $(grep -vc -- '--version' "$k/nvcc.log") compiles," \
+                "$(grep -c -- '--version' "$k/nvcc.log") --version"
+            cp "$k/nvcc.log" "$out/$name.nvcc.log"
+        }
+        if [[ $phase == kernels-export ]]; then
+            note "$phase: empty cache, sys.prefix $("$py" -c 'import sys; print(sys.prefix)')"
+            run_preset qwen3-30b-a3b "$k/made" kernels-empty-qwen3
+            run_preset deepseek-v3 "$k/made" kernels-empty-deepseek-v3 \
+                --export-jit-cache "$k/deep_ep-kernels.tar.gz"
+            cp "$k"/deep_ep-kernels.tar.gz* "$out/"
+            continue
+        fi
+        # As the kernels layer and the entrypoint do: unpacked by digest, read-only, linked into a new cache.
+        export EPSTACK_HOME=$k/home
+        sha=$(cut -d' ' -f1 "$k/deep_ep-kernels.tar.gz.sha256")
+        cmd=("$py" -m epstack jit unpack "$k/deep_ep-kernels.tar.gz" --sha256 "$sha"
+             --into "$EPSTACK_HOME/jit/deep_ep")
+        echo "+ ${cmd[*]}" >>"$out/run.log"
+        "${cmd[@]}"
+        note "$phase: unpack exit $?; $(du -sb "$EPSTACK_HOME/jit" | cut -f1) bytes on disk"
+        chmod -R a-w "$EPSTACK_HOME/jit"
+        EP_JIT_CACHE_DIR=$k/writable
+        # shellcheck disable=SC1091
+        . scripts/image/jit-caches.sh
+        note "$phase: copied $(find "$EP_JIT_CACHE_DIR/cache" -maxdepth 1 -name 'kernel.*' | wc -l) kernels into $EP_JIT_CACHE_DIR"
+        run_preset qwen3-30b-a3b "$EP_JIT_CACHE_DIR" kernels-shipped-qwen3
+        run_preset deepseek-v3 "$EP_JIT_CACHE_DIR" kernels-shipped-deepseek-v3
+        note "$phase: kernels in the cache after both presets:" \
+            "$(find "$EP_JIT_CACHE_DIR/cache" -maxdepth 1 -name 'kernel.*' | wc -l) (the copied ones and any compiled)"
+        unset EPSTACK_HOME
+        export EP_JIT_CACHE_DIR=/tmp/ep-jit-cache
         ;;
     doctor)
         cmd=("$py" -m epstack.doctor --pins pins.env --json "$out/doctor-h200.json")

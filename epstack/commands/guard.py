@@ -12,7 +12,10 @@ from rich.table import Table
 
 from epstack.checkrow import Verdict
 from epstack.commands.common import PINS, SubParsers, path_arg, pins_path
+from epstack.errors import BadInput
+from epstack.guard.record import make_record, record_path
 from epstack.guard.run import run_guard
+from epstack.guard.start import PROVEN, Trusted, trusted_report
 from epstack.layers import GUARD_CHOICES
 from epstack.output import check_writable, write_file
 
@@ -31,9 +34,14 @@ _STYLE: dict[Verdict, str] = {
 def cmd_guard(args: argparse.Namespace, console: Console) -> int:
     locks = args.locks or (Path(os.environ["EPSTACK_LOCKS"]) if os.environ.get("EPSTACK_LOCKS") else None)
     pins = pins_path(args.pins)
+    if args.record and not args.json:
+        raise BadInput("--record needs --json: the record vouches for that report; fix: add --json FILE")
     if args.json:
         check_writable(args.json, what="the --json report", inputs=[pins, *([locks] if locks else [])])
-    report = run_guard(pins, args.layer, locks)
+    trusted = trusted_report(pins, args.layer, locks, os.environ) if args.at_start else None
+    if isinstance(trusted, str):
+        console.print(f"guard: {escape(trusted)}: full guard")
+    report = trusted.report if isinstance(trusted, Trusted) else run_guard(pins, args.layer, locks)
     table = Table(
         "layer", "component", "expected", "found", "verdict", "detail", title=f"epstack guard {args.layer}"
     )
@@ -52,11 +60,15 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
     console.print(table)
     if args.json:
         write_file(args.json, report.to_json(), what="the --json report")
+    if args.record and report.ok:
+        record = make_record(layer=args.layer, pins=pins, locks=locks, report=args.json, env=os.environ)
+        write_file(record_path(args.layer), record.to_json(), what="the guard's build record")
     failed = sum(check.failed for check in report.checks)
+    counted = f"{len(report.checks)} checks"
+    if isinstance(trusted, Trusted):
+        counted += f": {trusted.live} now, the others {PROVEN}, nothing that decides them changed"
     console.print(
-        f"[green]guard: ok[/] ({len(report.checks)} checks)"
-        if report.ok
-        else f"[red]guard: {failed} of {len(report.checks)} checks failed[/]"
+        f"[green]guard: ok[/] ({counted})" if report.ok else f"[red]guard: {failed} of {counted} failed[/]"
     )
     return 0 if report.ok else 1
 
@@ -79,4 +91,17 @@ def register(subparsers: SubParsers) -> None:
         "(default $EPSTACK_LOCKS, set in the images; none: no such check)",
     )
     guard.add_argument("--json", type=path_arg, metavar="FILE", help="also write the report as JSON")
+    when = guard.add_mutually_exclusive_group()
+    when.add_argument(
+        "--record",
+        action="store_true",
+        help="an image build: once the guard passes, record what decided it (beside the reports) for "
+        "--at-start",
+    )
+    when.add_argument(
+        "--at-start",
+        action="store_true",
+        help="a container start: trust the build's record if nothing that decides it changed, and check "
+        "only the driver and DeepEP's JIT cache now; else the full guard",
+    )
     guard.set_defaults(func=cmd_guard)

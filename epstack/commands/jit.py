@@ -4,7 +4,9 @@ report the guard reads (epstack.guard.jitprobe)."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,9 +17,23 @@ from rich.table import Table
 from epstack.commands.common import SubParsers, path_arg, seconds
 from epstack.errors import BadInput
 from epstack.guard.jitprobe import TIMEOUT_S, probe_layer, report_path
+from epstack.image.engine import DockerEngine
+from epstack.image.kernels import build_kernels_layer, kernels_tag
+from epstack.inputs import read_bytes
+from epstack.jitcache import (
+    MAX_ARCHIVE_BYTES,
+    SHIPPED,
+    KernelCache,
+    arch_difference,
+    image_key,
+    install,
+    key_differences,
+    unpack,
+)
 from epstack.layers import LAYER_NAMES
-from epstack.output import write_file
+from epstack.output import check_writable, write_file
 from epstack.pins.load import read_layer_pins
+from epstack.smoke.export import export as export_cache
 from epstack.stack import GPU_ARCHS
 
 
@@ -66,8 +82,73 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
     return 0 if report.ok else 1
 
 
+def _export(path: Path, sha256: str) -> tuple[KernelCache, dict[str, bytes], bytes]:
+    data = read_bytes(path, what="a kernel cache export", limit=MAX_ARCHIVE_BYTES)
+    manifest, files = unpack(path, data, sha256)
+    return manifest, files, data
+
+
+def cmd_unpack(args: argparse.Namespace, console: Console) -> int:
+    """In the image: the export's kernels, if made for this install, into the image's kernel folder."""
+    manifest, files, _ = _export(args.export, args.sha256)
+    differences = [
+        d
+        for d in (
+            arch_difference(manifest.key, _archs(None)),
+            *key_differences(manifest.key, image_key(os.environ)),
+        )
+        if d
+    ]
+    if differences:
+        raise BadInput(
+            f"{args.export}: its kernels were made for another install ({'; '.join(differences)}), so DeepEP "
+            "here would compile each again; fix: export them from this image on a GPU "
+            "(`epstack smoke elastic --export-jit-cache FILE`)"
+        )
+    install(manifest, files, args.into)
+    console.print(
+        f"jit unpack: {manifest.kernels} DeepEP kernels ({manifest.bytes:,} bytes) "
+        f"into {escape(str(args.into))}"
+    )
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    """On a GPU, after any run that compiled DeepEP's kernels: pack them for `jit layer`."""
+    check_writable(args.out, what="--out")
+    export = export_cache(args.out, os.environ)
+    console.print(
+        f"jit export: {export['kernels']} DeepEP kernels ({export['bytes']:,} bytes) to "
+        f"{escape(export['path'])}, sha256 {export['sha256']}"
+    )
+    return 0
+
+
+def cmd_layer(args: argparse.Namespace, console: Console) -> int:
+    """Here, with Docker: the kernels layer over a built image."""
+    sha256 = hashlib.sha256(
+        read_bytes(args.export, what="a kernel cache export", limit=MAX_ARCHIVE_BYTES)
+    ).hexdigest()
+    manifest, _, data = _export(args.export, args.sha256 or sha256)
+    engine = DockerEngine.find()
+    tag = args.tag or kernels_tag(args.image, sha256)
+    image_id = build_kernels_layer(
+        engine, image=args.image, manifest=manifest, data=data, sha256=sha256, tag=tag
+    )
+    console.print(
+        f"jit layer: {escape(tag)} ({image_id}), {manifest.kernels} DeepEP kernels over {escape(args.image)}"
+    )
+    return 0
+
+
+def _sha256_hex(value: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a sha256 (64 lowercase hex)")
+    return value
+
+
 def register(subparsers: SubParsers) -> None:
-    """Add `jit probe` to the top-level subcommands."""
+    """Add `jit probe|unpack|layer` to the top-level subcommands."""
     jit = subparsers.add_parser("jit", help="prove the JIT toolchains an image runs at first use")
     actions = jit.add_subparsers(dest="action", required=True, metavar="ACTION")
     probe = actions.add_parser("probe", help="compile one real module of each toolchain of a layer, now")
@@ -78,3 +159,22 @@ def register(subparsers: SubParsers) -> None:
     probe.add_argument("--json", type=path_arg, metavar="FILE", help="default: the image's jit-<layer>.json")
     probe.add_argument("--timeout", type=seconds, default=TIMEOUT_S, help="seconds per toolchain")
     probe.set_defaults(func=cmd_probe)
+    unpack_p = actions.add_parser(
+        "unpack", help="in an image: unpack DeepEP kernels exported on a GPU, checked by their sha256"
+    )
+    unpack_p.add_argument("export", type=path_arg, help="the `smoke elastic --export-jit-cache` file")
+    unpack_p.add_argument("--sha256", type=_sha256_hex, required=True, help="the export's digest")
+    unpack_p.add_argument("--into", type=path_arg, default=SHIPPED, help=f"default {SHIPPED}")
+    unpack_p.set_defaults(func=cmd_unpack)
+    export_p = actions.add_parser(
+        "export",
+        help="on a GPU: pack the DeepEP kernels in $EP_JIT_CACHE_DIR (after a smoke or a serve warm-up)",
+    )
+    export_p.add_argument("--out", type=path_arg, required=True, help="the tar.gz (and OUT.sha256) to write")
+    export_p.set_defaults(func=cmd_export)
+    layer = actions.add_parser("layer", help="build the kernels layer over a built sglang image (Docker)")
+    layer.add_argument("--image", required=True, help="the image the kernels were exported from")
+    layer.add_argument("--export", type=path_arg, required=True, help="the `--export-jit-cache` file")
+    layer.add_argument("--sha256", type=_sha256_hex, help="refuse an export with another digest")
+    layer.add_argument("--tag", help="default: the image's tag + -kernels-<12 hex of the export>")
+    layer.set_defaults(func=cmd_layer)

@@ -106,6 +106,13 @@ def register(subparsers: SubParsers) -> None:
         help="report path, written by the process of global rank 0",
     )
     run.add_argument("--run-dir", type=path_arg, help="stage files and rank logs (default: a temp dir)")
+    run.add_argument(
+        "--export-jit-cache",
+        type=path_arg,
+        metavar="FILE",
+        help="after a pass, pack the DeepEP kernels compiled into $EP_JIT_CACHE_DIR (tar.gz, and "
+        "FILE.sha256) for `epstack jit layer`",
+    )
     where = p.add_argument_group("launch (flags win over torchrun/Slurm/Kubernetes variables)")
     where.add_argument("--nproc-per-node", type=positive_int, help="ranks to start here (no launcher)")
     where.add_argument("--nnodes", type=positive_int)
@@ -156,6 +163,12 @@ class _Printer:
             )
         if not supervised.ok:
             self.console.print(f"[red]{escape(supervised.reason)}[/]")
+
+    def exported(self, export: dict[str, Any]) -> None:
+        self.console.print(
+            f"exported {export['kernels']} DeepEP kernels ({export['bytes']:,} bytes) to "
+            f"{escape(export['path'])}, sha256 {export['sha256']}"
+        )
 
     def upstream_started(self, checkout: Path) -> None:
         self.console.print(f"running DeepEP's test_ep.py from {escape(str(checkout))}")
@@ -239,6 +252,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         master_addr=args.master_addr,
         master_port=args.master_port,
         argv=tuple(sys.argv),
+        export_jit_cache=args.export_jit_cache,
     )
 
 

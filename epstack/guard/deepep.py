@@ -230,18 +230,23 @@ def check_jit_prerequisites(env: Mapping[str, str], nccl_header: Path | None) ->
                 verdict="ok" if present else "missing",
             )
         )
-    cache = Path(env.get("EP_JIT_CACHE_DIR") or Path(env.get("HOME", "~")).expanduser() / ".deep_ep")
+    return [*rows, check_jit_cache(env)]
+
+
+JIT_CACHE = "EP_JIT_CACHE_DIR"
+
+
+def check_jit_cache(env: Mapping[str, str]) -> Check:
+    """DeepEP's JIT cache can be created and written, as this process's user, now."""
+    cache = Path(env.get(JIT_CACHE) or Path(env.get("HOME", "~")).expanduser() / ".deep_ep")
     problem = _cache_problem(cache)
-    rows.append(
-        Check(
-            component="EP_JIT_CACHE_DIR",
-            expected="writable",
-            found=str(cache),
-            verdict="mismatch" if problem else "ok",
-            detail=problem,
-        )
+    return Check(
+        component=JIT_CACHE,
+        expected="writable",
+        found=str(cache),
+        verdict="mismatch" if problem else "ok",
+        detail=problem,
     )
-    return rows
 
 
 def _cache_problem(cache: Path) -> str:

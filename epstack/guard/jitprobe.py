@@ -124,10 +124,14 @@ JIT_REPORT = Schema(
 )
 
 
+def reports_folder() -> Path:
+    """Where the image keeps its layers' reports; EPSTACK_REPORTS names another folder."""
+    return Path(os.environ.get("EPSTACK_REPORTS") or REPORTS)
+
+
 def report_path(layer: str) -> Path:
-    """Where the image keeps a layer's JIT report; EPSTACK_REPORTS names another folder."""
-    folder = Path(os.environ.get("EPSTACK_REPORTS") or REPORTS)
-    return folder / f"jit-{layer}.json"
+    """Where the image keeps a layer's JIT report."""
+    return reports_folder() / f"jit-{layer}.json"
 
 
 def read_report(path: Path) -> JitReport:

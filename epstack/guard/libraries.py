@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 
 from packaging.version import Version
@@ -12,6 +13,7 @@ from epstack.checkrow import Check, Verdict
 from epstack.guard.distributions import same_release
 from epstack.guard.expected import Expected
 from epstack.guard.loaded import (
+    cuda_device_problem,
     decode_cuda_version,
     library_version,
     mapped_libraries,
@@ -60,35 +62,62 @@ def check_cuda(pins: Expected, torch: ModuleType | None, maps: Callable[[], str]
     expected = pins.cuda_major_minor
     if torch is None or not torch.cuda.is_available():
         reason = "torch not importable" if torch is None else "no GPU: torch.cuda.is_available() is False"
-        return [
-            Check(
-                component="CUDA runtime/driver",
-                expected=expected,
-                found="-",
-                verdict="skipped",
-                detail=reason,
-            )
-        ]
+        return [cuda_skipped(expected, reason)]
     torch.cuda.init()
-    runtimes = mapped_libraries(maps(), "libcudart.so")
-    runtime = "not loaded"
-    if runtimes:
-        runtime = decode_cuda_version(library_version(runtimes[0], "cudaRuntimeGetVersion"))
-    driver = decode_cuda_version(library_version("libcuda.so.1", "cuDriverGetVersion"))
-    driver_ok = Version(driver) >= Version(expected)
+    return cuda_rows(expected, loaded_cuda_runtime(maps()), driver_version())
+
+
+def live_cuda_rows(expected: str, runtime: LoadedRuntime, library: str = "libcuda.so.1") -> list[Check]:
+    """check_cuda's rows without torch: the driver as mounted now, the runtime as the build's `import
+    torch` loaded it (the same files and environment load the same one)."""
+    problem = cuda_device_problem(library)
+    if problem:
+        return [cuda_skipped(expected, problem)]
+    return cuda_rows(expected, runtime, driver_version(library))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadedRuntime:
+    """The libcudart a process mapped: its version ("not loaded" if none) and paths."""
+
+    version: str
+    paths: tuple[str, ...]
+
+
+def loaded_cuda_runtime(maps_text: str) -> LoadedRuntime:
+    runtimes = mapped_libraries(maps_text, "libcudart.so")
+    if not runtimes:
+        return LoadedRuntime(version="not loaded", paths=())
+    version = decode_cuda_version(library_version(runtimes[0], "cudaRuntimeGetVersion"))
+    return LoadedRuntime(version=version, paths=tuple(runtimes))
+
+
+def driver_version(library: str = "libcuda.so.1") -> str:
+    return decode_cuda_version(library_version(library, "cuDriverGetVersion"))
+
+
+# The components of check_cuda's rows: one skipped row without a GPU, two with one.
+CUDA_SKIPPED, CUDA_RUNTIME, CUDA_DRIVER = "CUDA runtime/driver", "CUDA runtime (loaded)", "CUDA driver"
+
+
+def cuda_skipped(expected: str, reason: str) -> Check:
+    return Check(component=CUDA_SKIPPED, expected=expected, found="-", verdict="skipped", detail=reason)
+
+
+def cuda_rows(expected: str, runtime: LoadedRuntime, driver: str) -> list[Check]:
     return [
         Check(
-            component="CUDA runtime (loaded)",
+            component=CUDA_RUNTIME,
             expected=expected,
-            found=runtime,
-            verdict="ok" if runtime == expected else "mismatch",
-            detail=" ".join(runtimes),
+            found=runtime.version,
+            verdict="ok" if runtime.version == expected else "mismatch",
+            detail=" ".join(runtime.paths),
         ),
         Check(
-            component="CUDA driver",
+            component=CUDA_DRIVER,
             expected=f">= {expected}",
             found=driver,
-            verdict="ok" if driver_ok else "mismatch",
+            verdict="ok" if Version(driver) >= Version(expected) else "mismatch",
         ),
     ]
 

@@ -48,6 +48,23 @@ def cuda_driver_version(library: str = "libcuda.so.1") -> str | None:
         return None
 
 
+def cuda_device_problem(library: str = "libcuda.so.1") -> str:
+    """Why this process has no GPU to use, as torch.cuda.is_available() decides it ("" if it has one):
+    no driver library, cuInit failing (the driver stub, no device, CUDA_VISIBLE_DEVICES=""), no device."""
+    try:
+        cuda = ctypes.CDLL(library)
+    except OSError as exc:
+        return f"no GPU: {exc}"
+    status = cuda.cuInit(0)
+    if status != 0:
+        return f"no GPU: cuInit returned {status}"
+    count = ctypes.c_int(0)
+    status = cuda.cuDeviceGetCount(ctypes.byref(count))
+    if status != 0 or count.value == 0:
+        return f"no GPU: cuDeviceGetCount returned {status}, {count.value} devices"
+    return ""
+
+
 def decode_nccl_version(code: int) -> tuple[int, int, int]:
     """NCCL >= 2.9 encodes major*10000 + minor*100 + patch (23007); older major*1000 + ... (2708)."""
     major, rest = divmod(code, 10000) if code >= 10000 else divmod(code, 1000)

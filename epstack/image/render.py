@@ -97,13 +97,9 @@ def _git(repository: Path | None, *args: str) -> str:
     return (output_if_ok("git", "-C", str(repository or "."), *args) or "").strip()
 
 
-def plan_render(
-    pins: Pins, *, created: datetime, revision: str, sources: Path | None = None, locks: Path | None = None
-) -> RenderPlan:
-    """Render every template for every target, in memory; `sources`: a folder of `git archive` tarballs;
-    `locks`: the lock folder (default $EPSTACK_LOCKS or ./locks). A missing lock is BadInput; a stale
-    one is rendered and named in the plan (`epstack build` refuses it)."""
-    env = jinja2.Environment(
+def templates() -> jinja2.Environment:
+    """The Jinja2 environment of images/ (epstack.resources): strict, no escaping (Dockerfiles)."""
+    return jinja2.Environment(
         loader=resources.template_loader(),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -111,6 +107,15 @@ def plan_render(
         lstrip_blocks=True,
         autoescape=False,
     )
+
+
+def plan_render(
+    pins: Pins, *, created: datetime, revision: str, sources: Path | None = None, locks: Path | None = None
+) -> RenderPlan:
+    """Render every template for every target, in memory; `sources`: a folder of `git archive` tarballs;
+    `locks`: the lock folder (default $EPSTACK_LOCKS or ./locks). A missing lock is BadInput; a stale
+    one is rendered and named in the plan (`epstack build` refuses it)."""
+    env = templates()
     files = resources.context_scripts()
     files.update({f"src/{name}": data for name, data in resources.tool_sources().items()})
     # One sources/ for every target: the downloads and git sources of each target's layers.

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from epstack.errors import CHECK_FAILED, ENVIRONMENT, OK, BadInput, EpstackError
 from epstack.guard.loaded import libstdcxx_interposition
 from epstack.output import check_writable, write_file
+from epstack.smoke import export as export_mod
 from epstack.smoke import launch as launch_mod
 from epstack.smoke import preflight
 from epstack.smoke import report as report_mod
@@ -58,6 +59,7 @@ class Settings:
     master_addr: str | None = None
     master_port: int | None = None
     argv: tuple[str, ...] = ()  # the command line, recorded in the report
+    export_jit_cache: Path | None = None  # after a pass, the DeepEP kernels compiled (smoke.export)
 
     @property
     def report(self) -> Path:
@@ -78,6 +80,8 @@ class Progress(Protocol):
     def started(self, launch: Launch, config: SmokeConfig, run_dir: Path) -> None: ...
 
     def ranks_ended(self, supervised: Supervised, findings: list[dict[str, Any]]) -> None: ...
+
+    def exported(self, export: dict[str, Any]) -> None: ...
 
     def upstream_started(self, checkout: Path) -> None: ...
 
@@ -237,6 +241,8 @@ def run(settings: Settings, progress: Progress) -> Outcome:
     if launch.rank == 0:
         ranks_read = [settings.run_dir / name for name in files] if settings.run_dir else []
         check_writable(settings.report, what="the smoke's --json report", inputs=ranks_read)
+        if settings.export_jit_cache:
+            check_writable(settings.export_jit_cache, what="--export-jit-cache", inputs=ranks_read)
     preflight.require(
         preflight.probe(), local_ranks=launch.nproc, first_local_rank=launch.local_rank, need_deep_ep=True
     )
@@ -258,10 +264,20 @@ def run(settings: Settings, progress: Progress) -> Outcome:
             settings.upstream, launch, run_dir, report.get("summary", {}), progress
         )
         code, report = max(code, upstream_code), report | sections
+    # A passing run whose export fails is still reported as it ran; the export's error ends the command.
+    export_error: EpstackError | None = None
+    if settings.export_jit_cache and code == OK and launch.rank == 0:
+        try:
+            report["jit_export"] = export_mod.export(settings.export_jit_cache, os.environ)
+            progress.exported(report["jit_export"])
+        except EpstackError as exc:
+            report["jit_export"], export_error = {"error": str(exc)}, exc
     verdict = VERDICTS.get(code, "fail")
-    report["verdict"], report["exit_code"] = verdict, code
+    report["verdict"], report["exit_code"] = verdict, export_error.exit_code if export_error else code
     if launch.rank == 0:
         write_file(
             settings.report, json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", what="--json"
         )
+    if export_error:
+        raise export_error
     return Outcome(code=code, verdict=verdict, ranks=ranks, reported=launch.rank == 0)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Container entrypoint: check the stack against this image's pins, then run the command.
+# Container entrypoint: ship DeepEP's kernels into the JIT cache, check the stack against this image's
+# pins, then run the command.
 #   EPSTACK_GUARD=strict (default): refuse to start on drift; warn: report and start; off: skip.
-#   The JSON report lands in ${EPSTACK_GUARD_REPORT:-/tmp/epstack-guard.json}.
+#   The JSON report lands in ${EPSTACK_GUARD_REPORT:-/tmp/epstack-guard.json}. The guard trusts what the
+#   image's build proved while nothing that decides it changed, and checks the driver now (--at-start).
 # Without a mounted NVIDIA driver the CUDA driver stub stands in (cuda-stub.sh), and this says so.
 set -euo pipefail
 
@@ -10,13 +12,16 @@ set -euo pipefail
 if [ -n "${EPSTACK_CUDA_STUB:-}" ]; then
   echo "epstack: no NVIDIA driver in this container: CUDA calls fail (driver stub ${EPSTACK_CUDA_STUB})" >&2
 fi
+# DeepEP's kernels the image ships, into the writable JIT cache (or one in $TMPDIR on a read-only root).
+# shellcheck source=scripts/image/jit-caches.sh
+. "$(dirname "$0")/jit-caches.sh"
 
 mode=${EPSTACK_GUARD:-strict}
 report=${EPSTACK_GUARD_REPORT:-/tmp/epstack-guard.json}
 case "${mode}" in
   off) ;;
   warn | strict)
-    if ! epstack guard --layer "${EPSTACK_GUARD_LAYER}" --json "${report}"; then
+    if ! epstack guard --layer "${EPSTACK_GUARD_LAYER}" --json "${report}" --at-start; then
       if [ "${mode}" = strict ]; then
         echo "epstack: the stack differs from its pins (table above, ${report}); EPSTACK_GUARD=warn starts anyway" >&2
         exit 1

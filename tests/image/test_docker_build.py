@@ -22,11 +22,13 @@ from rich.console import Console
 from epstack import imagepaths
 from epstack.cli import main
 from epstack.guard.report import GUARD_REPORT, GuardReport
+from epstack.guard.start import PROVEN
 from epstack.image import cdx
 from epstack.image.build import BuildReport, build_target, export_sboms, standin_ref
 from epstack.image.engine import DockerEngine
 from epstack.image.render import plan_render, source_date, write_plan
 from epstack.image.standin import STANDIN_LABEL, standin_for
+from epstack.jitcache import CacheKey, pack
 from epstack.layers import venv_locks
 from epstack.pins.load import load_pins
 from epstack.python.lockfile import read_lock
@@ -485,3 +487,109 @@ def test_an_sglang_transitive_drift_is_named(
     assert result.returncode != 0
     row = next(line for line in result.stderr.splitlines() if "│ flashinfer-python" in line)
     assert "0.7.2" in row and "0.7.1" in row and "mismatch" in row and "sglang.txt" in row
+
+
+# ---- the guard at start: the build's record trusted while it holds, the full guard when not ------
+
+
+@pytest.mark.parametrize("stage", ["base", pytest.param("sglang", marks=needs_sources)])
+def test_the_start_guard_trusts_the_build_and_checks_the_driver_now(
+    built: BuildReport, engine: DockerEngine, stage: str
+) -> None:
+    """Same rows as the build's report, each marked proven at build, but the driver (the stub here)
+    and DeepEP's cache, checked now; no torch imported, so no torch warning either."""
+    image = ref(built, stage)
+    started = docker(engine, "run", "--rm", image, "cat", "/tmp/epstack-guard.json")
+    assert "full guard" not in started.stderr and "nothing that decides them changed" in started.stderr
+    assert "UserWarning" not in started.stderr
+    report = GUARD_REPORT.loads(started.stdout, f"{image}: /tmp/epstack-guard.json")
+    assert [row.component for row in report.checks] == [
+        row.component for row in guard_report(engine, image, stage).checks
+    ]
+    live = {"CUDA runtime/driver", "EP_JIT_CACHE_DIR"}
+    assert all(row.detail.endswith(PROVEN) for row in report.checks if row.component not in live)
+    driver = next(row for row in report.checks if row.component == "CUDA runtime/driver")
+    assert driver.verdict == "skipped" and driver.detail == "no GPU: cuInit returned 34"
+
+
+def test_a_user_layer_that_installs_something_or_preloads_gets_the_full_guard(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine, made: list[str]
+) -> None:
+    tag = "epstack-test/installs"
+    purelib = "$(python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')"
+    result = user_layer(engine, tmp_path, f'FROM {ref(built, "base")}\nRUN touch "{purelib}/user.pth"\n', tag)
+    assert result.returncode == 0, result.stderr[-2000:]
+    made.append(tag)
+    started = docker(engine, "run", "--rm", tag, "true")
+    assert f"guard: 1 folder changed in {imagepaths.VENV} since the build" in started.stderr
+    assert ": full guard" in started.stderr and PROVEN not in started.stderr
+    assert "guard: ok" in started.stderr and "│ nvcc (CUDA_HOME)" in started.stderr
+    libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    preloaded = docker(engine, "run", "--rm", "-e", f"LD_PRELOAD={libc}", ref(built, "base"), "true")
+    assert f"guard: LD_PRELOAD={libc}, the build had (unset): full guard" in preloaded.stderr
+    assert PROVEN not in preloaded.stderr and "guard: ok" in preloaded.stderr
+
+
+# ---- the kernels layer (issue 17): DeepEP's kernels shipped over the sglang image ---------------
+
+KEY_SCRIPT = (
+    f"import sys, json, os, dataclasses; sys.path.append({str(imagepaths.TOOL)!r}); "
+    "from epstack.jitcache import image_key; print(json.dumps(dataclasses.asdict(image_key(os.environ))))"
+)
+
+
+def key_of(engine: DockerEngine, image: str, **changes: str) -> CacheKey:
+    """The key DeepEP's kernels have in `image` (its install's side read in it; an H200's device side)."""
+    here = docker(engine, "run", "--rm", "-e", "EPSTACK_GUARD=off", image, "python", "-c", KEY_SCRIPT).stdout
+    device = {"arch": "9.0", "device": "NVIDIA H200", "sm_count": 132}
+    return CacheKey(**{**json.loads(here), **device, **changes})
+
+
+def kernels_export(folder: Path, key: CacheKey) -> Path:
+    """An export of one made-up kernel (its bytes stand in for a GPU's) under `key`; returns the file."""
+    kernel = folder / "cache" / "cache" / f"kernel.dispatch.{'c' * 32}"
+    kernel.mkdir(parents=True)
+    (kernel / "kernel.cu").write_text("// dispatch_impl<..., 132, ...>\n")
+    (kernel / "kernel.cubin").write_bytes(b"\x7fELF" + bytes(64))
+    data, _ = pack(folder / "cache", key)
+    export = folder / "deep_ep-kernels.tar.gz"
+    export.write_bytes(data)
+    return export
+
+
+@needs_sources
+def test_the_kernels_layer_ships_deepeps_kernels_and_the_start_copies_them(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine, made: list[str]
+) -> None:
+    """`epstack jit layer` over the built sglang image, with an export made for its key (read in it):
+    the guard's row, the kernels copied into the writable cache at start, a read-only root."""
+    sglang = ref(built, "sglang")
+    export = kernels_export(tmp_path, key_of(engine, sglang))
+    tag = "epstack-test/kernels:ok"
+    assert main(["jit", "layer", "--image", sglang, "--export", str(export), "--tag", tag]) == 0
+    made.append(tag)
+    report = GUARD_REPORT.loads(
+        docker(engine, "run", "--rm", "--entrypoint", "cat", tag, f"{imagepaths.REPORTS}/sglang.json").stdout,
+        "sglang.json",
+    )
+    row = next(check for check in report.checks if check.component == "JIT cache DeepEP")
+    assert row.verdict == "ok" and row.found.startswith("1 kernels, 2 files"), row
+    listing = f'ls "$EP_JIT_CACHE_DIR/cache"; test ! -L "$EP_JIT_CACHE_DIR/cache/kernel.dispatch.{"c" * 32}"'
+    started = docker(engine, "run", "--rm", tag, "bash", "-c", listing)
+    assert started.stdout.split() == [f"kernel.dispatch.{'c' * 32}"], "copied in, not linked"
+    read_only = docker(engine, "run", "--rm", "--read-only", "--tmpfs", "/tmp", tag, "bash", "-c", listing)
+    assert read_only.stdout.split() == [f"kernel.dispatch.{'c' * 32}"]
+    assert "cannot be written (a read-only root?)" in read_only.stderr
+
+
+@needs_sources
+def test_an_export_made_for_another_install_is_refused_by_the_layers_build(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine, capfd: pytest.CaptureFixture[str]
+) -> None:
+    sglang = ref(built, "sglang")
+    export = kernels_export(tmp_path, key_of(engine, sglang, nvcc="12.9"))
+    tag = "epstack-test/kernels:other-nvcc"
+    assert main(["jit", "layer", "--image", sglang, "--export", str(export), "--tag", tag]) != 0
+    assert not engine.image_exists(tag)
+    captured = capfd.readouterr()
+    assert "nvcc 12.9 != 13.0" in captured.out + captured.err

@@ -32,7 +32,7 @@ COPY targets/blackwell-ib/locks/uv-bootstrap.txt targets/blackwell-ib/locks/base
 RUN --mount=type=cache,target=/root/.cache/uv \
     /opt/epstack/scripts/install-python-packages.sh /opt/epstack/locks/base.txt --require-hashes --no-deps --no-build
 COPY scripts/image/install-epstack.sh scripts/image/guard-layer.sh scripts/image/cuda-stub.sh \
-     scripts/image/entrypoint.sh /opt/epstack/scripts/
+     scripts/image/entrypoint.sh scripts/image/jit-caches.sh /opt/epstack/scripts/
 COPY src/ /opt/epstack/src/
 RUN --mount=type=cache,target=/root/.cache/uv /opt/epstack/scripts/install-epstack.sh /opt/epstack/src
 ENTRYPOINT ["/opt/epstack/scripts/entrypoint.sh"]

@@ -1,0 +1,94 @@
+"""Benchmark: what the entrypoint's guard adds to a container start, in built images.
+
+For each image: `docker run --rm IMAGE true` with EPSTACK_GUARD=strict and with off, --runs times each,
+interleaved (strict, off, strict, ...) so both see the same machine load; the medians and their
+difference, the goal being under 2 s. Then, for comparison, what the start skips while the build's
+record holds: the same start made to run the full guard (LD_PRELOAD of the libc every process loads
+anyway: a deciding variable the build did not set), and `docker run` of `epstack guard --layer
+$EPSTACK_GUARD_LAYER` with the entrypoint's guard off (in the sglang image: --layer all).
+Writes benchmarks/results/guard_start.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results" / "guard_start.json"
+DOCKER = os.environ.get("EPSTACK_DOCKER", "docker")
+# Changes no library the guard sees, but the record did not see it: the start runs the full guard.
+FULL = ("-e", "LD_PRELOAD=/lib/x86_64-linux-gnu/libc.so.6")
+# The image's own full guard as a command (in the sglang image, the top layer, the same as --layer all).
+GUARD_LAYER = 'epstack guard --layer "$EPSTACK_GUARD_LAYER" > /dev/null 2>&1'
+
+
+def timed(*args: str) -> float:
+    start = time.perf_counter()
+    result = subprocess.run([DOCKER, *args], capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"`docker {' '.join(args)}` exited {result.returncode}: {result.stderr[-2000:]}")
+    return elapsed
+
+
+def start(image: str, *env: str) -> float:
+    return timed("run", "--rm", *env, image, "true")
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    return {"median_s": round(statistics.median(samples), 2), "min_s": round(min(samples), 2)}
+
+
+def measure(image: str, runs: int) -> dict[str, object]:
+    strict: list[float] = []
+    off: list[float] = []
+    for _ in range(runs):
+        strict.append(start(image, "-e", "EPSTACK_GUARD=strict"))
+        off.append(start(image, "-e", "EPSTACK_GUARD=off"))
+    full_start = [start(image, "-e", "EPSTACK_GUARD=strict", *FULL) for _ in range(max(1, runs // 4))]
+    guard_layer = [
+        timed("run", "--rm", "-e", "EPSTACK_GUARD=off", image, "sh", "-c", GUARD_LAYER)
+        for _ in range(max(1, runs // 4))
+    ]
+    median = {name: statistics.median(s) for name, s in (("strict", strict), ("off", off))}
+    return {
+        "image": image,
+        "strict": summary(strict),
+        "off": summary(off),
+        "strict_minus_off_s": round(median["strict"] - median["off"], 2),
+        "full_guard_start": summary(full_start),
+        "full_guard_start_minus_off_s": round(statistics.median(full_start) - median["off"], 2),
+        "full_guard_run": summary(guard_layer),
+        "runs": runs,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("images", nargs="+", help="built images, e.g. the stand-in sglang and base")
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+    results = [measure(image, args.runs) for image in args.images]
+    document = {
+        "command": f"python benchmarks/guard_start.py --runs {args.runs} " + " ".join(args.images),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared",
+        "measured": "`docker run --rm IMAGE true`: EPSTACK_GUARD=strict against off (interleaved); the "
+        "full guard at start (a deciding variable changed); `docker run` of the image's full guard "
+        "(`epstack guard --layer $EPSTACK_GUARD_LAYER`, entrypoint off)",
+        "goal": "strict adds under 2 s to a start",
+        "images": results,
+    }
+    RESULTS.write_text(json.dumps(document, indent=2) + "\n")
+    print(json.dumps(document, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

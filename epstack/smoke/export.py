@@ -1,0 +1,70 @@
+"""`smoke elastic --export-jit-cache FILE`: after a passing run, the DeepEP kernels it compiled into
+$EP_JIT_CACHE_DIR, packed with the key they were compiled under (epstack.jitcache), for a layer over
+the image (`epstack jit layer`). The key's device half (arch, SM count) is read in the ranks' Python,
+in a child process, as the preflight is: the supervisor never touches the GPU."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from epstack.cmd import run
+from epstack.errors import EnvironmentProblem
+from epstack.jitcache import CacheKey, image_key, pack
+from epstack.output import write_file
+
+TIMEOUT_S = 300.0
+# How the supervisor asks for the device; the CPU tests point it at a stub.
+DEVICE_PROBE: tuple[str, ...] = (sys.executable, "-m", "epstack.smoke.export")
+
+
+def cache_dir(env: Mapping[str, str]) -> Path:
+    """DeepEP's cache folder: $EP_JIT_CACHE_DIR, else ~/.deep_ep (csrc/jit/compiler.hpp)."""
+    return Path(env.get("EP_JIT_CACHE_DIR") or Path(env.get("HOME", "~")).expanduser() / ".deep_ep")
+
+
+def device_here() -> dict[str, Any]:
+    """In the ranks' Python: GPU 0's compute capability, name and SM count."""
+    import torch  # noqa: PLC0415
+
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "arch": f"{props.major}.{props.minor}",
+        "device": props.name,
+        "sm_count": props.multi_processor_count,
+    }
+
+
+def export(out: Path, env: Mapping[str, str]) -> dict[str, Any]:
+    """Write the export and <out>.sha256; what the report says of it."""
+    result = run(*DEVICE_PROBE, echo=False, timeout=TIMEOUT_S)
+    try:
+        device = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        detail = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+        raise EnvironmentProblem(f"could not read the GPU's properties for the export ({detail})") from None
+    key: CacheKey = replace(image_key(env), **device)
+    data, manifest = pack(cache_dir(env), key)
+    digest = hashlib.sha256(data).hexdigest()
+    write_file(out, data, what="--export-jit-cache")
+    write_file(
+        out.with_name(f"{out.name}.sha256"), f"{digest}  {out.name}\n", what="--export-jit-cache's digest"
+    )
+    return {
+        "path": str(out),
+        "sha256": digest,
+        "kernels": manifest.kernels,
+        "files": len(manifest.files),
+        "bytes": manifest.bytes,
+        "archive_bytes": len(data),
+        "key": asdict(key),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(device_here()))

