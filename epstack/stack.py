@@ -81,6 +81,7 @@ def other_cuda_major(name: str, major: int) -> bool:
     match = _CUDA_MAJOR_SUFFIX.search(name)
     return match is not None and int(match[1]) != major
 
+
 # The OS a CUDA image tag ends in (nvidia/cuda:13.0.3-devel-ubuntu24.04) -> its glibc, which is the
 # newest manylinux tag a wheel may carry to install there, and its Ubuntu codename.
 IMAGE_OS_GLIBC = {"ubuntu24.04": "2.39", "ubuntu22.04": "2.35"}
@@ -129,6 +130,7 @@ CUDA_JIT_TOOLKIT: tuple[tuple[str, str], ...] = (
 PATCHES_NEEDING_GDAKI = {
     "fbde7fef0cd154a090f3a150a55bb0300c4c364800f485cf27361031bb25c961": "vLLM's GIN barrier patch",
 }
+
 
 @dataclass(frozen=True, kw_only=True)
 class ImageTarget:
