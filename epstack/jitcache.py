@@ -85,7 +85,7 @@ KERNEL_CACHE = Schema(
 )
 
 
-def _sha256(data: bytes) -> str:
+def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -118,7 +118,7 @@ def pack(cache_dir: Path, key: CacheKey) -> tuple[bytes, KernelCache]:
         )
     manifest = KernelCache(
         key=key,
-        files=tuple(CacheFile(path=p, sha256=_sha256(d), bytes=len(d)) for p, d in files.items()),
+        files=tuple(CacheFile(path=p, sha256=sha256_hex(d), bytes=len(d)) for p, d in files.items()),
     )
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -131,9 +131,9 @@ def pack(cache_dir: Path, key: CacheKey) -> tuple[bytes, KernelCache]:
 def unpack(archive: Path, data: bytes, sha256: str) -> tuple[KernelCache, dict[str, bytes]]:
     """The manifest and files of an export whose sha256 is `sha256`; BadInput for anything else:
     another digest, a member the manifest does not list or whose bytes differ, a link, a device."""
-    if _sha256(data) != sha256:
+    if sha256_hex(data) != sha256:
         raise BadInput(
-            f"{archive}: sha256 {_sha256(data)}, not the {sha256} asked for; fix: name the "
+            f"{archive}: sha256 {sha256_hex(data)}, not the {sha256} asked for; fix: name the "
             "export's own digest (printed by the export and in its .sha256 file)"
         )
     try:
@@ -157,7 +157,7 @@ def unpack(archive: Path, data: bytes, sha256: str) -> tuple[KernelCache, dict[s
         entry = listed.get(name)
         if entry is None or not _KERNEL_FILE.fullmatch(entry.path):
             raise BadInput(f"{archive}: {name!r} is not a kernel its manifest lists; fix: export it again")
-        if _sha256(blob) != entry.sha256 or len(blob) != entry.bytes:
+        if sha256_hex(blob) != entry.sha256 or len(blob) != entry.bytes:
             raise BadInput(
                 f"{archive}: {name!r} differs from its manifest's sha256 or size; fix: export it again"
             )
@@ -280,3 +280,8 @@ def install(manifest: KernelCache, files: Mapping[str, bytes], into: Path) -> No
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         staging.with_name(f"{staging.name}.json").unlink(missing_ok=True)
+
+
+def install_differences(key: CacheKey, archs: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """Everything that keeps an export's kernels from loading in this install (archs: the image's)."""
+    return [d for d in (arch_difference(key, archs), *key_differences(key, image_key(env))) if d]

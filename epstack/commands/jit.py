@@ -4,7 +4,6 @@ report the guard reads (epstack.guard.jitprobe)."""
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import re
 from collections.abc import Sequence
@@ -23,11 +22,9 @@ from epstack.inputs import read_bytes
 from epstack.jitcache import (
     MAX_ARCHIVE_BYTES,
     SHIPPED,
-    KernelCache,
-    arch_difference,
-    image_key,
     install,
-    key_differences,
+    install_differences,
+    sha256_hex,
     unpack,
 )
 from epstack.layers import LAYER_NAMES
@@ -82,23 +79,14 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
     return 0 if report.ok else 1
 
 
-def _export(path: Path, sha256: str) -> tuple[KernelCache, dict[str, bytes], bytes]:
-    data = read_bytes(path, what="a kernel cache export", limit=MAX_ARCHIVE_BYTES)
-    manifest, files = unpack(path, data, sha256)
-    return manifest, files, data
+def _read_export(path: Path) -> bytes:
+    return read_bytes(path, what="a kernel cache export", limit=MAX_ARCHIVE_BYTES)
 
 
 def cmd_unpack(args: argparse.Namespace, console: Console) -> int:
     """In the image: the export's kernels, if made for this install, into the image's kernel folder."""
-    manifest, files, _ = _export(args.export, args.sha256)
-    differences = [
-        d
-        for d in (
-            arch_difference(manifest.key, _archs(None)),
-            *key_differences(manifest.key, image_key(os.environ)),
-        )
-        if d
-    ]
+    manifest, files = unpack(args.export, _read_export(args.export), args.sha256)
+    differences = install_differences(manifest.key, _archs(None), os.environ)
     if differences:
         raise BadInput(
             f"{args.export}: its kernels were made for another install ({'; '.join(differences)}), so DeepEP "
@@ -126,10 +114,9 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_layer(args: argparse.Namespace, console: Console) -> int:
     """Here, with Docker: the kernels layer over a built image."""
-    sha256 = hashlib.sha256(
-        read_bytes(args.export, what="a kernel cache export", limit=MAX_ARCHIVE_BYTES)
-    ).hexdigest()
-    manifest, _, data = _export(args.export, args.sha256 or sha256)
+    data = _read_export(args.export)
+    sha256 = sha256_hex(data)
+    manifest, _ = unpack(args.export, data, args.sha256 or sha256)
     engine = DockerEngine.find()
     tag = args.tag or kernels_tag(args.image, sha256)
     image_id = build_kernels_layer(

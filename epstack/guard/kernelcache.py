@@ -3,7 +3,6 @@ made for this image (its deep_ep, nvcc, arch and install paths), with their coun
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -11,10 +10,9 @@ from epstack.checkrow import Check
 from epstack.jitcache import (
     KERNEL_CACHE,
     SHIPPED,
-    arch_difference,
-    image_key,
-    key_differences,
+    install_differences,
     manifest_beside,
+    sha256_hex,
 )
 
 COMPONENT = "JIT cache DeepEP"
@@ -29,7 +27,7 @@ def _damaged(folder: Path, files: Sequence[tuple[str, str]]) -> list[str]:
     bad = []
     for relative, sha256 in files:
         path = folder / relative
-        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != sha256:
+        if not path.is_file() or sha256_hex(path.read_bytes()) != sha256:
             bad.append(relative)
     return bad
 
@@ -66,7 +64,7 @@ def kernel_cache_rows(env: Mapping[str, str], archs: Sequence[str], folder: Path
                 fix=f"rebuild the layer; {FIX_EXPORT}",
             )
         ]
-    differences = [d for d in (arch_difference(key, archs), *key_differences(key, image_key(env))) if d]
+    differences = install_differences(key, archs, env)
     if differences:
         return [
             Check(

@@ -5,7 +5,6 @@ in a child process, as the preflight is: the supervisor never touches the GPU.""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from collections.abc import Mapping
@@ -15,7 +14,7 @@ from typing import Any
 
 from epstack.cmd import run
 from epstack.errors import EnvironmentProblem
-from epstack.jitcache import CacheKey, image_key, pack
+from epstack.jitcache import CacheKey, image_key, pack, sha256_hex
 from epstack.output import write_file
 
 TIMEOUT_S = 300.0
@@ -50,7 +49,7 @@ def export(out: Path, env: Mapping[str, str]) -> dict[str, Any]:
         raise EnvironmentProblem(f"could not read the GPU's properties for the export ({detail})") from None
     key: CacheKey = replace(image_key(env), **device)
     data, manifest = pack(cache_dir(env), key)
-    digest = hashlib.sha256(data).hexdigest()
+    digest = sha256_hex(data)
     write_file(out, data, what="--export-jit-cache")
     write_file(
         out.with_name(f"{out.name}.sha256"), f"{digest}  {out.name}\n", what="--export-jit-cache's digest"
