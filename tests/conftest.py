@@ -20,6 +20,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 
 from epstack import resources
 from epstack.errors import EnvironmentProblem
+from epstack.image.build import COLD_BUILD_GB, ensure_disk
 from epstack.image.deepepmanifest import DEEPEP_MANIFEST, DeepepManifest, LinkedLibrary
 from epstack.image.engine import DockerEngine
 from epstack.smoke import elastic, preflight
@@ -73,6 +74,17 @@ def engine() -> Iterator[DockerEngine]:
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the Docker tests: {exc}")
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def build_engine(engine: DockerEngine) -> DockerEngine:
+    """The engine, where its disk can hold a cold build of a target (what `epstack build` asks);
+    skipped with the reason where it cannot: a build that fills the disk proves nothing."""
+    try:
+        ensure_disk(engine, COLD_BUILD_GB)
+    except EnvironmentProblem as exc:
+        pytest.skip(str(exc))
+    return engine
 
 
 def check_golden(text: str, golden: Path) -> None:

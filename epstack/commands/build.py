@@ -8,10 +8,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack.commands.common import LOCKS, PINS, SubParsers, path_arg, pins_path
+from epstack.commands.common import LOCKS, PINS, SubParsers, non_negative_int, path_arg, pins_path
 from epstack.commands.render import add_render_arguments
 from epstack.errors import BadInput
-from epstack.image.build import build_target, export_sboms, write_build_report
+from epstack.image.build import COLD_BUILD_GB, build_target, ensure_disk, export_sboms, write_build_report
 from epstack.image.engine import DockerEngine
 from epstack.image.render import output_directory, plan_checkout, write_plan
 from epstack.output import check_writable
@@ -37,6 +37,7 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
     write_plan(plan, out)
     console.print(f"rendered into {escape(str(out))}; building {escape(target)}")
     engine = DockerEngine.find()
+    ensure_disk(engine, args.min_free_gb)
     report = build_target(
         pins=pins,
         plan=plan,
@@ -75,5 +76,12 @@ def register(subparsers: SubParsers) -> None:
         type=path_arg,
         metavar="FILE",
         help="write what was built as JSON (for epstack publish push), each image's SBOM in sbom/ beside it",
+    )
+    build.add_argument(
+        "--min-free-gb",
+        type=non_negative_int,
+        default=COLD_BUILD_GB,
+        metavar="GB",
+        help="refuse to start with less free space in Docker's data root (default: %(default)s; 0: no check)",
     )
     build.set_defaults(func=cmd_build)

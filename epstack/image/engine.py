@@ -79,6 +79,15 @@ class DockerEngine:
             argv += ["--label", f"{key}={value}"]
         call(*argv, ".", cwd=context, env=self._env())
 
+    def free_disk(self) -> tuple[Path, int] | None:
+        """The engine's data root (images, BuildKit's cache) and its free bytes, where that folder is
+        on this machine; None for a remote engine (DOCKER_HOST) or one that does not say."""
+        root = output_if_ok(self.cli, "info", "--format", "{{.DockerRootDir}}")
+        path = Path(root.strip()) if root and root.strip() else None
+        if path is None or not path.is_dir():
+            return None
+        return path, shutil.disk_usage(path).free
+
     def provenance_supported(self) -> bool:
         """BuildKit attaches a provenance attestation through buildx, and `--load` keeps it only in the
         containerd image store; the classic CLI's BuildKit (docker 20.10 here) has no such flag."""

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install (Debian/Ubuntu, as root) and start a local Docker engine when none answers.
-# Usage: scripts/dev/docker-engine.sh start|clean|stop   (state in ${EPSTACK_ENGINE_DIR:-/tmp/epstack-engine})
+# Usage: scripts/dev/docker-engine.sh start|clean|stop|reclaim GB   (state in ${EPSTACK_ENGINE_DIR:-/tmp/epstack-engine})
 #   clean: remove the images epstack made (labelled vendor=epstack, and the stand-in's OS), no others
+#   reclaim GB: where the engine's data root has less than GB free, drop BuildKit's whole cache
 set -euo pipefail
 
 state=${EPSTACK_ENGINE_DIR:-/tmp/epstack-engine}
@@ -55,9 +56,23 @@ clean() {
   fi
 }
 
+reclaim() {
+  local want=$1 root free
+  root=$("$docker_cli" info --format '{{.DockerRootDir}}')
+  free=$(( $(df --output=avail -B1 "$root" | tail -n 1) / 1000000000 ))
+  if [ "$free" -ge "$want" ]; then
+    echo "docker engine: ${free} GB free in ${root}"
+    return
+  fi
+  "$docker_cli" builder prune --all --force >/dev/null
+  echo "docker engine: ${free} GB free in ${root}, under ${want} GB: dropped BuildKit's cache," \
+    "now $(( $(df --output=avail -B1 "$root" | tail -n 1) / 1000000000 )) GB free"
+}
+
 case "${1:-}" in
   start) start ;;
   clean) clean ;;
   stop) stop ;;
-  *) echo "usage: $0 start|clean|stop" >&2; exit 2 ;;
+  reclaim) [[ "${2:-}" =~ ^[0-9]+$ ]] || { echo "usage: $0 reclaim GB" >&2; exit 2; }; reclaim "$2" ;;
+  *) echo "usage: $0 start|clean|stop|reclaim GB" >&2; exit 2 ;;
 esac

@@ -35,7 +35,11 @@ def clean_out() -> Iterator[None]:
 
 
 def test_build_yml_builds_guards_pushes_and_pulls_back_by_the_exported_digest(
-    registry: str, tmp_path: Path, engine: DockerEngine, capsys: pytest.CaptureFixture[str], clean_out: None
+    registry: str,
+    tmp_path: Path,
+    build_engine: DockerEngine,
+    capsys: pytest.CaptureFixture[str],
+    clean_out: None,
 ) -> None:
     out = tmp_path / "run"
     overrides = ["EPSTACK_TARGET=hopper-ib", "EPSTACK_PUSH=top", "EPSTACK_PREDICT=no"]
@@ -78,8 +82,8 @@ def test_build_yml_builds_guards_pushes_and_pulls_back_by_the_exported_digest(
     # pull back by the exported digest
     ref = f"{uri.rsplit(':', 1)[0]}@{digest}"
     try:
-        subprocess.run([engine.cli, "pull", "--quiet", ref], check=True, capture_output=True)
-        assert ref in engine.repo_digests(ref)
-        assert engine.image_id(ref) == engine.image_id(top.tag)
+        subprocess.run([build_engine.cli, "pull", "--quiet", ref], check=True, capture_output=True)
+        assert ref in build_engine.repo_digests(ref)
+        assert build_engine.image_id(ref) == build_engine.image_id(top.tag)
     finally:
-        subprocess.run([engine.cli, "image", "rm", ref], capture_output=True, check=False)
+        subprocess.run([build_engine.cli, "image", "rm", ref], capture_output=True, check=False)

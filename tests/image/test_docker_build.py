@@ -58,14 +58,14 @@ def docker(engine: DockerEngine, *args: str, check: bool = True) -> subprocess.C
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, engine: DockerEngine) -> BuildReport:
+def built(tmp_path_factory: pytest.TempPathFactory, build_engine: DockerEngine) -> BuildReport:
     pins = load_pins(BUILD_PINS)
     sources = Path(SOURCES) if SOURCES else None
     plan = plan_render(pins, created=source_date(), revision="test", sources=sources)
     context = tmp_path_factory.mktemp("build") / "render"
     write_plan(plan, context)
     return build_target(
-        pins=pins, plan=plan, context=context, target=TARGET, engine=engine, console=Console()
+        pins=pins, plan=plan, context=context, target=TARGET, engine=build_engine, console=Console()
     )
 
 

@@ -44,7 +44,7 @@ def test_only_loopback_hosts_are_loopback(host: str, loopback: bool) -> None:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory, engine: DockerEngine) -> Path:
+def report(tmp_path_factory: pytest.TempPathFactory, build_engine: DockerEngine) -> Path:
     """hopper-ib on the CUDA stand-in as `epstack build --report` records it (BuildKit's cache makes
     this quick when the Docker build tests ran first: same render, same layers)."""
     pins = load_pins(PINS)
@@ -52,7 +52,12 @@ def report(tmp_path_factory: pytest.TempPathFactory, engine: DockerEngine) -> Pa
     plan = plan_render(pins, created=source_date(), revision="test")
     write_plan(plan, context)
     built = build_target(
-        pins=pins, plan=plan, context=context, target=TARGET, engine=engine, console=Console(stderr=True)
+        pins=pins,
+        plan=plan,
+        context=context,
+        target=TARGET,
+        engine=build_engine,
+        console=Console(stderr=True),
     )
     path = context.parent / "build-report.json"
     write_build_report(path, built)
