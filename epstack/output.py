@@ -272,9 +272,7 @@ def write_file(path: Path, text: str | bytes, *, what: str) -> None:
         try:
             with os.fdopen(fd, "wb") as file:
                 file.write(_encoded(text))
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(staging, 0o666 & ~umask)
+            os.chmod(staging, 0o666 & ~_umask())
             os.replace(staging, target)
         finally:
             with contextlib.suppress(FileNotFoundError):

@@ -39,6 +39,16 @@ set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "epstack-hypothesis")
 PINS = REPO / "pins.env"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under mutmut (benchmarks/mutation.py), which forks a pytest session per mutant two at a time,
+    each session gets a basetemp of its own: one session's cleanup of the shared pytest-of-<user>
+    folder must not fail another's start, which mutmut would count as a killed mutant."""
+    if os.environ.get("MUTANT_UNDER_TEST") and config.option.basetemp is None:
+        basetemp = tempfile.mkdtemp(prefix="mutant-")
+        config.option.basetemp = basetemp
+        config.add_cleanup(lambda: shutil.rmtree(basetemp, ignore_errors=True))
+
+
 @pytest.fixture(autouse=True)
 def _no_accidental_io(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if request.node.get_closest_marker("docker") is None:

@@ -179,9 +179,7 @@ class _CheckedConstructor(RoundTripConstructor):
             ) from None
 
 
-def _yaml_line(text: str, exc: MarkedYAMLError | ReaderError) -> int:
-    if isinstance(exc, ReaderError):
-        return text.count("\n", 0, exc.position) + 1
+def _yaml_line(exc: MarkedYAMLError) -> int:
     mark = exc.problem_mark or exc.context_mark
     return mark.line + 1 if mark is not None else 1
 
@@ -190,28 +188,29 @@ def load_document(path: Path) -> Document:
     """Read YAML keeping positions; unreadable files, YAML errors and documents past the bounds above
     are BadInput with file:line."""
     text = read_text(path, what="a buildspec", limit=MAX_BYTES)
-    yaml = YAML(typ="rt")
+    yaml = YAML()  # round-trip, ruamel's default: nodes keep their lines
     yaml.Composer = _BoundedComposer
     yaml.Constructor = _CheckedConstructor
     yaml.max_depth = MAX_DEPTH
     try:
         root = yaml.load(text)
     except _Refused as exc:
-        raise BadInput(f"{path}:{_yaml_line(text, exc)}: {exc.problem}; fix: {exc.fix}") from None
+        raise BadInput(f"{path}:{_yaml_line(exc)}: {exc.problem}; fix: {exc.fix}") from None
     except MaxDepthExceededError as exc:
         raise BadInput(
-            f"{path}:{_yaml_line(text, exc)}: nested over {MAX_DEPTH} levels deep; "
+            f"{path}:{_yaml_line(exc)}: nested over {MAX_DEPTH} levels deep; "
             "fix: flatten it (a buildspec needs 8 levels)"
         ) from None
     except ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
         raise BadInput(
-            f"{path}:{_yaml_line(text, exc)}: character U+{exc.character:04X} is not allowed in YAML; "
+            f"{path}:{line}: character U+{exc.character:04X} is not allowed in YAML; "
             "fix: remove it, or write it as an escape in a double-quoted string"
         ) from None
     except MarkedYAMLError as exc:
         problem = (exc.problem or exc.context or "invalid YAML").strip()
         raise BadInput(
-            f"{path}:{_yaml_line(text, exc)}: {problem}; fix: correct the YAML (quote commands with ': ')"
+            f"{path}:{_yaml_line(exc)}: {problem}; fix: correct the YAML (quote commands with ': ')"
         ) from None
     if not isinstance(root, CommentedMap):
         raise BadInput(
@@ -254,21 +253,18 @@ def _where(path: Sequence[str | int]) -> str:
 def _finding(document: Document, error: jsonschema.ValidationError) -> Finding:
     path = list(error.absolute_path)
     where = _where(path)
-    fix = error.schema.get("x-fix") if isinstance(error.schema, dict) else None
-    if error.validator in ("additionalProperties", "propertyNames", "unevaluatedProperties"):
-        allowed = sorted(error.schema.get("properties", {})) if isinstance(error.schema, dict) else []
-        if error.validator == "propertyNames":
-            names = error.schema.get("propertyNames", {}) if isinstance(error.schema, dict) else {}
-            allowed = list(names.get("enum", []))
-            extra = [str(error.instance)] if not isinstance(error.instance, dict) else []
-            key = extra[0] if extra else ""
-            if not key and isinstance(error.instance, dict):
-                key = next(iter(error.instance), "")
-        else:
-            instance = error.instance if isinstance(error.instance, dict) else {}
-            key = next((k for k in instance if k not in allowed), "")
+    # A mapping: the schema's only boolean subschemas are `additionalProperties: false`, which fails
+    # as that keyword of the mapping holding it.
+    holder: Any = error.schema
+    fix = holder.get("x-fix")
+    if error.validator == "additionalProperties":
+        # only `additionalProperties: false` fails as itself: the instance is an object with a key
+        # the schema does not name
+        allowed = sorted(holder["properties"])
+        instance: Any = error.instance
+        key = next(k for k in instance if k not in allowed)
         line = document.line([*path, key])
-        near = difflib.get_close_matches(key, allowed, n=1)
+        near = difflib.get_close_matches(key, allowed)  # best first
         hint = f"did you mean {near[0]}?" if near else f"expected one of {', '.join(allowed)}"
         return Finding(
             file=document.path, line=line, message=f"{_where([*path, key])}: unknown key {key!r}; {hint}"
@@ -277,14 +273,11 @@ def _finding(document: Document, error: jsonschema.ValidationError) -> Finding:
         path.append(error.instance)  # the offending key itself, not the mapping holding it
         where = _where(path)
     line = document.line(path)
-    if error.validator in ("oneOf", "anyOf") and fix:
+    if error.validator == "oneOf" and fix:  # the one anyOf (phases or batch) has no fix
         return Finding(file=document.path, line=line, message=f"{where}: needs {fix}")
-    if error.validator == "required":
-        message = f"{where}: {error.message}"
-    elif error.validator in ("enum", "const"):
-        value = error.validator_value
-        allowed = value if isinstance(value, list) else [value]
-        message = f"{where}: {error.instance!r} is not one of {', '.join(map(repr, allowed))}"
+    if error.validator == "enum":  # the schema has no const
+        choices: Any = error.validator_value
+        message = f"{where}: {error.instance!r} is not one of {', '.join(map(repr, choices))}"
     elif error.validator == "not":
         what = "these keys together" if isinstance(error.instance, dict) else repr(error.instance)
         message = f"{where}: {what} not allowed"
@@ -347,7 +340,7 @@ class Buildspec:
 
 
 def _yes(value: Any) -> bool:
-    return value is True or str(value).lower() in ("yes", "true")
+    return value is True or value == "yes"  # the schema's yes/no: yes, no, true or false
 
 
 def _tuple(value: Any) -> tuple[str, ...]:
@@ -361,10 +354,10 @@ def _file_set(block: Mapping[str, Any], line: int) -> FileSet:
         line=line,
         files=_tuple(block.get("files")),
         base_directory=str(block.get("base-directory", "")),
-        discard_paths=_yes(block.get("discard-paths", False)),
+        discard_paths=_yes(block.get("discard-paths")),
         exclude_paths=_tuple(block.get("exclude-paths")),
         name=str(block.get("name", "")),
-        file_format=str(block.get("file-format", "JUNITXML")).upper(),
+        file_format=str(block["file-format"]).upper() if "file-format" in block else "JUNITXML",
     )
 
 
@@ -395,7 +388,7 @@ def load_buildspec(path: Path) -> Buildspec:
     artifacts = data.get("artifacts")
     return Buildspec(
         path=path,
-        shell=SHELLS.get(env.get("shell", "/bin/sh"), "/bin/sh"),
+        shell=SHELLS.get(str(env.get("shell")), "/bin/sh"),
         variables={str(k): _scalar(v) for k, v in (env.get("variables") or {}).items()},
         parameter_store={str(k): str(v) for k, v in (env.get("parameter-store") or {}).items()},
         secrets_manager={str(k): str(v) for k, v in (env.get("secrets-manager") or {}).items()},

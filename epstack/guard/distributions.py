@@ -123,11 +123,12 @@ def check_requirements(owner: str, pinned: Mapping[str, str]) -> list[Check]:
 
 
 def _applies(requirement: Requirement) -> bool:
-    """The requirement's marker holds here (no extra asked for); an unevaluable marker counts as holding."""
+    """The requirement's marker holds here (no extra asked for: packaging's "metadata" context evaluates
+    `extra` as ""); an unevaluable marker counts as holding."""
     if requirement.marker is None:
         return True
     try:
-        return requirement.marker.evaluate({"extra": ""})
+        return requirement.marker.evaluate()
     except Exception:  # packaging raises several kinds for markers it cannot evaluate
         return True
 

@@ -35,7 +35,7 @@ def load_expected(path: Path, scopes: list[str]) -> Expected:
     """A full pins.env (validated by load_pins), or a layer pins file (validated by the same value
     rules) holding every key the guard `scopes` read (epstack.layers.GuardScope.keys)."""
     values = pin_values(path)
-    fabric = values.get("FABRIC") if "DEFAULT_TARGET" not in values else None
+    fabric = values.get("FABRIC")  # a layer pins file's; pins.env has no such key
     for scope in GUARD_SCOPES:
         missing = [key for key in scope.keys if key not in values] if scope.name in scopes else []
         if missing:
@@ -43,7 +43,7 @@ def load_expected(path: Path, scopes: list[str]) -> Expected:
                 f"{path}: no {missing[0]}, which guard --layer {scope.name} needs; "
                 "fix: pass pins.env or the layer pins file of this image"
             )
-    known = {f.name for f in fields(Expected)} - {"deepep_patches"}
+    known = {f.name for f in fields(Expected)}  # no pins key is DEEPEP_PATCHES (only _<FABRIC>)
     return Expected(
         **{key.lower(): value for key, value in values.items() if key.lower() in known},
         deepep_patches=tuple(str(patch) for patch in fabric_patches(values, fabric)) if fabric else None,

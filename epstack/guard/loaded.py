@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -118,14 +119,18 @@ def _ldd(shared_object: Path) -> str:
     return call("ldd", shared_object, capture=True, echo=False)
 
 
+# ldd's line for a needed library: "\tlibstdc++.so.6 => /lib/x86_64-linux-gnu/libstdc++.so.6 (0x...)", or
+# "=> not found"; the loader's own and the vDSO have no "=>".
+_LDD_NEEDED = re.compile(r"^\s*(\S+)\s+=>\s*(\S*)")
+
+
 def linked_library(shared_object: Path, prefix: str) -> str | None:
     """The file the loader resolves `shared_object`'s needed library starting with `prefix` to (ldd),
     or None when it needs none or the loader finds none. Raises EpstackError when ldd cannot run."""
     for line in _ldd(shared_object).splitlines():
-        name, arrow, target = line.strip().partition("=>")
-        if arrow and name.strip().startswith(prefix):
-            path = target.split()[0] if target.split() else ""
-            return path if path.startswith("/") else None
+        needed = _LDD_NEEDED.match(line)
+        if needed and needed[1].startswith(prefix):
+            return needed[2] if needed[2].startswith("/") else None
     return None
 
 

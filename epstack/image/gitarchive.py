@@ -103,16 +103,14 @@ def _file_bytes(path: Path) -> bytes:
 class _TarStream(io.BufferedIOBase):
     """The tar inside the gzip as tarfile reads it: refused past the caps before it is read."""
 
+    last: bytes  # the block that ended tarfile's listing, once it has ended
+
     def __init__(self, unzipped: gzip.GzipFile, path: Path, packed: int) -> None:
         super().__init__()
         self._unzipped = unzipped
         self._path = path
         self._packed = packed
         self._limit = min(MAX_UNPACKED_BYTES, max(RATIO_FLOOR, MAX_RATIO * packed))
-        self.last = b""  # the block that ended tarfile's listing, once it has ended
-
-    def readable(self) -> bool:
-        return True
 
     def _check(self, end: int) -> None:
         if end > self._limit:
@@ -132,7 +130,7 @@ class _TarStream(io.BufferedIOBase):
         if whence != io.SEEK_SET:  # tarfile seeks to absolute offsets only
             raise io.UnsupportedOperation("seek relative")
         self._check(offset)
-        return self._unzipped.seek(offset, whence)
+        return self._unzipped.seek(offset)
 
     def tell(self) -> int:
         return self._unzipped.tell()

@@ -76,8 +76,9 @@ def parse_patches(value: str) -> tuple[Patch, ...]:
             )
         patches.append(Patch(url=match["url"], sha256=match["sha256"]))
     names = [patch.file for patch in patches]
-    if len(set(names)) != len(names):
-        raise ValueError(f"two patches named {names[0]!r}; fix: list each patch once")
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise ValueError(f"two patches named {name!r}; fix: list each patch once")
     return tuple(patches)
 
 

@@ -43,7 +43,7 @@ def exact_version(value: str) -> str:
         )
     canonical = str(version)
     release = version.release
-    if len(release) > _SIGNIFICANT_PARTS and not any(release[_SIGNIFICANT_PARTS:]):
+    if not any(release[_SIGNIFICANT_PARTS:]):  # up to three parts: the same release again
         head = ".".join(map(str, release[:_SIGNIFICANT_PARTS]))
         canonical = head + canonical.removeprefix(".".join(map(str, release)))
     if canonical != value:

@@ -63,7 +63,7 @@ def installed(paths: Iterable[str]) -> dict[str, str]:
     """{canonical name: version} of the distributions under `paths` (the first found wins, as import)."""
     found: dict[str, str] = {}
     for dist in metadata.distributions(path=list(paths)):
-        name = dist.metadata["Name"]
+        name = dist.name  # the metadata's Name header, None where it has none
         if name:
             found.setdefault(canonicalize_name(name), dist.version)
     return found

@@ -71,7 +71,7 @@ def _snippet(text: str) -> str:
 def read_entries(lock: LockFile) -> tuple[list[Entry], list[str]]:
     """The lock's entries with their line numbers, and its lines that are none of what uv writes
     (a pin, an indented sha256 --hash, a comment)."""
-    entries: list[Entry] = []
+    pin_lines: list[int] = []
     foreign: list[str] = []
     lines = lock.resolution.text.splitlines()
     for number, line in enumerate(lines, start=lock.body_start):
@@ -79,18 +79,17 @@ def read_entries(lock: LockFile) -> tuple[list[Entry], list[str]]:
         indented = line[:1].isspace()
         if not stripped or stripped.startswith("#"):
             continue
-        if indented and entries and _SHA256_LINE.match(stripped):
+        if indented and pin_lines and _SHA256_LINE.match(stripped):
             continue
-        pinned = None if indented else parse_compiled(line).packages
-        if pinned:
-            entries.append(Entry(line=number, package=pinned[0]))
+        if parse_compiled(line).packages:  # a pin line (parse_compiled reads no indented one as a pin)
+            pin_lines.append(number)
         elif indented and stripped.startswith("--hash="):
             foreign.append(f"line {number}: {_snippet(line)} is not a sha256 --hash of an entry above")
         else:
             foreign.append(f"line {number}: {_snippet(line)} is no `name==version` entry as uv writes it")
     # parse_compiled read the same pin lines, in this order, into lock.resolution, with their hashes
-    pairs = zip(entries, lock.resolution.packages, strict=True)
-    return [Entry(line=entry.line, package=package) for entry, package in pairs], foreign
+    pairs = zip(pin_lines, lock.resolution.packages, strict=True)
+    return [Entry(line=number, package=package) for number, package in pairs], foreign
 
 
 def _entry_problems(entries: list[Entry], major: int, excludes: tuple[str, ...]) -> Iterator[str]:

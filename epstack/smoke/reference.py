@@ -203,7 +203,7 @@ def reference_dispatch(
 def _first_row(a: torch.Tensor, b: torch.Tensor) -> int | None:
     if a.shape != b.shape:
         return 0
-    diff = (a != b).reshape(a.shape[0], -1).any(dim=1) if a.dim() > 1 else a != b
+    diff = (a != b).reshape(a.shape[0], -1).any(dim=1)
     rows = diff.nonzero(as_tuple=True)[0]
     return int(rows[0]) if rows.numel() else None
 
@@ -222,9 +222,9 @@ def first_dispatch_mismatch(  # noqa: PLR0911
     weights of the slots on this rank."""
 
     def where(row: int, what: str, slots: torch.Tensor | None = None) -> Mismatch:
-        gid = int(ref.src[row]) if row < ref.src.numel() else int(got.src[row])
-        local = ref.topk_idx[row] if row < ref.topk_idx.shape[0] else got.topk_idx[row]
-        if slots is not None and slots.any():
+        gid = int(ref.src[row])  # the receive holds as many tokens as the reference by now
+        local = ref.topk_idx[row]
+        if slots is not None:  # the slots that differ: some do, in the row that differs
             slot = int(slots.nonzero(as_tuple=True)[0][0])
         else:
             valid = (local >= 0).nonzero(as_tuple=True)[0]
@@ -279,9 +279,10 @@ def first_dispatch_mismatch(  # noqa: PLR0911
         return where(row, "top-k index differs", idx[row] != ref.topk_idx[row])
     mask = ref.topk_idx >= 0
     weights = got.topk_weights[order].masked_fill(~mask, 0)
-    row = _first_row(weights, ref.topk_weights.masked_fill(~mask, 0))
+    ref_weights = ref.topk_weights.masked_fill(~mask, 0)
+    row = _first_row(weights, ref_weights)
     if row is not None:
-        return where(row, "top-k weight differs", weights[row] != ref.topk_weights[row])
+        return where(row, "top-k weight differs", weights[row] != ref_weights[row])
     return None
 
 

@@ -110,7 +110,7 @@ class Stats:
             min=ordered[0] * scale,
             max=ordered[-1] * scale,
             p10=ordered[max(0, int(0.1 * (n - 1)))] * scale,
-            p90=ordered[min(n - 1, round(0.9 * (n - 1)))] * scale,
+            p90=ordered[round(0.9 * (n - 1))] * scale,  # at most n - 1
         )
 
 

@@ -11,6 +11,8 @@ import pytest
 
 from epstack.cli import main
 from epstack.cluster.k8s import EXCLUSIVE_TOPOLOGY
+from epstack.cluster.site import EnvLine, Storage, env_pair, parse_storage, read_env_file, split_pairs
+from epstack.errors import BadInput
 from epstack.fabric import FABRICS
 from epstack.stack import GIN_EFA_GDA
 from tests.cluster.conftest import check_cluster_golden, load_all, pins_for, render, render_args
@@ -333,3 +335,40 @@ def test_out_is_never_the_env_file(capsys: pytest.CaptureFixture[str], tmp_path:
     base = render_args(target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
     assert main(["cluster", *base, "--env-file", str(env_file), "--out", str(env_file)]) == 2
     assert env_file.read_text() == "NCCL_IB_GID_INDEX=3\n" and "--out" in capsys.readouterr().err
+
+
+# ---- the flags' values as parsed -----------------------------------------------------------------
+
+
+def test_a_host_directory_may_contain_a_colon() -> None:
+    storage = parse_storage("host:/data/hf:v3", flag="--model-storage", name="model", mount="/models")
+    assert storage == Storage(name="model", kind="host", source="/data/hf:v3", mount="/models")
+
+
+def test_annotation_and_selector_values_keep_their_equals_signs() -> None:
+    assert split_pairs(["a=b=c", "pool=h200"]) == {"a": "b=c", "pool": "h200"}
+
+
+def test_an_env_value_keeps_its_equals_signs() -> None:
+    assert env_pair("NCCL_IB_HCA==mlx5_0:1") == ("NCCL_IB_HCA", "=mlx5_0:1")
+
+
+def test_a_bad_env_name_says_what_a_variable_name_is() -> None:
+    with pytest.raises(ValueError) as info:
+        env_pair("NCCL IB=1")
+    assert str(info.value) == "not KEY=VALUE with KEY a variable name ([A-Za-z_][A-Za-z0-9_]*)"
+
+
+def test_indented_comments_and_blank_lines_are_skipped_in_an_env_file(tmp_path: Path) -> None:
+    env_file = tmp_path / "site.env"
+    env_file.write_text("  # site settings\n   \nNCCL_IB_GID_INDEX=3\n\t# end\nX=\n")
+    assert read_env_file(env_file) == [
+        EnvLine(number=3, key="NCCL_IB_GID_INDEX", value="3"),
+        EnvLine(number=5, key="X", value=""),
+    ]
+
+
+def test_a_missing_env_file_is_named_as_an_env_file(tmp_path: Path) -> None:
+    with pytest.raises(BadInput) as info:
+        read_env_file(tmp_path / "none.env")
+    assert str(info.value) == f"{tmp_path / 'none.env'}: no such file; fix: pass the path of an env file"

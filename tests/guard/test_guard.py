@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from epstack.cli import main
+from epstack.guard import run as guard_run
 from epstack.guard.deepep import (
     LIBSTDCXX_FIX,
     check_deep_ep_owner,
@@ -66,7 +67,14 @@ def fake_nccl(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture
 def no_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No DeepEP manifest, no CUDA toolkit, nothing on PATH, no NCCL (torch at most as the CPU build)."""
+    """No DeepEP manifest, no CUDA toolkit, nothing on PATH, no NCCL (torch at most as the CPU build).
+    A libnccl an earlier test of this process loaded stays mapped (ctypes never unloads): hidden."""
+    real_maps = guard_run._read_maps
+    monkeypatch.setattr(
+        guard_run,
+        "_read_maps",
+        lambda: "".join(line for line in real_maps().splitlines(True) if "libnccl" not in line),
+    )
     monkeypatch.setenv("EPSTACK_DEEPEP_MANIFEST", str(tmp_path / "absent.json"))
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
@@ -231,7 +239,9 @@ def test_the_nccl_deep_ep_links_must_be_the_one_loaded(fake_nccl: dict[str, Path
     other = check_nccl_link(extension, maps(fake_nccl["2.28.9"]))
     assert (other.expected, other.found, other.verdict) == (str(fake_nccl["2.28.9"]), str(pinned), "mismatch")
     unlinked = tmp_path / "plain.so"
-    subprocess.run([compiler("gcc"), "-shared", "-fPIC", "-o", unlinked, "-x", "c", "/dev/null"], check=True)
+    empty = tmp_path / "empty.c"
+    empty.write_text("")
+    subprocess.run([compiler("gcc"), "-shared", "-fPIC", "-o", unlinked, empty], check=True)
     assert check_nccl_link(unlinked, maps(pinned)).verdict == "missing"
     assert check_nccl_link(None, maps(pinned)).found == "no _C.so"
 

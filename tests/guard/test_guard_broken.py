@@ -66,7 +66,7 @@ def test_an_unevaluable_marker_counts_as_applying(site: Path) -> None:
         "torch",
         "2.14.1",
         ("torch/__init__.py",),
-        ('nvidia-nccl-cu13==2.28.9; python_full_version >= "3"',),
+        ('nvidia-nccl-cu13==2.28.9; python_version ~= "3"',),  # ~= needs two parts: packaging raises
     )
     rows = check_requirements("torch", {"nvidia-nccl-cu13": "2.30.7"})
     assert [r.verdict for r in rows] == ["override (pinned)"]

@@ -38,6 +38,18 @@ def test_none_shipped_is_skipped_with_the_way_to_ship_them(shipped: Path) -> Non
     found = row(shipped, ["9.0a"])
     assert (found.verdict, found.found) == ("skipped", "none shipped")
     assert "--export-jit-cache" in found.fix and "epstack jit layer" in found.fix and not found.failed
+    assert (
+        found.fix
+        == FIX_EXPORT
+        == (
+            "on a GPU, `epstack smoke elastic --export-jit-cache FILE` in this image, then "
+            "`epstack jit layer --image IMAGE --export FILE`"
+        )
+    )
+    assert (found.component, found.expected) == ("JIT cache DeepEP", "DeepEP kernels for 9.0a")
+    assert found.detail == "each kernel compiles at first use (3.6-6.1 s on an H200)"
+    assert row(shipped, ["9.0a", "10.0a"]).expected == "DeepEP kernels for 9.0a 10.0a"
+    assert row(shipped, []).expected == "DeepEP kernels for the image", "a pins.env names no archs"
 
 
 def test_intact_kernels_made_for_this_install_are_ok_with_their_count_and_bytes(
@@ -47,8 +59,9 @@ def test_intact_kernels_made_for_this_install_are_ok_with_their_count_and_bytes(
     found = row(shipped, ["9.0a"])
     assert found.verdict == "ok", found.detail
     total = sum(len(data) for data in files.values())
-    assert found.found.startswith(f"13 kernels, 26 files, {total:,} bytes; sm 9.0 (NVIDIA H200, 132 SMs)")
+    assert found.found == f"13 kernels, 26 files, {total:,} bytes; sm 9.0 (NVIDIA H200, 132 SMs), nvcc 13.0"
     assert found.detail == str(shipped)
+    assert (found.component, found.expected, found.fix) == ("JIT cache DeepEP", "DeepEP kernels for 9.0a", "")
 
 
 @pytest.mark.parametrize("damage", ["changed", "missing"])
@@ -64,7 +77,22 @@ def test_a_changed_or_missing_kernel_file_is_a_mismatch_naming_it(
     found = row(shipped, ["9.0a"])
     assert found.verdict == "mismatch" and found.failed
     assert found.detail == f"1 missing or changed, e.g. {victim}"
-    assert found.fix.startswith("rebuild the layer")
+    assert found.fix == f"rebuild the layer; {FIX_EXPORT}"
+    assert (found.component, found.expected) == (
+        "JIT cache DeepEP",
+        f"DeepEP kernels for 9.0a, as {TOOL}.json lists them",
+    )
+    assert found.found.startswith("13 kernels, 26 files, ")
+
+
+def test_every_damaged_file_is_counted_and_the_first_named(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped: Path
+) -> None:
+    files = ship(shipped, fake_install(site, tmp_path, monkeypatch))
+    victims = sorted(files)[3:6]
+    for victim in victims:
+        (shipped / victim).unlink()
+    assert row(shipped, ["9.0a"]).detail == f"3 missing or changed, e.g. {victims[0]}"
 
 
 @pytest.mark.parametrize("made_for", ["nvcc", "commit", "library root", "arch"])
@@ -91,3 +119,21 @@ def test_kernels_made_for_another_install_are_a_mismatch_naming_the_difference(
         f"made for another install ({difference}): DeepEP would compile every kernel again, never load these"
     )
     assert found.fix == FIX_EXPORT
+    assert (found.component, found.expected) == (
+        "JIT cache DeepEP",
+        f"DeepEP kernels for {'10.0a' if made_for == 'arch' else '9.0a'}, made in this image",
+    )
+    assert found.found.startswith("13 kernels, 26 files, ")
+
+
+def test_every_difference_from_this_install_is_named(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped: Path
+) -> None:
+    here = fake_install(site, tmp_path, monkeypatch)
+    ship(shipped, replace(here, deep_ep_commit="e" * 40))
+    found = row(shipped, ["10.0a"])
+    assert found.detail == (
+        "made for another install (arch 9.0 not in 10.0a; "
+        f"deep_ep_commit {'e' * 40} != {KEY.deep_ep_commit}): "
+        "DeepEP would compile every kernel again, never load these"
+    )

@@ -3,12 +3,17 @@ inline Python, in epstack, against the pins' NCCL_VERSION."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from epstack.checkrow import Check
 from epstack.cli import main
+from epstack.errors import BadInput, EnvironmentProblem
+from epstack.guard import nccl
+from epstack.guard.nccl import library_version, loaded_version, source_version
 from tests.conftest import PINS, REPO
 from tests.guard.test_guard import fake_nccl  # noqa: F401 (fixture: gcc-built libnccl 2.28.9 and 2.30.7)
 
@@ -58,3 +63,104 @@ def test_the_install_script_has_no_version_of_its_own() -> None:
     script_path = str(REPO / "scripts/gpu/install-nccl.sh")
     result = subprocess.run(["bash", script_path], capture_output=True, text=True, check=False)
     assert result.returncode == 2 and "--arch SM is required" in result.stderr
+
+
+# ---- each reading on its own --------------------------------------------------------------------
+
+
+def test_the_version_a_source_tree_declares(tmp_path: Path) -> None:
+    assert source_version(nccl_tree(tmp_path / "nested", "2.30.7")) == "2.30.7"
+    assert source_version(tmp_path / "nested") == "2.30.7"  # the folder an archive unpacks into
+    nccl_tree(tmp_path / "two", "2.28.9")
+    nccl_tree(tmp_path / "two" / "b", "2.30.7")
+    assert source_version(tmp_path / "two" / "nccl") == "2.28.9"
+    assert source_version(tmp_path / "two") == "2.28.9"  # its own tree before a nested one
+    only_nested = tmp_path / "three"
+    for name, version in (("b", "2.30.7"), ("a", "2.29.1")):
+        (only_nested / name / "makefiles").mkdir(parents=True)
+        major, minor, patch = version.split(".")
+        (only_nested / name / "makefiles" / "version.mk").write_text(
+            f"NCCL_MAJOR := {major}\nNCCL_MINOR := {minor}\nNCCL_PATCH := {patch}\n"
+        )
+    assert source_version(only_nested) == "2.29.1"  # the first in name order
+
+
+def test_a_folder_that_is_no_nccl_source_tree(tmp_path: Path) -> None:
+    with pytest.raises(BadInput) as refused:
+        source_version(tmp_path)
+    assert str(refused.value) == f"{tmp_path}: no makefiles/version.mk; fix: pass an NCCL source tree"
+    version_mk = tmp_path / "makefiles" / "version.mk"
+    version_mk.parent.mkdir()
+    version_mk.write_text("NCCL_MAJOR := 2\nNCCL_MINOR := 30\n# NCCL_PATCH := 7\nNCCL_PATCH := seven\n")
+    with pytest.raises(BadInput) as refused:
+        source_version(tmp_path)
+    assert str(refused.value) == f"{version_mk}: no NCCL_MAJOR/MINOR/PATCH; fix: pass an NCCL source tree"
+
+
+def test_a_library_that_is_no_libnccl(tmp_path: Path) -> None:
+    not_elf = tmp_path / "libnccl.so.2"
+    not_elf.write_text("not a library")
+    with pytest.raises(BadInput) as refused:
+        library_version(not_elf)
+    message = str(refused.value)
+    assert message.startswith(f"{not_elf}: not a loadable libnccl (")
+    assert message.endswith("); fix: pass the built libnccl.so")
+
+
+def test_a_library_without_nccl_get_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_symbol(library: Path) -> str:
+        raise AttributeError("undefined symbol: ncclGetVersion")
+
+    monkeypatch.setattr(nccl, "nccl_version", no_symbol)
+    with pytest.raises(
+        BadInput, match=r"^libc\.so: not a loadable libnccl \(undefined symbol: ncclGetVersion\)"
+    ):
+        library_version(Path("libc.so"))
+
+
+def test_the_loaded_nccl_is_read_after_import_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    imported, compared = [], []
+
+    def import_module(name: str) -> object:
+        imported.append(name)
+        return object()
+
+    def check(pinned: str, maps_text: str) -> Check:
+        compared.append((pinned, maps_text))
+        return Check(
+            component="NCCL (loaded)",
+            expected=pinned,
+            found="2.30.7",
+            verdict="ok",
+            detail="/lib/libnccl.so.2",
+        )
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    monkeypatch.setattr(nccl, "check_nccl_loaded", check)
+    assert loaded_version("2.30.7") == ("2.30.7", "/lib/libnccl.so.2")
+    assert imported == ["torch"]
+    ((pinned, maps_text),) = compared
+    assert pinned == "2.30.7" and "[stack]" in maps_text  # this process's own /proc/self/maps
+
+
+def test_torch_that_does_not_import_is_an_environment_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    def import_module(name: str) -> object:
+        raise OSError("libcudart.so.13: cannot open shared object file")
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    with pytest.raises(EnvironmentProblem) as problem:
+        loaded_version("2.30.7")
+    assert (
+        str(problem.value) == "import torch failed (OSError: libcudart.so.13: cannot open shared object file)"
+    )
+
+
+def test_a_version_mk_that_is_not_text_is_refused_with_what_it_should_be(tmp_path: Path) -> None:
+    version_mk = tmp_path / "makefiles" / "version.mk"
+    version_mk.parent.mkdir()
+    version_mk.write_bytes(b"NCCL_MAJOR := 2\n\xff\n")
+    with pytest.raises(BadInput) as refused:
+        source_version(tmp_path)
+    assert str(refused.value) == (
+        f"{version_mk}: not UTF-8 text (byte 16), so not NCCL's version.mk; fix: save it as UTF-8"
+    )

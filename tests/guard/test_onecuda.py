@@ -7,6 +7,7 @@ from __future__ import annotations
 from importlib import metadata
 from pathlib import Path
 
+from epstack.checkrow import Check
 from epstack.guard.onecuda import (
     banner_version,
     cuda_home,
@@ -122,3 +123,97 @@ def test_a_release_wheel_with_broken_metadata_is_a_mismatch_not_a_traceback(site
     (row,) = release_wheel_checks("13.0", cuda_wheels("13.0.3"), ())
     assert (row.component, row.found, row.verdict) == ("nvidia-cuda-nvcc", "unreadable metadata", "mismatch")
     assert "no METADATA (or no Version in it)" in row.detail
+
+
+def test_each_cuda_home_row_names_its_file_and_the_pinned_minor(tmp_path: Path) -> None:
+    home = toolkit(tmp_path / "cuda")
+    assert cuda_home_checks("13.0", home) == [
+        Check(
+            component="nvcc (CUDA_HOME)",
+            expected="13.0",
+            found="13.0.88",
+            verdict="ok",
+            detail=str(home / "bin" / "nvcc"),
+        ),
+        Check(
+            component="NVVM (CUDA_HOME)",
+            expected="13.0",
+            found="13.0.88",
+            verdict="ok",
+            detail=str(home / "nvvm" / "bin" / "cicc"),
+        ),
+        Check(
+            component="CUDA headers (CUDA_HOME)",
+            expected="13.0",
+            found="13.0",
+            verdict="ok",
+            detail=str(home / "include" / "cuda.h"),
+        ),
+    ]
+
+
+def test_a_header_without_its_version_is_missing_and_not_a_traceback(tmp_path: Path) -> None:
+    home = toolkit(tmp_path / "cuda")
+    (home / "include" / "cuda.h").write_text("#define CUDA_VERSION_MAJOR 13\n  #define CUDA_VERSION 13000\n")
+    assert rows(cuda_home_checks("13.0", home))["CUDA headers (CUDA_HOME)"] == ("no version in it", "missing")
+    assert header_version(home / "include" / "cuda.h") is None, "a define starts its line"
+    assert header_version(tmp_path / "absent.h") is None and header_version(tmp_path) is None
+    (home / "include" / "cuda.h").unlink()
+    assert rows(cuda_home_checks("13.0", home))["CUDA headers (CUDA_HOME)"] == ("not found", "missing")
+
+
+def test_a_header_with_bytes_that_are_not_utf8_is_read(tmp_path: Path) -> None:
+    """NVIDIA's headers carry a copyright sign; an encoding error must not hide the version."""
+    header = tmp_path / "cuda.h"
+    header.write_bytes(b"/* Copyright \xa9 NVIDIA */\n#define CUDA_VERSION 13020\n")
+    assert header_version(header) == "13.2"
+
+
+def test_a_wheel_rows_detail_is_its_dist_info_and_an_exception_says_so(site: Path) -> None:
+    write_dist(site, "nvidia-cuda-nvcc", "13.0.88", ("nvidia/cu13/bin/nvcc",))
+    write_dist(site, "nvidia-nvvm", "13.5.37", ("nvidia/cu13/nvvm/bin/cicc",))
+    found = {c.component: c for c in release_wheel_checks("13.0", cuda_wheels("13.0.3"), ("nvidia-nvvm",))}
+    assert found == {
+        "nvidia-cuda-nvcc": Check(
+            component="nvidia-cuda-nvcc",
+            expected="13.0.*",
+            found="13.0.88",
+            verdict="ok",
+            detail="nvidia_cuda_nvcc-13.0.88.dist-info",
+        ),
+        "nvidia-nvvm": Check(
+            component="nvidia-nvvm",
+            expected="13.0.*",
+            found="13.5.37",
+            verdict="override (pinned)",
+            detail="CUDA_MINOR_EXCEPTIONS names it; nvidia_nvvm-13.5.37.dist-info",
+        ),
+    }
+    plain = {c.component: c for c in release_wheel_checks("13.0", cuda_wheels("13.0.3"), ())}
+    assert plain["nvidia-nvvm"].detail == "nvidia_nvvm-13.5.37.dist-info", "a mismatch names the dist-info"
+
+
+def test_an_excepted_wheel_at_the_pinned_minor_is_simply_ok(site: Path) -> None:
+    write_dist(site, "nvidia-nvvm", "13.0.88", ("nvidia/cu13/nvvm/bin/cicc",))
+    (row,) = release_wheel_checks("13.0", cuda_wheels("13.0.3"), ("nvidia-nvvm",))
+    assert (row.verdict, row.detail) == ("ok", "nvidia_nvvm-13.0.88.dist-info")
+
+
+def test_the_major_row_names_every_other_major_distribution(site: Path) -> None:
+    write_dist(site, "nvidia-cudnn-cu13", "9.24.0.43", ("nvidia/cudnn/lib/libcudnn.so.9",))
+    assert other_major_check(13, metadata.distributions(path=[str(site)])) == Check(
+        component="CUDA major of distributions",
+        expected="cu13 only",
+        found="none of another major",
+        verdict="ok",
+        detail="",
+    )
+    write_dist(site, "nvidia_cutlass_dsl_libs_cu12", "4.8.0", ("nvidia_cutlass_dsl/cu12/lib/x.so",))
+    write_dist(site, "nvidia-cublas-cu12", "12.9.1.4", ("nvidia/cublas/lib/libcublas.so.12",))
+    assert other_major_check(13, metadata.distributions(path=[str(site)])) == Check(
+        component="CUDA major of distributions",
+        expected="cu13 only",
+        found="nvidia-cublas-cu12, nvidia-cutlass-dsl-libs-cu12",
+        verdict="mismatch",
+        detail="a library of another CUDA major is never the one this image's CUDA runs",
+    )

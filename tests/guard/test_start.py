@@ -13,6 +13,7 @@ import pytest
 
 from epstack.checkrow import Check
 from epstack.cli import main
+from epstack.guard import start
 from epstack.guard.libraries import LoadedRuntime, live_cuda_rows
 from epstack.guard.record import (
     GUARD_RECORD,
@@ -23,7 +24,7 @@ from epstack.guard.record import (
     what_changed,
 )
 from epstack.guard.report import GUARD_REPORT, GuardReport
-from epstack.guard.start import PROVEN
+from epstack.guard.start import PROVEN, Trusted, trusted_report
 from tests.conftest import PINS
 from tests.guard.test_guard import compiler
 
@@ -252,3 +253,68 @@ def test_the_live_driver_rows_judge_as_the_full_guard(tmp_path: Path) -> None:
     assert skipped.detail == "no GPU: cuInit returned 34"
     (absent,) = live_cuda_rows("13.0", RUNTIME, str(tmp_path / "libcuda.so.1"))
     assert absent.verdict == "skipped" and "cannot open shared object file" in absent.detail
+
+
+GPU_ROWS = (
+    Check(component="torch", expected="2.14.1", found="2.14.1", verdict="ok", layer="base"),
+    Check(component="CUDA runtime (loaded)", expected="13.0", found="13.0", verdict="ok", layer="base"),
+    Check(component="CUDA driver", expected=">= 13.0", found="13.2", verdict="ok", layer="base"),
+    Check(component="EP_JIT_CACHE_DIR", expected="writable", found="", verdict="ok", layer="deepep"),
+    Check(component="sglang", expected="0.5", found="0.5", verdict="ok", layer="sglang"),
+)
+
+
+def test_a_gpu_builds_two_cuda_rows_are_replaced_once_by_the_live_ones(
+    image: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report = image / "reports" / f"{LAYER}.json"
+    report.write_text(GuardReport(pins=PINS, layer=LAYER, checks=GPU_ROWS).to_json())
+    record = make_record(layer=LAYER, pins=PINS, locks=None, report=report, env=os.environ)
+    record_path(LAYER).write_text(record.to_json())
+    asked: list[tuple[str, LoadedRuntime]] = []
+
+    def live(expected: str, runtime: LoadedRuntime) -> list[Check]:
+        asked.append((expected, runtime))
+        return [
+            Check(component="CUDA runtime (loaded)", expected=expected, found=runtime.version, verdict="ok"),
+            Check(component="CUDA driver", expected=f">= {expected}", found="12.8", verdict="mismatch"),
+        ]
+
+    monkeypatch.setattr(start, "live_cuda_rows", live)
+    trusted = trusted_report(PINS, LAYER, None, os.environ)
+    assert isinstance(trusted, Trusted)
+    assert asked == [("13.0", record.cuda_runtime)], "the pinned CUDA, the runtime the build's torch mapped"
+    rows = trusted.report.checks
+    assert [(row.component, row.found, row.layer) for row in rows] == [
+        ("torch", "2.14.1", "base"),
+        ("CUDA runtime (loaded)", record.cuda_runtime.version, "base"),
+        ("CUDA driver", "12.8", "base"),
+        ("EP_JIT_CACHE_DIR", os.environ["EP_JIT_CACHE_DIR"], "deepep"),
+        ("sglang", "0.5", "sglang"),
+    ]
+    assert trusted.live == 3, "two CUDA rows and the JIT cache checked now"
+    assert (rows[0].detail, rows[4].detail) == (PROVEN, PROVEN)
+    assert (trusted.report.pins, trusted.report.layer, trusted.report.ok) == (PINS, LAYER, False)
+
+
+def test_a_start_without_a_record_or_with_a_change_is_not_trusted(image: Path) -> None:
+    assert trusted_report(PINS, LAYER, None, os.environ) == f"no build record {record_path(LAYER)}"
+    build(image)
+    (image / "tool/epstack/added.py").write_text("")
+    assert trusted_report(PINS, LAYER, None, os.environ) == (
+        f"1 folder changed in {image} since the build (first: {image / 'tool/epstack'})"
+    )
+
+
+def test_a_cpu_builds_rows_are_its_own_with_the_driver_and_cache_checked_now(image: Path) -> None:
+    build(image)
+    trusted = trusted_report(PINS, LAYER, None, os.environ)
+    assert isinstance(trusted, Trusted) and trusted.live == 2
+    rows = trusted.report.checks
+    assert [(row.component, row.verdict, row.layer) for row in rows] == [
+        ("torch", "ok", "base"),
+        ("CUDA runtime/driver", "skipped", "base"),
+        ("EP_JIT_CACHE_DIR", "ok", "deepep"),
+        ("sglang", "ok", "sglang"),
+    ]
+    assert rows[1].expected == "13.0" and rows[1].detail.startswith("no GPU: ")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -11,7 +12,16 @@ import pytest
 
 from epstack.cli import main
 from epstack.errors import BadInput
-from epstack.image.sources import archive_commit, context_files, verify
+from epstack.image.sources import (
+    GitSource,
+    Patch,
+    archive_commit,
+    context_files,
+    git_sources,
+    parse_patches,
+    patch_bytes,
+    verify,
+)
 from tests.conftest import pins_variant
 
 
@@ -98,7 +108,10 @@ def test_a_renamed_archive_is_caught_by_its_commit(folder: tuple[Path, dict[str,
     path, pinned = folder
     wrong = path / f"DeepEP-{pinned['DEEPEP_REF']}.tar.gz"
     wrong.write_bytes((path / f"fmt-{pinned['DEEPEP_FMT_REF']}.tar.gz").read_bytes())
-    with pytest.raises(BadInput, match=f"holds commit {pinned['DEEPEP_FMT_REF']}"):
+    with pytest.raises(
+        BadInput,
+        match=f"holds commit {pinned['DEEPEP_FMT_REF']}, DEEPEP_REF is {pinned['DEEPEP_REF']}; fix: ",
+    ):
         context_files(path, {}, pinned)
 
 
@@ -110,7 +123,9 @@ def test_the_efa_installer_is_checked_by_its_pinned_sha256(tmp_path: Path) -> No
     deepep = {"DEEPEP_REPO": "x", "DEEPEP_REF": "0" * 40, "DEEPEP_FMT_REF": "0" * 40, "GDRCOPY_REF": "0" * 40}
     files = context_files(tmp_path, base, deepep)
     assert files["sources/base/aws-efa-installer-1.50.0.tar.gz"] == b"installer bytes"
-    with pytest.raises(BadInput, match=r"EFA_INSTALLER_SHA256 is 0{64}"):
+    with pytest.raises(
+        BadInput, match=rf"^{installer}: sha256 {digest}, EFA_INSTALLER_SHA256 is 0{{64}}; fix: "
+    ):
         context_files(tmp_path, {**base, "EFA_INSTALLER_SHA256": "0" * 64}, deepep)
 
 
@@ -137,3 +152,128 @@ def test_render_puts_every_fabrics_pinned_patches_in_the_context(tmp_path: Path)
     assert (out / "sources/deepep/fix.patch").read_bytes() == patch
     (folder / "fix.patch").write_bytes(patch + b"\n")
     assert main(["render", "--pins", str(pins), "--out", str(out), "--sources", str(folder)]) == 2
+
+
+@pytest.mark.parametrize("given", ["prefix", "empty", "upper-case"])
+def test_sources_verify_wants_the_whole_commit(
+    given: str, folder: tuple[Path, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 7-hex prefix, an empty commit or the commit in capitals does not verify the pinned archive."""
+    path, pinned = folder
+    sha = pinned["DEEPEP_REF"]
+    deepep = path / f"DeepEP-{sha}.tar.gz"
+    commit = {"prefix": sha[:7], "empty": "", "upper-case": sha.upper()}[given]
+    assert main(["sources", "verify", str(deepep), commit]) == 2
+    err = capsys.readouterr().err
+    assert f"holds commit {sha}, the pin is {commit};" in err
+    with pytest.raises(
+        BadInput, match=f"^{deepep}: holds commit {sha}, the pin is {commit}; fix: git archive"
+    ):
+        verify(deepep, commit)
+
+
+def test_verify_returns_the_archives_bytes(folder: tuple[Path, dict[str, str]]) -> None:
+    path, pinned = folder
+    deepep = path / f"DeepEP-{pinned['DEEPEP_REF']}.tar.gz"
+    assert verify(deepep, pinned["DEEPEP_REF"], "DEEPEP_REF") == deepep.read_bytes()
+
+
+def test_the_deepep_layer_clones_from_the_pinned_and_upstream_repositories() -> None:
+    pinned = {"DEEPEP_REPO": "https://example.invalid/DeepEP.git", "DEEPEP_REF": "a" * 40,
+              "DEEPEP_FMT_REF": "b" * 40, "GDRCOPY_REF": "c" * 40}  # fmt: skip
+    assert git_sources(pinned) == (
+        GitSource(
+            name="DeepEP", key="DEEPEP_REF", repo="https://example.invalid/DeepEP.git", commit="a" * 40
+        ),
+        GitSource(
+            name="fmt", key="DEEPEP_FMT_REF", repo="https://github.com/fmtlib/fmt.git", commit="b" * 40
+        ),
+        GitSource(
+            name="gdrcopy", key="GDRCOPY_REF", repo="https://github.com/NVIDIA/gdrcopy.git", commit="c" * 40
+        ),
+    )
+    assert git_sources(pinned)[2].archive == f"gdrcopy-{'c' * 40}.tar.gz"
+
+
+def test_a_wrong_fmt_archive_names_its_pin(folder: tuple[Path, dict[str, str]]) -> None:
+    path, pinned = folder
+    fmt = path / f"fmt-{pinned['DEEPEP_FMT_REF']}.tar.gz"
+    fmt.write_bytes((path / f"DeepEP-{pinned['DEEPEP_REF']}.tar.gz").read_bytes())
+    with pytest.raises(
+        BadInput,
+        match=f"^{fmt}: holds commit {pinned['DEEPEP_REF']}, DEEPEP_FMT_REF is {pinned['DEEPEP_FMT_REF']}",
+    ):
+        context_files(path, {}, pinned)
+
+
+def test_a_gdrcopy_archive_goes_into_the_context_when_it_is_the_pinned_one(
+    folder: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    path, pinned = folder
+    gdrcopy, (sha,) = repository(tmp_path / "repos/gdrcopy", "gdrcopy")
+    archive(gdrcopy, sha, path / f"gdrcopy-{sha}.tar.gz")
+    files = context_files(path, {}, {**pinned, "GDRCOPY_REF": sha})
+    assert files[f"sources/deepep/gdrcopy-{sha}.tar.gz"] == (path / f"gdrcopy-{sha}.tar.gz").read_bytes()
+    with pytest.raises(
+        BadInput, match=rf"gdrcopy-{sha}.tar.gz: not GDRCOPY_REF=1{{40}}; fix: add gdrcopy-1{{40}}"
+    ):
+        context_files(path, {}, pinned)
+
+
+def test_deepep_without_fmt_names_the_missing_fmt_archive(folder: tuple[Path, dict[str, str]]) -> None:
+    path, pinned = folder
+    fmt = f"fmt-{pinned['DEEPEP_FMT_REF']}.tar.gz"
+    (path / fmt).unlink()
+    with pytest.raises(
+        BadInput,
+        match=f"^{path}: holds no {fmt} beside the other archive; fix: add it "
+        rf"\(git archive {pinned['DEEPEP_FMT_REF']}\), or remove both to clone",
+    ):
+        context_files(path, {}, pinned)
+
+
+def _pinned_patch(name: str, content: bytes = b"") -> str:
+    return f"https://example.invalid/{name}#sha256={hashlib.sha256(content).hexdigest()}"
+
+
+def test_patches_are_parsed_in_order() -> None:
+    a, b = _pinned_patch("a.patch", b"a"), _pinned_patch("b.patch", b"b")
+    assert parse_patches("none") == ()
+    assert parse_patches(f"{a}, {b}") == (
+        Patch(url="https://example.invalid/a.patch", sha256=hashlib.sha256(b"a").hexdigest()),
+        Patch(url="https://example.invalid/b.patch", sha256=hashlib.sha256(b"b").hexdigest()),
+    )
+    assert str(parse_patches(a)[0]) == a and parse_patches(a)[0].file == "a.patch"
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ("", "'' is not a pinned patch; fix: write https://...#sha256=<64 hex>, comma-separated, or none"),
+        ("http://example.invalid/a.patch#sha256=" + "0" * 64, "'http://example.invalid/a.patch#sha256="),
+        (_pinned_patch("a.patch") + ",", "'' is not a pinned patch; fix: write https://...#sha256=<64 hex>"),
+        (
+            f"{_pinned_patch('a.patch')},{_pinned_patch('b.patch')},{_pinned_patch('x/b.patch', b'x')}",
+            "two patches named 'b.patch'; fix: list each patch once",
+        ),
+    ],
+    ids=["empty", "not-https", "empty-member", "same-file-name"],
+)
+def test_a_bad_patch_list_is_refused_with_its_fix(value: str, error: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(error)) as refused:
+        parse_patches(value)
+    assert str(refused.value).endswith(("comma-separated, or none", "list each patch once"))
+
+
+def test_a_patch_is_taken_from_the_folder_only_when_it_is_there_and_pinned(tmp_path: Path) -> None:
+    (patch,) = parse_patches(_pinned_patch("fix.patch", b"fix"))
+    assert patch_bytes(None, patch) is None
+    assert patch_bytes(tmp_path, patch) is None
+    (tmp_path / "fix.patch").write_bytes(b"fix")
+    assert patch_bytes(tmp_path, patch) == b"fix"
+    (tmp_path / "fix.patch").write_bytes(b"other")
+    other = hashlib.sha256(b"other").hexdigest()
+    with pytest.raises(
+        BadInput, match=f"^{tmp_path / 'fix.patch'}: sha256 {other}, its pin is {patch.sha256}; fix"
+    ):
+        patch_bytes(tmp_path, patch)

@@ -255,3 +255,354 @@ def test_the_runtime_flavour_is_a_caveat(tmp_path: Path) -> None:
         for caveat in caveats
     )
     assert not any("flavour" in caveat for caveat in load_pins(PINS).caveats)
+
+
+# ---- the rules between pins, each on a pins file that breaks it and one just inside it ------------
+
+GDAKI_PATCH = (
+    "https://raw.githubusercontent.com/vllm-project/vllm/665dfaaf4e0df9000ca101b808546a046ac710b0/tools/"
+    "ep_kernels/patches/deepep-gin-barrier-data-visibility.patch"
+    "#sha256=fbde7fef0cd154a090f3a150a55bb0300c4c364800f485cf27361031bb25c961"
+)
+# A DeepEP commit that is not among those needing GIN signals EFA-GDA lacks.
+OTHER_DEEPEP = "0123456789abcdef0123456789abcdef01234567"
+
+
+def line_of(path: Path, key: str) -> int:
+    numbers = [n for n, line in enumerate(path.read_text().splitlines(), 1) if line.startswith(f"{key}=")]
+    assert numbers, f"{key} not in {path}"
+    return numbers[0]
+
+
+def report(path: Path) -> list[str]:
+    """Every line of the report load_pins refuses `path` with."""
+    return problems(path).splitlines()
+
+
+def at(path: Path, key: str, text: str) -> str:
+    """One report line: the key's line in `path`, what is wrong and the fix."""
+    return f"{path}:{line_of(path, key)}: {text}"
+
+
+def with_images(tmp_path: Path, devel: str, runtime: str, **changes: str) -> Path:
+    """pins.env with CUDA images of these tags (any digest) and other `changes`."""
+    return pins_variant(
+        tmp_path,
+        CUDA_DEVEL_IMAGE=f"nvidia/cuda:{devel}@{DIGEST}",
+        CUDA_RUNTIME_IMAGE=f"nvidia/cuda:{runtime}@{DIGEST}",
+        **changes,
+    )
+
+
+def test_nccl_below_the_deepep_v2_floor(tmp_path: Path) -> None:
+    path = pins_variant(tmp_path, NCCL_VERSION="2.30.3")
+    assert report(path) == [
+        at(
+            path,
+            "NCCL_VERSION",
+            "NCCL 2.30.3 is older than 2.30.4, which DeepEP V2 (GIN device API) needs; "
+            "fix: set NCCL_VERSION=2.30.4 or newer",
+        )
+    ]
+
+
+def test_nccl_at_the_deepep_v2_floor_is_accepted(tmp_path: Path) -> None:
+    assert load_pins(pins_variant(tmp_path, NCCL_VERSION="2.30.4")).nccl_version == "2.30.4"
+
+
+def test_aws_ofi_nccl_without_gin_on_an_efa_target(tmp_path: Path) -> None:
+    path = pins_variant(tmp_path, AWS_OFI_NCCL_VERSION="1.20.9")
+    assert report(path) == [
+        at(
+            path,
+            "AWS_OFI_NCCL_VERSION",
+            "aws-ofi-nccl 1.20.9 has no NCCL GIN support, which DeepEP V2 needs across nodes; "
+            "fix: set AWS_OFI_NCCL_VERSION=1.21.0 or newer, with an EFA installer that bundles it",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"AWS_OFI_NCCL_VERSION": "1.21.0"},
+        {"AWS_OFI_NCCL_VERSION": "1.17.3", "FABRICS": "ib"},
+    ],
+    ids=["at-the-floor", "no-efa-target"],
+)
+def test_aws_ofi_nccl_needs_gin_only_for_efa_targets(tmp_path: Path, changes: dict[str, str]) -> None:
+    pins = load_pins(pins_variant(tmp_path, **changes))
+    assert pins.aws_ofi_nccl_version == changes["AWS_OFI_NCCL_VERSION"]
+
+
+def test_an_unknown_cuda_major_is_the_only_cuda_problem(tmp_path: Path) -> None:
+    """CUDA 14: neither torch's tag nor the images nor the exceptions are checked against it."""
+    path = with_images(
+        tmp_path,
+        "13.0.3-devel-ubuntu24.04",
+        "13.0.3-base-ubuntu22.04",
+        CUDA_VERSION="14.0.0",
+        CUDA_MINOR_EXCEPTIONS="nvidia-cublas",
+    )
+    assert report(path) == [
+        at(
+            path,
+            "CUDA_VERSION",
+            "CUDA major 14 is not known to epstack (no wheel names for it); fix: use CUDA 12 or 13",
+        )
+    ]
+
+
+@pytest.mark.parametrize(("tag", "major"), [("cu128", "12"), ("cu140", "14")])
+def test_torch_built_for_another_cuda_major(tmp_path: Path, tag: str, major: str) -> None:
+    path = pins_variant(tmp_path, TORCH_CUDA_TAG=tag)
+    assert report(path) == [
+        at(
+            path,
+            "TORCH_CUDA_TAG",
+            f"torch's CUDA tag {tag} is CUDA {major}, the base image is CUDA 13; "
+            f"fix: use a cu13x torch build or a CUDA {major} base image",
+        )
+    ]
+
+
+def test_torch_of_the_same_cuda_major_and_another_minor_is_accepted(tmp_path: Path) -> None:
+    assert load_pins(pins_variant(tmp_path, TORCH_CUDA_TAG="cu131")).torch_cuda_tag == "cu131"
+
+
+@pytest.mark.parametrize("other", ["13.0.2", "13.0.30", "13.0", "13.1.0", "12.9.1"])
+def test_a_cuda_image_of_another_release_than_cuda_version(tmp_path: Path, other: str) -> None:
+    """The images' tags name CUDA_VERSION itself: 13.0.2 is not 13.0.3, even of the same major.minor."""
+    path = with_images(tmp_path, f"{other}-devel-ubuntu24.04", f"{other}-base-ubuntu24.04")
+    assert report(path) == [
+        at(
+            path,
+            key,
+            f"{key} tag {other}-{flavour}-ubuntu24.04 is not CUDA 13.0.3; "
+            "fix: use a 13.0.3-* tag and its digest",
+        )
+        for key, flavour in (("CUDA_DEVEL_IMAGE", "devel"), ("CUDA_RUNTIME_IMAGE", "base"))
+    ]
+
+
+def test_a_cuda_image_of_the_pinned_release_is_accepted(tmp_path: Path) -> None:
+    path = with_images(tmp_path, "13.0.3-devel-ubuntu22.04", "13.0.3-runtime-ubuntu22.04")
+    assert load_pins(path).image_target.platform == "x86_64-manylinux_2_35"
+
+
+def test_a_cuda_image_for_an_os_without_a_wheel_platform(tmp_path: Path) -> None:
+    path = with_images(tmp_path, "13.0.3-devel-rockylinux9", "13.0.3-base-rockylinux9")
+    assert report(path) == [
+        at(
+            path,
+            key,
+            f"{key} tag 13.0.3-{flavour}-rockylinux9 names OS 'rockylinux9', which epstack has no wheel "
+            "platform for; fix: use an image for ubuntu24.04 or ubuntu22.04",
+        )
+        for key, flavour in (("CUDA_DEVEL_IMAGE", "devel"), ("CUDA_RUNTIME_IMAGE", "base"))
+    ]
+
+
+def test_an_image_of_another_cuda_is_not_also_judged_by_its_os(tmp_path: Path) -> None:
+    path = with_images(tmp_path, "13.0.2-devel-rockylinux9", "13.0.3-base-rockylinux9")
+    message = problems(path)
+    assert "CUDA_DEVEL_IMAGE tag 13.0.2-devel-rockylinux9 is not CUDA 13.0.3" in message
+    assert "CUDA_DEVEL_IMAGE tag 13.0.2-devel-rockylinux9 names OS" not in message
+    assert "CUDA_RUNTIME_IMAGE tag 13.0.3-base-rockylinux9 names OS 'rockylinux9'" in message
+
+
+def test_devel_and_runtime_images_of_different_oses(tmp_path: Path) -> None:
+    path = with_images(tmp_path, "13.0.3-devel-ubuntu24.04", "13.0.3-base-ubuntu22.04")
+    assert report(path) == [
+        at(
+            path,
+            "CUDA_RUNTIME_IMAGE",
+            "the devel and runtime images are different OSes; the venv built on one runs on the other; "
+            "fix: use the ubuntu24.04 runtime image",
+        )
+    ]
+
+
+def test_a_cuda_12_exception_is_named_as_cuda_12_names_it(tmp_path: Path) -> None:
+    path = cuda12(tmp_path)
+    path.write_text(
+        path.read_text().replace("CUDA_MINOR_EXCEPTIONS=none", "CUDA_MINOR_EXCEPTIONS=nvidia-nvvm")
+    )
+    assert report(path) == [
+        at(
+            path,
+            "CUDA_MINOR_EXCEPTIONS",
+            "CUDA_MINOR_EXCEPTIONS: nvidia-nvvm is not a CUDA 12 toolkit wheel versioned with the release; "
+            "fix: did you mean nvidia-nvvm-cu12?",
+        )
+    ]
+    path.write_text(path.read_text().replace("=nvidia-nvvm", "=nvidia-nvvm-cu12"))
+    assert load_pins(path).cuda_exceptions == ("nvidia-nvvm-cu12",)
+
+
+def test_an_exception_nothing_like_a_release_wheel_lists_them_all(tmp_path: Path) -> None:
+    path = pins_variant(tmp_path, CUDA_MINOR_EXCEPTIONS="nvidia-nvvm,flashinfer-jit-cache")
+    assert report(path) == [
+        at(
+            path,
+            "CUDA_MINOR_EXCEPTIONS",
+            "CUDA_MINOR_EXCEPTIONS: flashinfer-jit-cache is not a CUDA 13 toolkit wheel versioned with the "
+            "release; fix: name one of nvidia-cuda-runtime, nvidia-cuda-nvrtc, nvidia-nvjitlink, "
+            "nvidia-cuda-nvcc, nvidia-cuda-crt, nvidia-nvvm, nvidia-cuda-cccl, nvidia-cuda-cupti, "
+            "nvidia-nvtx, or write none",
+        )
+    ]
+
+
+def test_pins_without_an_arch_key_have_no_target(tmp_path: Path) -> None:
+    path = pins_variant(tmp_path, ARCH_HOPPER="", ARCH_BLACKWELL="")
+    lines = report(path)
+    assert f"{path}: no ARCH_<NAME> key, so no target; fix: add e.g. ARCH_HOPPER=9.0a" in lines
+
+
+def test_an_arch_its_cuda_lacks_names_the_archs_it_has(tmp_path: Path) -> None:
+    path = pins_variant(tmp_path, ARCH_HOPPER="9.0a,5.0", ARCH_BLACKWELL="10.0a,7.0,11.0")
+    has = ", ".join(archs_for("13.0.3"))
+    assert report(path) == [
+        at(
+            path,
+            "ARCH_HOPPER",
+            f"ARCH_HOPPER: arch 5.0 was dropped after CUDA 12.9, and CUDA_VERSION is 13.0.3; "
+            f"fix: raise CUDA_VERSION, or use archs CUDA 13.0.3 has: {has}",
+        ),
+        *(
+            at(
+                path,
+                "ARCH_BLACKWELL",
+                f"ARCH_BLACKWELL: arch 7.0 was dropped after CUDA 12.9, and CUDA_VERSION is 13.0.3; "
+                f"fix: raise CUDA_VERSION, or use archs CUDA 13.0.3 has: {has}",
+            ),
+        ),
+    ]
+    assert has.startswith("7.5, 8.0, ") and "11.0" in has
+
+
+def test_an_arch_key_with_an_underscore_is_named_as_written(tmp_path: Path) -> None:
+    path = pins_variant(tmp_path, ARCH_HOPPER="", ARCH_BLACKWELL="")
+    path.write_text(path.read_text() + "ARCH_GRACE_HOPPER=9.0a,7.2\n")
+    path.write_text(path.read_text().replace("DEFAULT_TARGET=hopper-ib", "DEFAULT_TARGET=grace-hopper-ib"))
+    assert [line for line in report(path) if "ARCH_GRACE_HOPPER" in line] == [
+        at(
+            path,
+            "ARCH_GRACE_HOPPER",
+            "ARCH_GRACE_HOPPER: arch 7.2 was dropped after CUDA 12.9, and CUDA_VERSION is 13.0.3; "
+            f"fix: raise CUDA_VERSION, or use archs CUDA 13.0.3 has: {', '.join(archs_for('13.0.3'))}",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("target", "fix"),
+    [("hopper-roce", "did you mean hopper-efa?"), ("zzz", "pick one of the targets")],
+)
+def test_a_default_target_that_is_not_a_target(tmp_path: Path, target: str, fix: str) -> None:
+    path = pins_variant(tmp_path, DEFAULT_TARGET=target)
+    assert report(path) == [
+        at(
+            path,
+            "DEFAULT_TARGET",
+            f"DEFAULT_TARGET {target} is not a target (hopper-efa, hopper-ib, blackwell-efa, blackwell-ib); "
+            f"fix: {fix}",
+        )
+    ]
+
+
+def test_any_target_may_be_the_default(tmp_path: Path) -> None:
+    assert load_pins(pins_variant(tmp_path, DEFAULT_TARGET="blackwell-efa")).default_target == "blackwell-efa"
+
+
+EFA_GDA_NEEDS_NCCL = (
+    "GIN type 5 (EFA-GDA) needs NCCL 2.31.2; NCCL {nccl} knows types 0, 2, 3 and 4 only; "
+    "fix: set EFA_GIN_TYPE=2 (proxy), or NCCL_VERSION=2.31.2 or newer"
+)
+EFA_GDA_NEEDS_DEEPEP = (
+    "DeepEP d4f41e4 requires GIN strong and VA signals, which EFA-GDA does not have; "
+    "fix: set EFA_GIN_TYPE=2, or a DEEPEP_REF that turns both requirements off"
+)
+
+
+def test_efa_gda_below_its_nccl_with_a_deepep_that_cannot_use_it(tmp_path: Path) -> None:
+    """Both reasons at once, each on EFA_GIN_TYPE's line."""
+    path = pins_variant(tmp_path, EFA_GIN_TYPE="5", NCCL_VERSION="2.31.1")
+    assert report(path) == sorted(
+        [
+            at(path, "EFA_GIN_TYPE", EFA_GDA_NEEDS_NCCL.format(nccl="2.31.1")),
+            at(path, "EFA_GIN_TYPE", EFA_GDA_NEEDS_DEEPEP),
+        ]
+    )
+
+
+def test_efa_gda_below_its_nccl(tmp_path: Path) -> None:
+    path = pins_variant(tmp_path, EFA_GIN_TYPE="5", NCCL_VERSION="2.31.1", DEEPEP_REF=OTHER_DEEPEP)
+    assert report(path) == [at(path, "EFA_GIN_TYPE", EFA_GDA_NEEDS_NCCL.format(nccl="2.31.1"))]
+
+
+def test_efa_gda_at_its_nccl_with_a_deepep_that_cannot_use_it(tmp_path: Path) -> None:
+    path = pins_variant(tmp_path, EFA_GIN_TYPE="5", NCCL_VERSION="2.31.2")
+    assert report(path) == [at(path, "EFA_GIN_TYPE", EFA_GDA_NEEDS_DEEPEP)]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"EFA_GIN_TYPE": "5", "NCCL_VERSION": "2.31.2", "DEEPEP_REF": OTHER_DEEPEP},
+        {"EFA_GIN_TYPE": "5", "FABRICS": "ib"},
+        {"EFA_GIN_TYPE": "2", "NCCL_VERSION": "2.30.4"},
+    ],
+    ids=["new-enough", "no-efa-target", "proxy"],
+)
+def test_efa_gin_types_that_fit(tmp_path: Path, changes: dict[str, str]) -> None:
+    assert load_pins(pins_variant(tmp_path, **changes)).efa_gin_type == changes["EFA_GIN_TYPE"]
+
+
+def test_a_gdaki_patch_on_a_proxy_fabric(tmp_path: Path) -> None:
+    path = pins_variant(tmp_path, DEEPEP_PATCHES_EFA=GDAKI_PATCH, IB_GIN_TYPE="2")
+    assert report(path) == [
+        at(
+            path,
+            f"DEEPEP_PATCHES_{fabric.upper()}",
+            "vLLM's GIN barrier patch (deepep-gin-barrier-data-visibility.patch) reads GIN signals in "
+            f"GDAKI's layout, but {fabric} uses GIN type 2; "
+            f"fix: drop it from DEEPEP_PATCHES_{fabric.upper()}, or pin GIN type 3 for {fabric}",
+        )
+        for fabric in ("ib", "efa")
+    ]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"IB_GIN_TYPE": "2", "DEEPEP_PATCHES_IB": "https://x/other.patch#sha256=" + "0" * 64},
+        {"IB_GIN_TYPE": "2", "FABRICS": "efa", "DEFAULT_TARGET": "hopper-efa"},
+        {"IB_GIN_TYPE": "3"},
+    ],
+    ids=["another-patch", "no-ib-target", "gdaki"],
+)
+def test_patches_that_fit_their_gin_type(tmp_path: Path, changes: dict[str, str]) -> None:
+    assert load_pins(pins_variant(tmp_path, **changes)).ib_gin_type == changes["IB_GIN_TYPE"]
+
+
+def test_only_the_first_tag_too_long_is_reported(tmp_path: Path) -> None:
+    """The base image's tag names no arch; the deepep image of the first target with the long name is the
+    one reported, on the line of the key that names it."""
+    name = "G_" + "H" * 100
+    path = pins_variant(tmp_path)
+    path.write_text(path.read_text() + f"ARCH_{name}=9.0a\n")
+    target = f"g-{'h' * 100}-efa"
+    shipped = load_pins(PINS)
+    tag = shipped.model_copy(update={"archs": {**shipped.archs, f"g-{'h' * 100}": ("9.0a",)}}).image_tag(
+        "deepep", target
+    )
+    assert report(path) == [
+        at(
+            path,
+            f"ARCH_{name}",
+            f"the deepep image of target {target} would be tagged {tag}: the tag is {len(tag)} characters, "
+            f"over the 128 a registry accepts; fix: shorten the name in ARCH_{name}",
+        )
+    ]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shutil
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,67 @@ def test_only_the_venv_counts(tmp_path: Path) -> None:
     inside = site(tmp_path / "venv", {"torch": "2.14.1"})
     site(tmp_path / "tool", {"rich": "15.0.0"})
     assert closure.installed([str(inside)]) == {"torch": "2.14.1"}
+
+
+@pytest.mark.parametrize(
+    ("locked_version", "installed_version", "verdict"),
+    [
+        ("2.0", "2.0.0", "ok"),  # one version, two spellings (PEP 440)
+        ("2.0", "2.0.1", "other version"),
+        ("not.a-version!", "not.a-version!", "ok"),  # no PEP 440 version: the text decides
+        ("not.a-version!", "other-text!", "other version"),
+        ("1.0", "", "missing"),
+        ("", "1.0", "extra"),
+    ],
+)
+def test_a_distribution_is_judged_by_its_version_not_its_spelling(
+    locked_version: str, installed_version: str, verdict: str
+) -> None:
+    distribution = closure.Distribution(
+        name="torch", locked=locked_version, installed=installed_version, source="base.txt"
+    )
+    assert distribution.verdict == verdict
+
+
+def test_compare_keeps_an_absent_side_empty_for_the_json() -> None:
+    """A missing distribution has no installed version and an extra one no lock: "" in --json."""
+    rows = closure.compare({"torch": ("2.14.1", "base.txt")}, {"left-behind": "1.0"})
+    assert rows == [
+        closure.Distribution(name="left-behind", locked="", installed="1.0", source=""),
+        closure.Distribution(name="torch", locked="2.14.1", installed="", source="base.txt"),
+    ]
+
+
+def test_a_deep_ep_other_than_its_manifest_is_another_version(tmp_path: Path) -> None:
+    want, _ = closure.expected("deepep", LOCKS, manifest(tmp_path))
+    have = {**locked("deepep"), "deep-ep": "1.0.0"}
+    (row,) = [d for d in closure.compare(want, have) if d.name == "deep-ep"]
+    assert (row.locked, row.installed, row.verdict) == ("2.0.0+local", "1.0.0", "other version")
+
+
+def test_without_a_manifest_a_missing_deep_ep_is_still_missing(tmp_path: Path) -> None:
+    want, _ = closure.expected("deepep", LOCKS, tmp_path / "absent.json")
+    (row,) = [d for d in closure.compare(want, locked("deepep")) if d.name == "deep-ep"]
+    assert (row.locked, row.installed, row.verdict) == ("as built", "", "missing")
+
+
+@pytest.mark.parametrize(
+    ("purelib", "platlib", "paths"),
+    [("/venv/lib", "/venv/lib64", ["/venv/lib", "/venv/lib64"]), ("/venv/lib", "/venv/lib", ["/venv/lib"])],
+)
+def test_the_venv_is_its_purelib_and_platlib_once_each(
+    monkeypatch: pytest.MonkeyPatch, purelib: str, platlib: str, paths: list[str]
+) -> None:
+    monkeypatch.setattr(
+        sysconfig, "get_paths", lambda: {"purelib": purelib, "platlib": platlib, "data": "/venv"}
+    )
+    assert closure.venv_paths() == paths
+
+
+def test_a_distribution_is_found_by_its_metadata_name_first_one_wins(tmp_path: Path) -> None:
+    first = site(tmp_path / "a", {"Torch_Stuff": "2.0"})
+    second = site(tmp_path / "b", {"torch-stuff": "1.0"})
+    nameless = second / "nameless-1.0.dist-info"
+    nameless.mkdir()
+    (nameless / "METADATA").write_text("Metadata-Version: 2.1\nVersion: 1.0\n")
+    assert closure.installed([str(first), str(second)]) == {"torch-stuff": "2.0"}

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from epstack.cli import main
-from epstack.errors import CommandFailed
+from epstack.errors import BadInput, CommandFailed
 from epstack.layers import venv_locks
 from epstack.pins.load import load_pins
-from epstack.python.lock import lock_specs, relock, stale_locks
-from epstack.python.lockfile import entry_text, parse_lock, read_lock
+from epstack.python.lock import Move, Stale, lock_inputs, lock_specs, relock, stale_locks, write_locks
+from epstack.python.lockfile import entry_text, parse_lock, read_lock, render_lock
 from epstack.python.resolve import Pinned, Resolution, Unresolvable
 from epstack.stack import CUDA_RELEASE_WHEELS, DEEP_EP_PROVIDERS, ImageTarget
 from tests.conftest import PINS, REPO, pins_variant
@@ -150,7 +150,7 @@ class RecordedUv:
         self.fail = fail
 
     def __call__(self, requirements: Sequence[str], target: ImageTarget, **options: object) -> Resolution:
-        self.calls.append({"requirements": list(requirements), **options})
+        self.calls.append({"requirements": list(requirements), "target": target, **options})
         name = str(options["name"])
         if name == self.fail:
             raise Unresolvable(f"Because {name} cannot hold")
@@ -239,3 +239,184 @@ def test_upgrade_against_the_index_moves_one_package_and_what_follows(
     assert [row.split("│")[2].strip() for row in rows] == ["pydantic", "pydantic-core"]
     assert (locks / "base.txt").read_bytes() == (LOCKS / "base.txt").read_bytes()
     assert main(["lock", "--check", "--locks", str(locks)]) == 0
+
+
+def test_a_header_from_other_inputs_is_stale_naming_each_changed_input(tmp_path: Path) -> None:
+    """Inputs recorded but no longer given, given but not recorded, and changed: one reason each,
+    `-` for the side that has none."""
+    locks = tmp_path / "locks"
+    shutil.copytree(LOCKS, locks)
+    pins = load_pins(PINS)
+    build = read_lock(LOCKS, "deepep-build")
+    assert build is not None
+    recorded = {**build.inputs, "requires": "ninja", "retired": "x"}
+    del recorded["python"]
+    (locks / "deepep-build.txt").write_text(render_lock("deepep-build", recorded, build.resolution))
+    (stale,) = stale_locks(pins, locks)
+    assert stale.name == "deepep-build" and stale.path == locks / "deepep-build.txt"
+    assert stale.reasons == (
+        f"requires: ninja -> {build.inputs['requires']}",
+        "retired: x -> -",
+        f"python: - -> {build.inputs['python']}",
+    )
+    assert str(stale) == f"{stale.path}: stale ({'; '.join(stale.reasons)})"
+
+
+def test_a_header_whose_digest_alone_differs_says_so(tmp_path: Path) -> None:
+    locks = tmp_path / "locks"
+    shutil.copytree(LOCKS, locks)
+    text = (locks / "deepep-build.txt").read_text()
+    (locks / "deepep-build.txt").write_text(text.replace("# inputs-sha256: ", "# inputs-sha256: 0"))
+    (stale,) = stale_locks(load_pins(PINS), locks)
+    assert str(stale) == f"{locks / 'deepep-build.txt'}: stale (its inputs-sha256 does not match its header)"
+
+
+def test_each_lock_records_exactly_its_specs_inputs() -> None:
+    """What `lock --check` compares: absent keys for what a spec does not use (the build lock has no
+    overrides, constraints or excludes), and the lower lock's pins digest."""
+    pins = load_pins(PINS)
+    base, build, sglang = lock_specs(pins)
+    assert build.own == ("setuptools", "wheel", "ninja"), "the build lock pins these over the base lock's"
+    lower = {"base": committed("base")}
+    assert list(lock_inputs(build, pins, lower)) == ["python", "uv", "requires", "constrained-by base.txt"]
+    assert list(lock_inputs(base, pins, {})) == ["python", "uv", "requires", "overrides", "constraints"]
+    assert list(lock_inputs(sglang, pins, lower)) == [
+        "python", "uv", "requires", "overrides", "constraints", "excludes", "constrained-by base.txt",
+    ]  # fmt: skip
+    for spec in (base, build, sglang):
+        lock = read_lock(LOCKS, spec.name)
+        assert lock is not None and lock.inputs == lock_inputs(spec, pins, lower), spec.name
+
+
+class MovedUv(RecordedUv):
+    """uv's answer for sglang with one distribution added, one moved and one gone."""
+
+    def __call__(self, requirements: Sequence[str], target: ImageTarget, **options: object) -> Resolution:
+        answer = super().__call__(requirements, target, **options)
+        if options["name"] != "sglang":
+            return answer
+        moved = answer.packages[1]  # and answer.packages[0] is gone
+        packages = (
+            Pinned(name="aaa-new", version="1.0", via=(), hashes=(HASH,)),
+            Pinned(name=moved.name, version=moved.version + ".post1", via=(), hashes=moved.hashes),
+            *answer.packages[2:],
+        )
+        return Resolution(
+            packages=packages, text="".join(f"{p.pin} \\\n    --hash={HASH}\n" for p in packages)
+        )
+
+
+HASH = "sha256:" + "ab" * 32
+
+
+def test_a_relock_lists_every_move_and_writes_each_new_lock_whole(tmp_path: Path) -> None:
+    locks = tmp_path / "locks"
+    shutil.copytree(LOCKS, locks)
+    pins = load_pins(pins_variant(tmp_path, SGLANG_VERSION="0.5.22"))
+    checked: list[tuple[str, ImageTarget]] = []
+    run = relock(
+        pins, locks, resolver=MovedUv(), installable=lambda text, target: checked.append((text, target))
+    )
+    old = committed("sglang").packages
+    assert run.moves == [
+        Move(lock="sglang", package="aaa-new", before="", after="1.0"),
+        Move(lock="sglang", package=old[0].name, before=old[0].version, after=""),
+        Move(lock="sglang", package=old[1].name, before=old[1].version, after=old[1].version + ".post1"),
+    ]
+    new = run.locks["sglang"]
+    assert checked == [(new.resolution.text, pins.image_target)], "installed dry-run before it is written"
+    assert list(run.seconds) == ["sglang"] and 0 <= run.seconds["sglang"] < 60
+    assert new.name == "sglang" and new.entries_intact and new.inputs["requires"] == "sglang==0.5.22"
+    assert write_locks(run, locks) == [locks / "sglang.txt"]
+    assert (locks / "sglang.txt").read_text() == new.text
+    assert (locks / "base.txt").read_text() == (LOCKS / "base.txt").read_text()
+
+
+@pytest.mark.parametrize("upgrade", ["Flashinfer_Python", "flashinfer-python==0.7.1"])
+def test_upgrade_names_a_distribution_in_any_spelling(tmp_path: Path, upgrade: str) -> None:
+    uv = RecordedUv()
+    run = relock(load_pins(PINS), LOCKS, upgrade=upgrade, resolver=uv, installable=no_install_check)
+    assert list(run.locks) == ["sglang"] and run.kept == ["base", "deepep-build"]
+    assert [call["upgrade"] for call in uv.calls] == [(upgrade,)]
+
+
+def test_an_upgrade_that_is_no_requirement_or_in_no_lock_is_refused() -> None:
+    with pytest.raises(BadInput) as refused:
+        relock(load_pins(PINS), LOCKS, upgrade="not a package!", resolver=RecordedUv())
+    assert str(refused.value) == "--upgrade 'not a package!': not PACKAGE or PACKAGE==VERSION"
+    with pytest.raises(BadInput) as refused:
+        relock(load_pins(PINS), LOCKS, upgrade="Not_Locked==1.0", resolver=RecordedUv())
+    assert str(refused.value) == (
+        f"--upgrade Not_Locked==1.0: not-locked is in no lock of {LOCKS}; fix: name a locked one"
+    )
+
+
+def test_each_wheel_of_another_cuda_major_is_named_with_what_requires_it(tmp_path: Path) -> None:
+    class ForeignUv(RecordedUv):
+        def __call__(self, requirements: Sequence[str], target: ImageTarget, **options: object) -> Resolution:
+            answer = super().__call__(requirements, target, **options)
+            direct = Pinned(name="nvidia-foo-cu12", version="1.0", via=())
+            pulled = Pinned(name="nvidia-bar-cu12", version="1.0", via=("torch", "triton"))
+            return Resolution(packages=(*answer.packages, direct, pulled), text=answer.text)
+
+    with pytest.raises(CommandFailed) as refused:
+        relock(load_pins(PINS), tmp_path / "empty", resolver=ForeignUv(), installable=no_install_check)
+    assert str(refused.value) == (
+        "the base lock would install nvidia-foo-cu12 (required by the requirements), "
+        "nvidia-bar-cu12 (required by torch, triton) into a CUDA 13 image; "
+        "fix: if it is never loaded there, add its name without -cuNN to CUDA_FLAVOURED_STEMS in "
+        "epstack/stack.py (the locks exclude it), else move CUDA_VERSION to its major"
+    )
+
+
+def test_a_base_relock_prefers_every_locked_version_of_the_stack(tmp_path: Path) -> None:
+    """The stack resolution (base and SGLang together) starts from both locks' versions, the base
+    lock's own resolution from its intact entries, as uv wrote them."""
+    locks = tmp_path / "locks"
+    shutil.copytree(LOCKS, locks)
+    uv = RecordedUv()
+    relock(load_pins(pins_variant(tmp_path, TORCH_VERSION="2.13.0")), locks, resolver=uv,
+           installable=no_install_check)  # fmt: skip
+    stack, base = uv.calls[0], uv.calls[1]
+    assert (stack["name"], base["name"]) == ("stack", "base")
+    preferred = str(stack["preferences"]).splitlines()
+    pins = [p.pin for name in ("base", "sglang") for p in committed(name).packages]
+    assert len(preferred) == len(set(preferred)) and set(preferred) == set(pins)
+    assert preferred[: len(committed("base").packages)] == [p.pin for p in committed("base").packages]
+    assert base["preferences"] == committed("base").text
+    spec = lock_specs(load_pins(pins_variant(tmp_path, TORCH_VERSION="2.13.0")))
+    assert stack["constraints"] == spec[0].constraints and stack["overrides"] == spec[0].overrides
+    assert stack["excludes"] == spec[-1].excludes and stack["upgrade"] == ()
+    assert [call["overrides"] for call in uv.calls[1:]] == [each.overrides for each in spec]
+    target = load_pins(PINS).image_target
+    assert [call["target"] for call in uv.calls] == [target] * 4
+
+
+def test_upgrade_relocks_its_holders_and_every_stale_lock(tmp_path: Path) -> None:
+    """An edited sglang lock (its header still matches) and --upgrade of a base distribution: both."""
+    locks = tmp_path / "locks"
+    shutil.copytree(LOCKS, locks)
+    (locks / "sglang.txt").write_text((locks / "sglang.txt").read_text() + "--index-url https://x.invalid\n")
+    run = relock(load_pins(PINS), locks, upgrade="pip", resolver=RecordedUv(), installable=no_install_check)
+    assert list(run.locks) == ["base", "sglang"] and run.kept == ["deepep-build"]
+
+
+def test_a_missing_lock_is_stale_and_so_is_every_lock_above_it(tmp_path: Path) -> None:
+    locks = tmp_path / "locks"
+    shutil.copytree(LOCKS, locks)
+    (locks / "base.txt").unlink()
+    assert stale_locks(load_pins(PINS), locks) == [
+        Stale(name="base", path=locks / "base.txt", reasons=("missing",)),
+        Stale(name="deepep-build", path=locks / "deepep-build.txt", reasons=("base.txt is stale",)),
+        Stale(name="sglang", path=locks / "sglang.txt", reasons=("base.txt is stale",)),
+    ]
+
+
+def test_a_lock_that_cannot_be_written_is_refused_naming_it(tmp_path: Path) -> None:
+    run = relock(load_pins(PINS), tmp_path / "locks", resolver=RecordedUv(), installable=no_install_check)
+    (tmp_path / "locks" / "deepep-build.txt").mkdir(parents=True)
+    with pytest.raises(
+        BadInput, match=r"deepep-build\.txt is a directory; fix: name a file for the deepep-build lock"
+    ):
+        write_locks(run, tmp_path / "locks")
+    assert (tmp_path / "locks" / "base.txt").read_text() == run.locks["base"].text, "written before it"

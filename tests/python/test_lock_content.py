@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from epstack.cli import main
 from epstack.pins.load import load_pins
 from epstack.python.lock import lock_specs, relock, stale_locks
-from epstack.python.lockfile import parse_lock, read_lock, render_lock
+from epstack.python.lockcontent import content_problems
+from epstack.python.lockfile import LockFile, parse_lock, read_lock, render_lock
 from epstack.python.resolve import Pinned, Resolution
 from epstack.stack import ImageTarget
 from tests.conftest import PINS, REPO
@@ -248,3 +249,70 @@ def test_any_edit_of_the_entries_is_stale_naming_a_line(where: int, action: str,
     assert set(stale) == {"base", "deepep-build", "sglang"}
     named = ("line", "no entry holds", "and ")  # the last: "and N more"
     assert all(reason.startswith(named) for reason in stale["base"]), stale["base"]
+
+
+def sealed(body: str) -> LockFile:
+    """A lock of `body` under a header that epstack wrote (a fresh entries-sha256)."""
+    return parse_lock("x", render_lock("x", {"requires": "x"}, parse_lock("x", body).resolution))
+
+
+def problems(body: str | LockFile, **spec: tuple[str, ...]) -> tuple[str, ...]:
+    lock = sealed(body) if isinstance(body, str) else body
+    return content_problems(lock, cuda_major=13, requirements=spec.pop("requirements", ()), below={}, **spec)
+
+
+def hashed(pin: str, indent: str = "    ") -> str:
+    return f"{pin} \\\n{indent}--hash={HASH}\n"
+
+
+def test_a_prerelease_the_spec_allows_is_no_problem() -> None:
+    body = hashed("foo==2.0rc1") + hashed("bar==1.1.dev3")
+    assert problems(body, requirements=("foo>=1.0",), overrides=("bar>=1",)) == ()
+    assert problems(body, requirements=("foo<2",)) == ("line 5: foo==2.0rc1, but foo<2 (required)",)
+
+
+def test_an_override_or_constraint_need_not_be_locked_a_requirement_must() -> None:
+    body = hashed("foo==1.0")
+    assert problems(body, overrides=("absent==1.0",), constraints=("nvidia-absent==13.0.*",)) == ()
+    assert problems(body, requirements=("absent==1.0",)) == ("no entry holds absent==1.0 (required)",)
+
+
+def test_a_distribution_locked_twice_names_its_first_line() -> None:
+    body = hashed("foo==1.0") + hashed("bar==1.0") + hashed("Foo==1.1")
+    assert problems(body) == ("line 9: foo==1.1: foo is locked twice (also line 5)",)
+
+
+def test_hashes_indented_by_any_whitespace_are_uvs_but_unindented_lines_are_not() -> None:
+    assert problems(hashed("foo==1.0", indent=" ") + hashed("bar==1.0", indent="\t")) == ()
+    unindented = hashed("foo==1.0", indent="")
+    assert problems(unindented) == (
+        f"line 6: {('--hash=' + HASH)[:60]!r} is no `name==version` entry as uv writes it",
+    )
+    assert problems(hashed("foo==1.0") + "    junk\n") == (
+        "line 7: 'junk' is no `name==version` entry as uv writes it",
+    )
+
+
+def test_a_foreign_line_is_shown_stripped_and_cut_at_60_characters() -> None:
+    line = "  --extra-index-url https://" + "x" * 80 + ".invalid/simple  "
+    (problem,) = problems(hashed("foo==1.0") + line.strip() + "\n")
+    assert problem == f"line 7: {line.strip()[:60]!r} is no `name==version` entry as uv writes it"
+
+
+def test_five_problems_are_all_shown_a_sixth_is_counted() -> None:
+    five = "".join(f"p{n}==1.0\n" for n in range(5))
+    assert len(problems(five)) == 5 and all("no --hash" in p for p in problems(five))
+    six = problems(five + "p5==1.0\n")
+    assert len(six) == 6 and six[-1] == "and 1 more"
+
+
+def test_the_digest_problems_name_the_header_line_or_every_entry_line() -> None:
+    lock = sealed(hashed("foo==1.0") + hashed("bar==1.0"))
+    unsealed = lock.text.replace(f"# entries-sha256: {lock.entries_digest}\n", "")
+    assert problems(parse_lock("x", unsealed)) == (
+        "line 3: the header records no entries-sha256, so nothing says the entries are as "
+        "`epstack lock` wrote them",
+    )
+    edited = parse_lock("x", lock.text.replace("bar==1.0", "bar==1.1"))
+    assert len(edited.text.splitlines()) == 8
+    assert problems(edited) == ("lines 5-8: not as `epstack lock` wrote them (entries-sha256 differs)",)

@@ -53,6 +53,21 @@ def test_epstack_and_loader_texts(text: str, key: str) -> None:
     assert finding is not None and finding.key == key
 
 
+SUMMARY_WORDS = {
+    "no-gin": ("no GIN transport", "EP_DISABLE_GIN=1"),
+    "nccl-too-old": ("NCCL loaded at run time is older than", "same libnccl.so.2"),
+    "nvcc-missing": ("found no usable nvcc", "EP_JIT_CACHE_DIR"),
+    "max-tokens-too-small": ("smaller than the batch a rank dispatched", "num_max_tokens_per_rank >="),
+}
+
+
+@pytest.mark.parametrize(("key", "text"), sorted(REAL_TEXTS.items()))
+def test_a_finding_says_what_went_wrong_and_the_fix(key: str, text: str) -> None:
+    finding = classify(text)
+    summary, fix = SUMMARY_WORDS[key]
+    assert finding is not None and summary in finding.summary and fix in finding.fix
+
+
 def test_unknown_failures_stay_unclassified() -> None:
     assert classify("RuntimeError: CUDA error: an illegal memory access was encountered") is None
     assert classify("AssertionError: Diff: 0.0012") is None

@@ -21,6 +21,7 @@ from epstack.smoke.result import (
     NcclFacts,
     OpFigures,
     RankResult,
+    Stats,
 )
 from tests.conftest import REPO
 
@@ -128,6 +129,24 @@ def test_figures_are_microseconds_and_gbps_from_the_median() -> None:
     assert vars(figures.kernel_us) == pytest.approx(expected)
     assert figures.kernel_gbps == 1e6 / 2e-4 / 1e9
     assert figures.call_gbps == 1.0
+
+
+@pytest.mark.parametrize(("n", "p10", "p90"), [(1, 7, 7), (10, 0, 8), (11, 1, 9), (21, 2, 18)])
+def test_p10_and_p90_are_the_nearest_ranks_of_the_sorted_values(n: int, p10: int, p90: int) -> None:
+    values = [7.0] if n == 1 else [float((i * 13) % n) for i in range(n)]  # 0 .. n-1, shuffled
+    stats = Stats.of(values)
+    assert (stats.n, stats.min, stats.max, stats.p10, stats.p90) == (n, min(values), max(values), p10, p90)
+
+
+def test_kernel_gbps_from_the_mean_and_call_times_in_microseconds() -> None:
+    figures = OpFigures.of(3e6, [1e-4, 2e-4, 6e-4], [1e-3, 2e-3, 4e-3])
+    assert figures.kernel_gbps == pytest.approx(15.0, rel=1e-12)  # 3 MB over the median 200 µs
+    assert figures.kernel_mean_gbps == pytest.approx(10.0, rel=1e-12)  # 3 MB over the mean 300 µs
+    assert figures.call_gbps == pytest.approx(1.5, rel=1e-12)
+    assert (figures.call_us.median, figures.call_us.mean, figures.call_us.max) == pytest.approx(
+        (2000.0, 7000.0 / 3, 4000.0)
+    )
+    assert figures.bytes == 3e6
 
 
 def test_a_failed_rank_keeps_what_its_stages_found() -> None:
