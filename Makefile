@@ -12,7 +12,7 @@ RENDER := build/render
 NPROC ?= 2
 DEEPEP ?=
 
-.PHONY: image render lock lint test unit schema constraints bench smoke smoke-upstream sglang-parser clean
+.PHONY: image render lock lint test unit mutation schema constraints bench smoke smoke-upstream sglang-parser clean
 
 $(BIN)/epstack: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ test: $(BIN)/epstack
 # The quick loop: pytest's default selection (pyproject.toml), no Docker, PyPI or GPU.
 unit: $(BIN)/epstack
 	$(BIN)/pytest
+
+# Mutation testing of the check modules (benchmarks/mutation/modules.toml), each by its own tests;
+# writes benchmarks/results/mutation.json. Not part of `make test`: see the README for its cost.
+MODULES ?=
+mutation: $(BIN)/epstack
+	$(BIN)/python benchmarks/mutation.py $(MODULES)
 
 schema: $(BIN)/epstack
 	$(BIN)/python -c "from epstack.pins.load import SCHEMA_PATH, pins_json_schema; SCHEMA_PATH.write_text(pins_json_schema())"
