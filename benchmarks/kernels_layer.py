@@ -1,4 +1,4 @@
-"""Benchmark: what shipping DeepEP's kernels costs and saves (issue 17), in one file of figures.
+"""Benchmark: what shipping the JIT caches costs and saves (issue 17), in one file of figures.
 
     python benchmarks/kernels_layer.py --image SGLANG_IMAGE --export deep_ep-kernels.tar.gz
 
@@ -9,6 +9,9 @@
 2. From the committed H200 run (benchmarks/elastic/results/kernels-*.json, run_h200.sh
    kernels-export kernels-shipped): each preset's first-call seconds with an empty cache and with the
    shipped kernels, and the nvcc runs its wrapper logged.
+3. FlashInfer's modules, which the sglang image's build compiles and ships itself: their bytes and key
+   (the image's manifest), the build's guard row, and from the committed H200 run (run_h200.sh
+   flashinfer-shipped) the sampler's first call with them and from an empty workspace.
 Writes benchmarks/results/kernels_layer.json.
 """
 
@@ -20,6 +23,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from epstack import imagepaths
 from epstack.image.kernels import kernels_tag
@@ -49,7 +53,7 @@ def copied(image: str, *flags: str) -> dict[str, object]:
     return {"flags": " ".join(flags), "kernels_copied": int(count), "cache_dir": cache}
 
 
-def layer_figures(image: str, export: Path) -> dict[str, object]:
+def layer_figures(image: str, export: Path) -> dict[str, Any]:
     tag = kernels_tag(image, hashlib.sha256(export.read_bytes()).hexdigest())
     layer = ["jit", "layer", "--image", image, "--export", str(export), "--tag", tag]
     subprocess.run([sys.executable, "-m", "epstack", *layer], capture_output=True, check=True)
@@ -89,13 +93,45 @@ def gpu_figures() -> dict[str, object]:
     return figures
 
 
+def flashinfer_figures(image: str) -> dict[str, Any]:
+    manifest = json.loads(
+        docker("run", "--rm", "--entrypoint", "cat", image, f"{imagepaths.JIT}/flashinfer.json")
+    )
+    report = json.loads(
+        docker("run", "--rm", "--entrypoint", "cat", image, f"{imagepaths.REPORTS}/sglang.json")
+    )
+    row = next(c for c in report["checks"] if c["component"] == "JIT cache FlashInfer")
+    h200 = {}
+    for cache in ("shipped", "empty"):
+        run = json.loads((GPU_RESULTS / f"flashinfer-{cache}.json").read_text())
+        h200[cache] = {
+            "first_call_s": run["first_call_s"],
+            "nvcc_compiles": nvcc_compiles(GPU_RESULTS / f"flashinfer-{cache}.nvcc.log"),
+            "ninja_log_unchanged": run["ninja_log_unchanged"],
+        }
+    return {
+        "modules": manifest["modules"],
+        "key": manifest["key"],
+        "files": len(manifest["files"]),
+        "bytes": sum(f["bytes"] for f in manifest["files"]),
+        "guard_row": {key: row[key] for key in ("expected", "found", "verdict")},
+        "h200": h200,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--image", required=True, help="a built sglang image")
     parser.add_argument("--export", type=Path, required=True, help="an `--export-jit-cache` file")
     parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args()
-    result = {"layer": layer_figures(args.image, args.export), "h200": gpu_figures()}
+    layer, flashinfer = layer_figures(args.image, args.export), flashinfer_figures(args.image)
+    result = {
+        "layer": layer,
+        "h200": gpu_figures(),
+        "flashinfer": flashinfer,
+        "cache_bytes_added": layer["bytes_added"] + flashinfer["bytes"],
+    }
     args.json.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     return 0

@@ -19,5 +19,7 @@ LOCKS = EPSTACK_HOME / "locks"  # the lock files the layers install ($EPSTACK_LO
 REPORTS = EPSTACK_HOME / "reports"  # the guard's and the JIT probe's reports, per layer
 SBOM = EPSTACK_HOME / "sbom"  # <layer>.cdx.json
 WHEELS = EPSTACK_HOME / "wheels"  # the deep_ep wheel and its manifest
-JIT = EPSTACK_HOME / "jit"  # kernel caches the image ships, read-only; linked into the writable ones at start
+JIT = EPSTACK_HOME / "jit"  # kernel caches the image ships, read-only; copied into the writable ones at start
+# The writable JIT caches, one folder per toolchain (the cluster jobs mount node storage here).
+JIT_CACHES = PurePosixPath("/var/cache/epstack-jit")
 SOURCES = EPSTACK_HOME / "sources"  # the `git archive` tarballs and installers of a layer's build

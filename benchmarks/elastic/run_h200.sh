@@ -15,6 +15,9 @@
 #             read-only as the kernels layer does (`epstack jit unpack`), copied into a new writable cache
 #             by the entrypoint's scripts/image/jit-caches.sh (kernels-shipped), then both presets again:
 #             first-call times, and nvcc runs counted by a wrapper in the image's CUDA_HOME
+#   flashinfer-shipped  FlashInfer's modules as the sglang image ships them (issue 17): `jit probe --ship`
+#             with the GPU hidden, the entrypoint's copy, then the sampler's first call on the GPU in a new
+#             process, against one from an empty workspace; nvcc runs counted (image's CUDA_HOME, as above)
 #   doctor    epstack doctor on this host (JSON)
 #   smoke     epstack smoke elastic on $NPROC ranks (default 2) at test_ep's default sizes
 #   smoke-topk0  the same with ElasticBuffer(num_topk=0), + test_ep's first mode (bandwidth ratio)
@@ -160,6 +163,58 @@ for phase in "$@"; do
             "$(find "$EP_JIT_CACHE_DIR/cache" -maxdepth 1 -name 'kernel.*' | wc -l) (the copied ones and any compiled)"
         unset EPSTACK_HOME
         export EP_JIT_CACHE_DIR=/tmp/ep-jit-cache
+        ;;
+    flashinfer-shipped)
+        # As the sglang image's build and start do (issue 17), in the image's paths: the probe compiles
+        # FlashInfer's modules with the GPU hidden and ships them (`jit probe --ship`), the entrypoint's
+        # copy puts them into FLASHINFER_WORKSPACE_BASE, then a new process samples on the GPU; against
+        # the same first call from an empty workspace. nvcc runs counted by a wrapper in CUDA_HOME.
+        f=/tmp/flashinfer home=/tmp/flashinfer/cuda-home
+        full=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+        jit=$("$py" -c 'from epstack.imagepaths import JIT; print(JIT)')  # where the image keeps them
+        rm -rf "$f" /tmp/site-jit "$jit" /var/cache/epstack-jit && mkdir -p "$f" /tmp/site-jit
+        if [[ ! -d /opt/epstack-deps ]]; then
+            "$py" -m pip install --quiet --no-index --find-links "$srcs/wheels" --target /opt/epstack-deps \
+                "$srcs"/wheels/*.whl 2>&1 | tail -n 3
+        fi
+        for pack in "$srcs"/python/*.tar.xz; do tar -xJf "$pack" -C /tmp/site-jit; done
+        "$py" -m benchmarks.elastic.cuda_home_from_list benchmarks/elastic/results/image-cuda-home.txt \
+            "$full" "$home" --json "$out/flashinfer-cuda-home.json" >/dev/null
+        mv "$home/bin/nvcc" "$home/bin/nvcc.real"
+        # shellcheck disable=SC2016
+        printf '#!/bin/sh\necho "$*" >> %s/nvcc.log\nexec "$(dirname "$0")/nvcc.real" "$@"\n' "$f" \
+            >"$home/bin/nvcc"
+        chmod +x "$home/bin/nvcc"
+        unset CC CXX CUDAHOSTCXX
+        export CUDA_HOME=$home CUDA_PATH=$home PATH="$home/bin:$PATH" PYTHONPATH="/tmp/site-jit:$PYTHONPATH"
+        export EPSTACK_HOME=${jit%/jit} EPSTACK_REPORTS=$f/reports FLASHINFER_WORKSPACE_BASE=/var/cache/epstack-jit/flashinfer
+        mkdir -p "$EPSTACK_REPORTS" "$FLASHINFER_WORKSPACE_BASE"
+        compiles() { grep -vc -- '--version' "$f/nvcc.log"; }
+        : >"$f/nvcc.log"
+        # FlashInfer alone: DeepGEMM's wheel does not load under this host's torch (README).
+        cmd=("$py" -m epstack jit probe --layer sglang --toolchain flashinfer --arch 9.0a --ship
+             --json "$out/flashinfer-build-jit.json")
+        echo "+ CUDA_VISIBLE_DEVICES= ${cmd[*]}" >>"$out/run.log"
+        CUDA_VISIBLE_DEVICES="" "${cmd[@]}" >"$f/build.console" 2>&1
+        note "$phase: build (no GPU) exit $?; nvcc compiles $(compiles); shipped $(du -sb "$jit/flashinfer" | cut -f1) bytes"
+        tail -n 8 "$f/build.console"
+        chmod -R a-w "$jit"
+        # shellcheck disable=SC1091
+        . scripts/image/jit-caches.sh
+        "$py" -c 'import json, os, dataclasses; from epstack.guard.kernelcache import flashinfer_cache_rows
+print(json.dumps([dataclasses.asdict(r) for r in flashinfer_cache_rows(os.environ, ["9.0a"])], indent=2))' \
+            >"$out/flashinfer-row.json"
+        note "$phase: copied at start; row $(grep -o '"verdict": "[a-z]*"' "$out/flashinfer-row.json")"
+        : >"$f/nvcc.log"
+        "$py" -m benchmarks.elastic.flashinfer_first_call --json "$out/flashinfer-shipped.json"
+        note "$phase: shipped first call exit $?; nvcc compiles $(compiles)"
+        cp "$f/nvcc.log" "$out/flashinfer-shipped.nvcc.log"
+        : >"$f/nvcc.log"
+        FLASHINFER_WORKSPACE_BASE=$f/empty "$py" -m benchmarks.elastic.flashinfer_first_call \
+            --json "$out/flashinfer-empty.json"
+        note "$phase: empty-workspace first call exit $?; nvcc compiles $(compiles)"
+        cp "$f/nvcc.log" "$out/flashinfer-empty.nvcc.log"
+        unset CUDA_HOME CUDA_PATH EPSTACK_HOME EPSTACK_REPORTS FLASHINFER_WORKSPACE_BASE
         ;;
     doctor)
         cmd=("$py" -m epstack.doctor --pins pins.env --json "$out/doctor-h200.json")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
+from epstack import imagepaths
 from epstack.errors import BadInput
 from epstack.inputs import read_text
 from epstack.smoke import launchenv as V
@@ -27,7 +28,7 @@ StorageKind = Literal["host", "pvc", "ephemeral"]
 STORAGE_KINDS: tuple[StorageKind, ...] = ("host", "pvc", "ephemeral")
 # Where each volume is mounted in the container.
 MODEL_MOUNT = "/models"  # HF_HOME: hub ids download here once; --model-path may name a directory here
-CACHE_MOUNT = "/var/cache/epstack-jit"
+CACHE_MOUNT = str(imagepaths.JIT_CACHES)
 RESULTS_MOUNT = "/var/lib/epstack/results"
 # Node directories used unless told otherwise (beside `cluster pull`'s /var/tmp/epstack images).
 HOST_ROOT = "/var/tmp/epstack"

@@ -6,16 +6,17 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from epstack import flashinfercache
 from epstack.commands.common import SubParsers, path_arg, seconds
 from epstack.errors import BadInput
-from epstack.guard.jitprobe import TIMEOUT_S, probe_layer, report_path
+from epstack.guard.jitprobe import TIMEOUT_S, TOOLCHAINS, JitReport, probe_layer, report_path
 from epstack.image.engine import DockerEngine
 from epstack.image.kernels import build_kernels_layer, kernels_tag
 from epstack.inputs import read_bytes
@@ -32,6 +33,8 @@ from epstack.output import check_writable, write_file
 from epstack.pins.load import read_layer_pins
 from epstack.smoke.export import export as export_cache
 from epstack.stack import GPU_ARCHS
+
+WORKSPACE_VARIABLE = "FLASHINFER_WORKSPACE_BASE"
 
 
 def _archs(values: Sequence[str] | None) -> tuple[str, ...]:
@@ -57,7 +60,8 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
             "no arch to compile for: no --arch and no TORCH_CUDA_ARCH_LIST in $EPSTACK_PINS; fix: --arch 9.0a"
         )
     out = args.json or report_path(args.layer)
-    report = probe_layer(args.layer, archs, args.timeout)
+    keep = _shipping_workspace(os.environ) if args.ship else {}
+    report = probe_layer(args.layer, archs, args.timeout, keep, args.toolchain or ())
     table = Table(
         "toolchain", "module", "compiler", "seconds", "verdict", title=f"epstack jit probe {args.layer}"
     )
@@ -76,7 +80,40 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
             console.print(f"[bold]{escape(probe.title)}[/] {probe.verdict}:\n{escape(probe.detail)}")
     write_file(out, report.to_json(), what="the JIT probe report")
     console.print(f"jit probe: {'ok' if report.ok else 'FAILED'}; report {escape(str(out))}")
-    return 0 if report.ok else 1
+    if not report.ok:
+        return 1
+    if keep:
+        _ship(report, Path(keep[WORKSPACE_VARIABLE]), console)
+    return 0
+
+
+def _shipping_workspace(env: Mapping[str, str]) -> dict[str, str]:
+    """--ship: FlashInfer compiles in the image's own workspace, which must hold no module yet."""
+    base = flashinfercache.workspace(env)
+    if flashinfercache.module_dirs(base):
+        raise BadInput(
+            f"{base}: already holds compiled FlashInfer modules, and the probe compiles from an empty "
+            f"cache; fix: {WORKSPACE_VARIABLE}=<an empty folder>, or remove them"
+        )
+    return {WORKSPACE_VARIABLE: str(base)}
+
+
+def _ship(report: JitReport, base: Path, console: Console) -> None:
+    """The modules FlashInfer's probe compiled in `base`, under the image's JIT folder with their key."""
+    probe = next((p for p in report.probes if p.toolchain == "flashinfer"), None)
+    if probe is None:
+        return
+    key = flashinfercache.ModulesKey(
+        flashinfer=flashinfercache.installed_version(),
+        archs=report.archs,
+        nvcc=probe.compiler_version,
+        workspace=str(base),
+    )
+    manifest = flashinfercache.ship(base, key, flashinfercache.SHIPPED)
+    console.print(
+        f"jit probe: shipped FlashInfer's {', '.join(manifest.modules)} for {' '.join(key.archs)} "
+        f"({len(manifest.files)} files, {manifest.bytes:,} bytes) into {escape(str(flashinfercache.SHIPPED))}"
+    )
 
 
 def _read_export(path: Path) -> bytes:
@@ -145,6 +182,18 @@ def register(subparsers: SubParsers) -> None:
     )
     probe.add_argument("--json", type=path_arg, metavar="FILE", help="default: the image's jit-<layer>.json")
     probe.add_argument("--timeout", type=seconds, default=TIMEOUT_S, help="seconds per toolchain")
+    probe.add_argument(
+        "--toolchain",
+        action="append",
+        choices=[toolchain.name for toolchain in TOOLCHAINS],
+        help="only this toolchain of the layer (repeatable; default every one)",
+    )
+    probe.add_argument(
+        "--ship",
+        action="store_true",
+        help=f"in an image build: compile FlashInfer's modules in ${WORKSPACE_VARIABLE} and keep them, "
+        f"read-only, under {flashinfercache.SHIPPED} (the entrypoint copies them back at start)",
+    )
     probe.set_defaults(func=cmd_probe)
     unpack_p = actions.add_parser(
         "unpack", help="in an image: unpack DeepEP kernels exported on a GPU, checked by their sha256"

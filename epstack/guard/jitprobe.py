@@ -46,6 +46,7 @@ class Toolchain:
     layer: str  # the image layer that brings it (its guard shows the row)
     module: str  # what the probe compiles
     needs_gpu: str = ""  # why it cannot compile without a GPU: the call that reads the device
+    per_arch: bool = False  # a process per arch: its modules in that arch's folder, as a GPU finds them
 
 
 TOOLCHAINS = (
@@ -74,6 +75,7 @@ TOOLCHAINS = (
         title="FlashInfer",
         layer="sglang",
         module="sampling (flashinfer.jit.sampling), SGLang's default sampler (and sampling, on a GPU)",
+        per_arch=True,
     ),
     Toolchain(
         name="deepgemm",
@@ -150,7 +152,11 @@ def _empty_caches(work: Path, archs: Sequence[str]) -> dict[str, str]:
     }
 
 
-def run_probe(toolchain: Toolchain, archs: Sequence[str], timeout: float) -> Probe:
+def run_probe(
+    toolchain: Toolchain, archs: Sequence[str], timeout: float, keep: Mapping[str, str] | None = None
+) -> Probe:
+    """Compile the toolchain's module in a process of its own (one per arch for a per-arch one), each
+    cache empty; `keep` names cache variables set to folders of the caller's, kept after the probe."""
     steering = {key: os.environ[key] for key in STEERING if key in os.environ}
     base = Probe(
         toolchain=toolchain.name,
@@ -159,18 +165,21 @@ def run_probe(toolchain: Toolchain, archs: Sequence[str], timeout: float) -> Pro
         verdict="ok",
         steering=steering,
     )
+    runs = [[arch] for arch in archs] if toolchain.per_arch and archs else [list(archs)]
     with tempfile.TemporaryDirectory(prefix=f"epstack-jit-{toolchain.name}-") as work:
         child = epstack_python("epstack.guard.jittoolchains", "child_main")
-        env = {**os.environ, **_empty_caches(Path(work), archs)}
         start = time.monotonic()
-        try:
-            result = run(*child, toolchain.name, work, *archs, env=env, timeout=timeout)
-        except EpstackError as exc:
-            elapsed = round(time.monotonic() - start, 1)
-            return replace(base, verdict="failed", detail=str(exc), seconds=elapsed)
+        for chosen in runs:
+            env = {**os.environ, **_empty_caches(Path(work), chosen), **(keep or {})}
+            try:
+                result = run(*child, toolchain.name, work, *chosen, env=env, timeout=timeout)
+            except EpstackError as exc:
+                elapsed = round(time.monotonic() - start, 1)
+                return replace(base, verdict="failed", detail=str(exc), seconds=elapsed)
+            if result.returncode != 0:
+                elapsed = round(time.monotonic() - start, 1)
+                return replace(base, verdict="failed", seconds=elapsed, detail=result.stderr.strip()[-4000:])
         elapsed = round(time.monotonic() - start, 1)
-    if result.returncode != 0:
-        return replace(base, verdict="failed", seconds=elapsed, detail=result.stderr.strip()[-4000:])
     compiled = Compiled(**json.loads(result.stdout.strip().splitlines()[-1]))
     if compiled.skipped:
         detail = f"{compiled.skipped}: {toolchain.needs_gpu}; a GPU host proves it (`epstack jit probe`)"
@@ -184,11 +193,17 @@ def run_probe(toolchain: Toolchain, archs: Sequence[str], timeout: float) -> Pro
     return replace(base, compiler=compiled.compiler, compiler_version=compiled.version, seconds=elapsed)
 
 
-def probe_layer(layer: str, archs: Sequence[str], timeout: float = TIMEOUT_S) -> JitReport:
-    """Every toolchain of `layer` ("all": of every layer), in order."""
-    chosen = [t for t in TOOLCHAINS if layer in ("all", t.layer)]
+def probe_layer(
+    layer: str,
+    archs: Sequence[str],
+    timeout: float = TIMEOUT_S,
+    keep: Mapping[str, str] | None = None,
+    only: Sequence[str] = (),
+) -> JitReport:
+    """Every toolchain of `layer` ("all": of every layer), in order; those named in `only`, if any."""
+    chosen = [t for t in TOOLCHAINS if layer in ("all", t.layer) and (not only or t.name in only)]
     return JitReport(
-        layer=layer, archs=tuple(archs), probes=tuple(run_probe(t, archs, timeout) for t in chosen)
+        layer=layer, archs=tuple(archs), probes=tuple(run_probe(t, archs, timeout, keep) for t in chosen)
     )
 
 

@@ -8,6 +8,7 @@ toolchain is inside its function: this module is imported in the images' own Pyt
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -103,9 +104,11 @@ def _run_triton_add(add: object) -> None:
 
 def probe_flashinfer(archs: Sequence[str], work: Path) -> Compiled:
     from flashinfer.jit import cpp_ext  # noqa: PLC0415
-    from flashinfer.jit.sampling import gen_sampling_module  # noqa: PLC0415
 
-    gen_sampling_module().build_and_load()  # nvcc, then the link, then loading the .so
+    from epstack.flashinfercache import MODULES  # noqa: PLC0415
+
+    for module, generator in MODULES.values():
+        getattr(importlib.import_module(module), generator)().build_and_load()  # nvcc, link, load
     if _gpu():
         import torch  # noqa: PLC0415
         from flashinfer.sampling import sampling_from_probs  # noqa: PLC0415

@@ -1,12 +1,16 @@
-"""The guard's row for the DeepEP kernels an image ships (epstack.jitcache): present and intact, and
-made for this image (its deep_ep, nvcc, arch and install paths), with their count and bytes."""
+"""The guard's rows for the JIT caches an image ships: DeepEP's kernels (epstack.jitcache) and
+FlashInfer's modules (epstack.flashinfercache), each present and intact, made for this image (its
+versions, nvcc, archs and paths), with their count and bytes."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
+from epstack import flashinfercache
 from epstack.checkrow import Check
+from epstack.guard import jitprobe
 from epstack.jitcache import (
     KERNEL_CACHE,
     SHIPPED,
@@ -78,3 +82,109 @@ def kernel_cache_rows(env: Mapping[str, str], archs: Sequence[str], folder: Path
             )
         ]
     return [Check(component=COMPONENT, expected=expected, found=found, verdict="ok", detail=str(folder))]
+
+
+FLASHINFER = "JIT cache FlashInfer"
+FIX_FLASHINFER = "rebuild the image: its sglang guard step compiles and ships them (`jit probe --ship`)"
+
+
+def _probed_nvcc(layer: str = "sglang") -> str:
+    """The compiler version FlashInfer's probe ran in this image's build ("" without its report)."""
+    path = jitprobe.report_path(layer)
+    if not path.is_file():
+        return ""
+    probes = jitprobe.read_report(path).probes
+    return next((p.compiler_version for p in probes if p.toolchain == "flashinfer"), "")
+
+
+def flashinfer_cache_rows(
+    env: Mapping[str, str],
+    archs: Sequence[str],
+    folder: Path = flashinfercache.SHIPPED,
+    verify_bytes: bool = True,
+) -> list[Check]:
+    """FlashInfer's shipped modules: intact (`verify_bytes`; the start trusts the build's record for
+    them), made for this image, and where FlashInfer looks now (copied there at start, ninja idle)."""
+    manifest = flashinfercache.read_manifest(folder)
+    expected = f"FlashInfer modules for {' '.join(archs) or 'the image'}"
+    if manifest is None:
+        return [
+            Check(
+                component=FLASHINFER,
+                expected=expected,
+                found="none shipped",
+                verdict="skipped",
+                detail="each module compiles at first use (sampling: 86-456 s of nvcc)",
+                fix=FIX_FLASHINFER,
+            )
+        ]
+    key = manifest.key
+    row = Check(
+        component=FLASHINFER,
+        expected=expected,
+        found=f"{', '.join(manifest.modules)}: {len(manifest.files)} files, {manifest.bytes:,} bytes; "
+        f"flashinfer {key.flashinfer}, {' '.join(key.archs)}, {key.nvcc}",
+        verdict="ok",
+    )
+    problem = _foreign(manifest, folder, archs, verify_bytes)
+    if problem:
+        return [
+            replace(
+                row,
+                expected=f"{expected}, made in this image",
+                verdict="mismatch",
+                detail=problem,
+                fix=FIX_FLASHINFER,
+            )
+        ]
+    return [_placement(row, manifest, folder, flashinfercache.workspace(env))]
+
+
+def _foreign(
+    manifest: flashinfercache.ShippedModules, folder: Path, archs: Sequence[str], verify_bytes: bool
+) -> str:
+    """Why the shipped modules are not this image's ("" when they are)."""
+    broken = flashinfercache.damaged(manifest, folder) if verify_bytes else []
+    if broken:
+        return (
+            f"{len(broken)} files missing or changed since {manifest_beside(folder).name}, e.g. {broken[0]}"
+        )
+    key = manifest.key
+    made = {"flashinfer": key.flashinfer, "archs": " ".join(key.archs), "nvcc": key.nvcc}
+    here = {
+        "flashinfer": flashinfercache.installed_version(),
+        "archs": " ".join(archs),
+        "nvcc": _probed_nvcc() or key.nvcc,
+    }
+    differences = [f"{name} {made[name]} != {value}" for name, value in here.items() if made[name] != value]
+    if differences:
+        return (
+            f"made for another install ({'; '.join(differences)}): FlashInfer would compile them "
+            "again, never load these"
+        )
+    return ""
+
+
+def _placement(row: Check, manifest: flashinfercache.ShippedModules, folder: Path, workspace: Path) -> Check:
+    """The row as FlashInfer will find the modules in `workspace`: copied there, ninja idle."""
+    built_in = manifest.key.workspace
+    if str(workspace) != built_in:
+        return replace(
+            row,
+            verdict="warn",
+            detail=f"FLASHINFER_WORKSPACE_BASE is {workspace}; they were built in {built_in} and FlashInfer "
+            "names its objects by absolute path, so they compile again at first use",
+            fix=f"FLASHINFER_WORKSPACE_BASE={built_in}, writable (a cluster job's cache mount is)",
+        )
+    pending = flashinfercache.pending(workspace, manifest)
+    if pending and set(pending.values()) == {"not copied"}:
+        return replace(row, detail=f"{folder}; the entrypoint copies them into {workspace} at start")
+    if pending:
+        module, step = next(iter(pending.items()))
+        return replace(
+            row,
+            verdict="warn",
+            detail=f"in {workspace}, ninja would build {len(pending)} again, e.g. {module}: {step}",
+            fix="start through the image's entrypoint, which copies them with their timestamps",
+        )
+    return replace(row, detail=f"in {workspace}: ninja has nothing to build")

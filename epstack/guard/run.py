@@ -36,7 +36,7 @@ from epstack.guard.distributions import (
 )
 from epstack.guard.expected import Expected, load_expected
 from epstack.guard.jitprobe import layer_rows as jit_rows
-from epstack.guard.kernelcache import kernel_cache_rows
+from epstack.guard.kernelcache import flashinfer_cache_rows, kernel_cache_rows
 from epstack.guard.libraries import check_cuda, check_nccl_loaded, try_import
 from epstack.guard.onecuda import cuda_home, cuda_home_checks, other_major_check, release_wheel_checks
 from epstack.guard.report import GuardReport
@@ -105,6 +105,7 @@ def sglang_checks(pins: Expected) -> list[Check]:
         *check_requirements("sglang", pins.base_packages),
         *jit_rows("sglang", os.environ),
         *kernel_cache_rows(os.environ, pins.torch_cuda_arch_list.split()),
+        *flashinfer_cache_rows(os.environ, pins.torch_cuda_arch_list.split()),
     ]
 
 

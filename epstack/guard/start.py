@@ -2,8 +2,10 @@
 decides it changed (guard.record), and checks now only what can change after the build.
 
 Checked now, without importing torch: the NVIDIA driver the runtime mounted (libcuda.so.1 through
-ctypes, against the pinned CUDA as check_cuda judges it), and DeepEP's JIT cache, writable by this
-user on this file system. Every other row is the build report's, marked proven at build.
+ctypes, against the pinned CUDA as check_cuda judges it), DeepEP's JIT cache, writable by this user
+on this file system, and FlashInfer's shipped modules where FlashInfer looks for them (their bytes
+are the build's: the record covers the image's files). Every other row is the build report's,
+marked proven at build.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from epstack.checkrow import Check
 from epstack.guard.deepep import JIT_CACHE, check_jit_cache
 from epstack.guard.expected import load_expected
+from epstack.guard.kernelcache import FLASHINFER, flashinfer_cache_rows
 from epstack.guard.libraries import CUDA_DRIVER, CUDA_RUNTIME, CUDA_SKIPPED, live_cuda_rows
 from epstack.guard.record import read_record, what_changed
 from epstack.guard.report import GUARD_REPORT, GuardReport
@@ -41,16 +44,18 @@ def trusted_report(pins: Path, layer: str, locks: Path | None, env: Mapping[str,
     if change:
         return change
     built = GUARD_REPORT.read(Path(record.report))
-    expected = load_expected(pins, [scope.name for scope in guard_scopes(layer)[0]]).cuda_major_minor
+    expected = load_expected(pins, [scope.name for scope in guard_scopes(layer)[0]])
     rows: list[Check] = []
     live = 0
     for row in built.checks:
         if row.component in CUDA_COMPONENTS:
             if any(check.component in CUDA_COMPONENTS for check in rows):
                 continue  # a GPU host's build: two rows, both replaced by the live ones
-            now = live_cuda_rows(expected, record.cuda_runtime)
+            now = live_cuda_rows(expected.cuda_major_minor, record.cuda_runtime)
         elif row.component == JIT_CACHE:
             now = [check_jit_cache(env)]
+        elif row.component == FLASHINFER:
+            now = flashinfer_cache_rows(env, expected.torch_cuda_arch_list.split(), verify_bytes=False)
         else:
             rows.append(replace(row, detail=f"{row.detail}; {PROVEN}" if row.detail else PROVEN))
             continue

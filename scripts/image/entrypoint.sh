@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Container entrypoint: ship DeepEP's kernels into the JIT cache, check the stack against this image's
+# Container entrypoint: the shipped JIT caches into the writable ones, check the stack against this image's
 # pins, then run the command.
 #   EPSTACK_GUARD=strict (default): refuse to start on drift; warn: report and start; off: skip.
 #   The JSON report lands in ${EPSTACK_GUARD_REPORT:-/tmp/epstack-guard.json}. The guard trusts what the
@@ -12,7 +12,7 @@ set -euo pipefail
 if [ -n "${EPSTACK_CUDA_STUB:-}" ]; then
   echo "epstack: no NVIDIA driver in this container: CUDA calls fail (driver stub ${EPSTACK_CUDA_STUB})" >&2
 fi
-# DeepEP's kernels the image ships, into the writable JIT cache (or one in $TMPDIR on a read-only root).
+# The JIT caches the image ships (DeepEP's kernels, FlashInfer's modules), into the writable caches.
 # shellcheck source=scripts/image/jit-caches.sh
 . "$(dirname "$0")/jit-caches.sh"
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Sourced by the entrypoint before the guard: the DeepEP kernels the image ships (`epstack jit layer`,
-# read-only under $EPSTACK_HOME/jit/deep_ep) copied into the writable $EP_JIT_CACHE_DIR, where DeepEP
-# finds them by name (cache/kernel.<name>.<hash>) and compiles any other kernel beside them. Copies, not
-# links: a cache a node shares between pods of other images holds no link into this one. Each kernel is
-# staged in the cache's tmp/ and renamed into place, as DeepEP does, so a process starting beside this
-# one never reads half a kernel; a kernel already there is kept. A cache folder that cannot be written (a
-# read-only root, as enroot mounts it by default) moves to ${TMPDIR:-/tmp}/epstack/deep_ep, said on stderr.
+# Sourced by the entrypoint before the guard: the JIT caches the image ships, into writable folders.
+# DeepEP's kernels (`epstack jit layer`, read-only under $EPSTACK_HOME/jit/deep_ep) copied into the
+# writable $EP_JIT_CACHE_DIR, where DeepEP finds them by name (cache/kernel.<name>.<hash>) and compiles
+# any other kernel beside them. Copies, not links: a cache a node shares between pods of other images
+# holds no link into this one. Each kernel is staged in the cache's tmp/ and renamed into place, as
+# DeepEP does, so a process starting beside this one never reads half a kernel; one already there is
+# kept. A cache folder that cannot be written (a read-only root, as enroot mounts it by default) moves to
+# ${TMPDIR:-/tmp}/epstack/deep_ep, said on stderr.
 jit_shipped=${EPSTACK_HOME}/jit/deep_ep
 jit_cache=${EP_JIT_CACHE_DIR:-${HOME}/.deep_ep}
 if ! { mkdir -p "${jit_cache}" 2>/dev/null && [ -w "${jit_cache}" ]; }; then
@@ -24,4 +25,32 @@ if [ -d "${jit_shipped}/cache" ]; then
     mv -T "${jit_kernel}" "${jit_cache}/cache/${jit_kernel##*/}" 2>/dev/null || true
   done
   rm -rf "${jit_staged}"
+fi
+# FlashInfer's modules the image ships (`epstack jit probe --ship`, under $EPSTACK_HOME/jit/flashinfer)
+# copied into $FLASHINFER_WORKSPACE_BASE, the folder they were built in, with their timestamps: ninja,
+# which FlashInfer runs before it loads a module, then has nothing to do. Each module's folder is staged
+# and renamed into place; one already there is kept. Where that folder cannot be written, FlashInfer's
+# workspace moves to ${TMPDIR:-/tmp}/epstack/flashinfer, where its modules compile at first use (their
+# objects are named by absolute path), said on stderr.
+fi_shipped=${EPSTACK_HOME}/jit/flashinfer
+if [ -d "${fi_shipped}/.cache" ]; then
+  fi_base=${FLASHINFER_WORKSPACE_BASE:-${HOME}}
+  if ! { mkdir -p "${fi_base}" 2>/dev/null && [ -w "${fi_base}" ]; }; then
+    fi_fallback=${TMPDIR:-/tmp}/epstack/flashinfer
+    echo "epstack: FLASHINFER_WORKSPACE_BASE=${fi_base} cannot be written (a read-only root?);" \
+      "FlashInfer's modules compile into ${fi_fallback} at first use" >&2
+    mkdir -p "${fi_fallback}"
+    export FLASHINFER_WORKSPACE_BASE=${fi_fallback}
+  else
+    for fi_module in "${fi_shipped}"/.cache/flashinfer/*/*/*/*/; do
+      fi_target=${fi_base}/${fi_module#"${fi_shipped}/"}
+      fi_target=${fi_target%/}
+      [ -e "${fi_target}" ] && continue
+      mkdir -p "${fi_target%/*}"
+      fi_staged=$(mktemp -d "${fi_target%/*}/.epstack.XXXXXX")
+      cp -r --preserve=timestamps "${fi_module}." "${fi_staged}/"
+      chmod 755 "${fi_staged}"  # mktemp's 0700 would hide the module from other users of the cache
+      mv -T "${fi_staged}" "${fi_target}" 2>/dev/null || rm -rf "${fi_staged}"
+    done
+  fi
 fi

@@ -9,12 +9,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
+from epstack import flashinfercache
 from epstack.cli import main
 from epstack.errors import BadInput
+from epstack.guard import jitprobe
 from epstack.guard.jitprobe import (
     STEERING,
     JitReport,
@@ -139,3 +142,93 @@ def test_arches_come_from_the_flag_or_the_images_pins(
     assert main(["jit", "probe", "--layer", "sglang", "--json", str(tmp_path / "r.json")]) == 2
     assert "no arch to compile for" in capsys.readouterr().err
     assert not (tmp_path / "r.json").exists(), "bad input writes nothing"
+
+
+FAKE_CHILD = """
+import json, os, pathlib, sys
+toolchain, work, *archs = sys.argv[1:]
+with open(os.environ["PROBE_LOG"], "a") as log:
+    log.write(f"{toolchain} {' '.join(archs)} {os.environ['FLASHINFER_CUDA_ARCH_LIST']} "
+              f"{os.environ['FLASHINFER_WORKSPACE_BASE']}\\n")
+if toolchain == "flashinfer":  # what FlashInfer leaves for the arch it compiled
+    arch = os.environ["FLASHINFER_CUDA_ARCH_LIST"].replace(".", "")
+    base = pathlib.Path(os.environ["FLASHINFER_WORKSPACE_BASE"], ".cache/flashinfer/0.7.2")
+    module = base / arch / "cached_ops/sampling"
+    module.mkdir(parents=True)
+    (module / "sampling.so").write_bytes(arch.encode())
+print(json.dumps({"compiler": "/usr/local/cuda/bin/nvcc", "version": "nvcc 13.0.88"}))
+"""
+
+
+@pytest.fixture
+def fake_toolchains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every probe's child a real process that logs what it was given instead of compiling."""
+    monkeypatch.setattr(jitprobe, "epstack_python", lambda *_: [sys.executable, "-c", FAKE_CHILD])
+    monkeypatch.setenv("PROBE_LOG", str(tmp_path / "probe.log"))
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "workspace"))
+    monkeypatch.setattr(flashinfercache, "SHIPPED", tmp_path / "jit" / "flashinfer")
+    return tmp_path / "probe.log"
+
+
+def test_flashinfer_compiles_in_a_process_per_arch_and_ships_into_the_images_folder(
+    fake_toolchains: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One FlashInfer process per arch, each with that arch alone (the folder a GPU node looks in) and
+    the image's workspace; the others once with every arch and an empty workspace of their own."""
+    out = tmp_path / "jit-sglang.json"
+    args = [
+        "jit",
+        "probe",
+        "--layer",
+        "sglang",
+        "--arch",
+        "9.0a",
+        "--arch",
+        "10.0a",
+        "--ship",
+        "--json",
+        str(out),
+    ]
+    assert main(args) == 0
+    workspace = tmp_path / "workspace"
+    lines = fake_toolchains.read_text().splitlines()
+    assert [line.split()[0] for line in lines] == ["triton-kernel", "flashinfer", "flashinfer", "deepgemm"]
+    assert lines[1:3] == [f"flashinfer 9.0a 9.0a {workspace}", f"flashinfer 10.0a 10.0a {workspace}"]
+    manifest = flashinfercache.read_manifest(tmp_path / "jit" / "flashinfer")
+    assert manifest is not None and manifest.modules == ("sampling",)
+    assert manifest.key.archs == ("9.0a", "10.0a") and manifest.key.workspace == str(workspace)
+    assert manifest.key.nvcc == "nvcc 13.0.88"
+    assert [f.path for f in manifest.files] == [
+        ".cache/flashinfer/0.7.2/100a/cached_ops/sampling/sampling.so",
+        ".cache/flashinfer/0.7.2/90a/cached_ops/sampling/sampling.so",
+    ]
+    assert not (workspace / ".cache").exists()
+    assert "shipped FlashInfer's sampling for 9.0a 10.0a (2 files, 7 bytes)" in capsys.readouterr().err
+
+
+def test_without_ship_flashinfers_workspace_is_the_probes_own(fake_toolchains: Path, tmp_path: Path) -> None:
+    assert (
+        main(["jit", "probe", "--layer", "sglang", "--arch", "9.0a", "--json", str(tmp_path / "r.json")]) == 0
+    )
+    flashinfer = next(
+        line for line in fake_toolchains.read_text().splitlines() if line.startswith("flashinfer")
+    )
+    assert str(tmp_path / "workspace") not in flashinfer, "an empty cache of the probe's own"
+    assert flashinfercache.read_manifest(tmp_path / "jit" / "flashinfer") is None
+
+
+def test_ship_refuses_a_workspace_that_already_holds_modules(
+    fake_toolchains: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "workspace/.cache/flashinfer/0.7.2/90a/cached_ops/sampling").mkdir(parents=True)
+    out = tmp_path / "r.json"
+    assert main(["jit", "probe", "--layer", "sglang", "--arch", "9.0a", "--ship", "--json", str(out)]) == 2
+    assert "already holds compiled FlashInfer modules" in capsys.readouterr().err
+    assert not out.exists() and not fake_toolchains.exists(), "nothing probed, nothing written"
+
+
+def test_toolchain_narrows_the_layers_probes(fake_toolchains: Path, tmp_path: Path) -> None:
+    args = ["jit", "probe", "--layer", "sglang", "--toolchain", "flashinfer", "--arch", "9.0a"]
+    assert main([*args, "--json", str(tmp_path / "r.json")]) == 0
+    assert [line.split()[0] for line in fake_toolchains.read_text().splitlines()] == ["flashinfer"]
+    assert [p.toolchain for p in read_report(tmp_path / "r.json").probes] == ["flashinfer"]

@@ -1,18 +1,26 @@
-"""The guard's row for the DeepEP kernels an image ships: skipped when none are, ok when intact and made
-for this install, a mismatch naming the file or the key field that is not. The install is a real one
-made in this Python (a deep_ep package and dist-info, its manifest, an NCCL root, an nvcc)."""
+"""The guard's rows for the JIT caches an image ships (DeepEP's kernels, FlashInfer's modules): skipped
+when none are, ok when intact and made for this install, a mismatch naming the file or the key field
+that is not; FlashInfer's warns where it would compile again (another workspace, ninja not idle). The
+install is a real one made in this Python (a deep_ep package and dist-info, its manifest, an NCCL
+root, an nvcc); FlashInfer's module is built by real ninja (tests/test_flashinfercache.py)."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from epstack import flashinfercache
 from epstack.checkrow import Check
-from epstack.guard.kernelcache import FIX_EXPORT, kernel_cache_rows
+from epstack.guard.jitprobe import JitReport, Probe, report_path
+from epstack.guard.kernelcache import FIX_EXPORT, FLASHINFER, flashinfer_cache_rows, kernel_cache_rows
 from epstack.jitcache import TOOL, CacheKey, install, unpack
+from tests.test_flashinfercache import MODULE, VERSION, compile_module
+from tests.test_flashinfercache import key as modules_key
 from tests.test_jitcache import KEY, export_of, fake_install, h200_kernels, sha256
 
 
@@ -136,4 +144,109 @@ def test_every_difference_from_this_install_is_named(
         "made for another install (arch 9.0 not in 10.0a; "
         f"deep_ep_commit {'e' * 40} != {KEY.deep_ep_commit}): "
         "DeepEP would compile every kernel again, never load these"
+    )
+
+
+# ---- FlashInfer's modules ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def flashinfer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """(workspace, shipped folder) of a real ninja-built module, FlashInfer installed at its version,
+    the image's reports folder without a probe report (the key's nvcc stands)."""
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    base = tmp_path / "var" / "flashinfer"
+    compile_module(base, tmp_path / "venv" / "csrc")
+    into = tmp_path / "opt" / "jit" / "flashinfer"
+    flashinfercache.ship(base, modules_key(base), into)
+    monkeypatch.setattr(flashinfercache, "installed_version", lambda: VERSION)
+    monkeypatch.setenv("EPSTACK_REPORTS", str(tmp_path / "reports"))
+    return base, into
+
+
+def flashinfer_row(base: Path, into: Path, archs: tuple[str, ...] = ("9.0a",), **kwargs: bool) -> Check:
+    (only,) = flashinfer_cache_rows({"FLASHINFER_WORKSPACE_BASE": str(base)}, archs, into, **kwargs)
+    return only
+
+
+def test_no_flashinfer_modules_shipped_is_skipped_with_the_way_to_ship_them(tmp_path: Path) -> None:
+    found = flashinfer_row(tmp_path, tmp_path / "jit" / "flashinfer")
+    assert (found.component, found.found, found.verdict) == (FLASHINFER, "none shipped", "skipped")
+    assert found.expected == "FlashInfer modules for 9.0a" and "jit probe --ship" in found.fix
+
+
+def test_shipped_modules_are_ok_before_the_copy_and_after_it_with_ninja_idle(
+    flashinfer: tuple[Path, Path],
+) -> None:
+    base, into = flashinfer
+    found = flashinfer_row(base, into)
+    assert found.verdict == "ok", found.detail
+    assert found.found.startswith("sampling: 6 files, ") and found.found.endswith(
+        f"flashinfer {VERSION}, 9.0a, nvcc 13.0.88"
+    )
+    assert found.detail == f"{into}; the entrypoint copies them into {base} at start"
+    shutil.copytree(into / ".cache", base / ".cache")
+    after = flashinfer_row(base, into)
+    assert (after.verdict, after.detail) == ("ok", f"in {base}: ninja has nothing to build")
+
+
+def test_a_copy_ninja_would_build_again_warns_with_its_first_step(flashinfer: tuple[Path, Path]) -> None:
+    base, into = flashinfer
+    shutil.copytree(into / ".cache", base / ".cache")
+    (base / MODULE / "sampling.cuda.o").unlink()
+    found = flashinfer_row(base, into)
+    assert found.verdict == "warn" and not found.failed
+    assert found.detail.startswith(f"in {base}, ninja would build 1 again, e.g. {MODULE}: [1/2] cat ")
+    assert "entrypoint" in found.fix
+
+
+def test_another_workspace_warns_that_they_compile_again(
+    flashinfer: tuple[Path, Path], tmp_path: Path
+) -> None:
+    base, into = flashinfer
+    found = flashinfer_row(tmp_path / "tmp" / "flashinfer", into)
+    assert found.verdict == "warn" and not found.failed, "a read-only root starts, compiling"
+    assert f"they were built in {base}" in found.detail and "absolute path" in found.detail
+    assert found.fix.startswith(f"FLASHINFER_WORKSPACE_BASE={base}, writable")
+
+
+def test_a_changed_module_file_is_a_mismatch_unless_the_start_trusts_the_build(
+    flashinfer: tuple[Path, Path],
+) -> None:
+    base, into = flashinfer
+    (into / MODULE / "sampling.so").write_bytes(b"another library")
+    found = flashinfer_row(base, into)
+    assert found.verdict == "mismatch" and found.fix
+    assert found.detail == f"1 files missing or changed since flashinfer.json, e.g. {MODULE}/sampling.so"
+    assert flashinfer_row(base, into, verify_bytes=False).verdict == "ok", "the record vouches for them"
+
+
+@pytest.mark.parametrize("made_for", ["flashinfer", "archs", "nvcc"])
+def test_modules_made_for_another_install_are_a_mismatch_naming_the_difference(
+    flashinfer: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, made_for: str
+) -> None:
+    base, into = flashinfer
+    archs: tuple[str, ...] = ("9.0a",)
+    if made_for == "flashinfer":
+        monkeypatch.setattr(flashinfercache, "installed_version", lambda: "0.7.3")
+        named = f"flashinfer {VERSION} != 0.7.3"
+    elif made_for == "archs":
+        archs, named = ("10.0a",), "archs 9.0a != 10.0a"
+    else:
+        probe = Probe(
+            toolchain="flashinfer",
+            title="FlashInfer",
+            module="sampling",
+            verdict="ok",
+            compiler_version="nvcc 13.1.80",
+        )
+        (tmp_path / "reports").mkdir()
+        report_path("sglang").write_text(
+            JitReport(layer="sglang", archs=("9.0a",), probes=(probe,)).to_json()
+        )
+        named = "nvcc nvcc 13.0.88 != nvcc 13.1.80"
+    found = flashinfer_row(base, into, archs)
+    assert found.verdict == "mismatch"
+    assert found.detail == (
+        f"made for another install ({named}): FlashInfer would compile them again, never load these"
     )

@@ -14,6 +14,7 @@ import pytest
 from epstack.checkrow import Check
 from epstack.cli import main
 from epstack.guard import start
+from epstack.guard.kernelcache import FLASHINFER
 from epstack.guard.libraries import LoadedRuntime, live_cuda_rows
 from epstack.guard.record import (
     GUARD_RECORD,
@@ -318,3 +319,30 @@ def test_a_cpu_builds_rows_are_its_own_with_the_driver_and_cache_checked_now(ima
         ("sglang", "ok", "sglang"),
     ]
     assert rows[1].expected == "13.0" and rows[1].detail.startswith("no GPU: ")
+
+
+def test_flashinfers_row_is_checked_now_where_flashinfer_will_look(
+    image: Path,
+) -> None:
+    """The build's row said its modules were shipped; at start the row is made again, live: here no
+    module is shipped where the image keeps them, which the live row says instead of the build's."""
+    shipped = Check(
+        component=FLASHINFER,
+        expected="FlashInfer modules for 9.0a",
+        found="sampling: 9 files, 40,000,000 bytes; flashinfer 0.7.2, 9.0a, nvcc 13.0.88",
+        verdict="ok",
+        layer="sglang",
+    )
+    report = image / "reports" / f"{LAYER}.json"
+    report.write_text(GuardReport(pins=PINS, layer=LAYER, checks=(*BUILT_ROWS, shipped)).to_json())
+    record = make_record(layer=LAYER, pins=PINS, locks=None, report=report, env=os.environ)
+    record_path(LAYER).write_text(record.to_json())
+    trusted = trusted_report(PINS, LAYER, None, os.environ)
+    assert isinstance(trusted, Trusted) and trusted.live == 3
+    row = trusted.report.checks[-1]
+    assert (row.component, row.found, row.verdict, row.layer) == (
+        FLASHINFER,
+        "none shipped",
+        "skipped",
+        "sglang",
+    )

@@ -374,12 +374,70 @@ def test_the_sglang_image_proves_every_jit_toolchain_for_its_arch(
     assert kernel.expected == "compiles for 9.0a" and "ptxas 12.9 for sm_90" in kernel.found
     assert flashinfer.found == "nvcc 13.0.88 (/usr/local/cuda/bin/nvcc)"
     for component in ("JIT DeepGEMM", "JIT DeepEP"):
-        assert (
-            rows[component].verdict == "skipped" and "cudaGetDeviceProperties" in rows[component].detail
-        )
+        assert rows[component].verdict == "skipped" and "cudaGetDeviceProperties" in rows[component].detail
         assert "/usr/local/cuda/bin/nvcc" in rows[component].found
     assert rows["nvidia-cuda-nvcc"].found == "13.0.88" and rows["nvidia-cuda-nvcc"].verdict == "ok"
     assert rows["CUDA major of distributions"].verdict == "ok"
+
+
+FLASHINFER_LOAD = (
+    "import hashlib; from flashinfer.jit.sampling import gen_sampling_module; spec = gen_sampling_module(); "
+    "spec.build_and_load(); so = spec.jit_library_path; "
+    "print(so, hashlib.sha256(so.read_bytes()).hexdigest())"
+)
+
+
+@needs_sources
+def test_the_sglang_image_ships_flashinfers_module_and_flashinfer_loads_it_without_compiling(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    """Compiled by the build's probe with no GPU and kept in the image: at start the entrypoint copies it
+    into FLASHINFER_WORKSPACE_BASE and FlashInfer's own build_and_load (the arch named as an H200 names
+    it) loads the shipped .so while ninja runs nothing (its log unchanged), for root and another uid;
+    on a read-only root the workspace moves to $TMPDIR, said, and the row warns without failing."""
+    image = ref(built, "sglang")
+    built_row = next(
+        r for r in guard_report(engine, image, "sglang").checks if r.component == "JIT cache FlashInfer"
+    )
+    assert built_row.verdict == "ok" and built_row.found.startswith("sampling: "), built_row
+    assert built_row.found.endswith("9.0a, nvcc 13.0.88") and "copies them into" in built_row.detail
+    manifest = json.loads(
+        docker(
+            engine, "run", "--rm", "--entrypoint", "cat", image, f"{imagepaths.JIT}/flashinfer.json"
+        ).stdout
+    )
+    shipped = {f["path"]: f["sha256"] for f in manifest["files"]}
+    library = next(path for path in shipped if path.endswith("/sampling.so"))
+    log = f"{library.rsplit('/', 1)[0]}/.ninja_log"
+    workspace = f"{imagepaths.JIT_CACHES}/flashinfer"
+    check = f'cmp "{imagepaths.JIT}/flashinfer/{log}" "{workspace}/{log}" && cat /tmp/epstack-guard.json'
+    for user in ("0", "1000:1000"):
+        started = docker(
+            engine,
+            "run",
+            "--rm",
+            "--user",
+            user,
+            "-e",
+            "FLASHINFER_CUDA_ARCH_LIST=9.0a",
+            image,
+            "bash",
+            "-c",
+            f"python -c '{FLASHINFER_LOAD}' && {check}",
+        )
+        path, digest = started.stdout.splitlines()[0].split()
+        assert (path, digest) == (f"{workspace}/{library}", shipped[library]), started.stderr[-2000:]
+        rows = GUARD_REPORT.loads("\n".join(started.stdout.splitlines()[1:]), "start").checks
+        row = next(r for r in rows if r.component == "JIT cache FlashInfer")
+        assert (row.verdict, row.detail) == ("ok", f"in {workspace}: ninja has nothing to build"), user
+    read_only = docker(
+        engine, "run", "--rm", "--read-only", "--tmpfs", "/tmp", image, "cat", "/tmp/epstack-guard.json"
+    )
+    assert f"FLASHINFER_WORKSPACE_BASE={workspace} cannot be written" in read_only.stderr
+    row = next(
+        r for r in GUARD_REPORT.loads(read_only.stdout, "ro").checks if r.component == "JIT cache FlashInfer"
+    )
+    assert row.verdict == "warn" and "compile again at first use" in row.detail
 
 
 # ---- locks: the venv is exactly the lock; a drift the pins cannot see, the lock names -----------
@@ -506,7 +564,7 @@ def test_the_start_guard_trusts_the_build_and_checks_the_driver_now(
     assert [row.component for row in report.checks] == [
         row.component for row in guard_report(engine, image, stage).checks
     ]
-    live = {"CUDA runtime/driver", "EP_JIT_CACHE_DIR"}
+    live = {"CUDA runtime/driver", "EP_JIT_CACHE_DIR", "JIT cache FlashInfer"}
     assert all(row.detail.endswith(PROVEN) for row in report.checks if row.component not in live)
     driver = next(row for row in report.checks if row.component == "CUDA runtime/driver")
     assert driver.verdict == "skipped" and driver.detail == "no GPU: cuInit returned 34"

@@ -1,0 +1,185 @@
+"""FlashInfer's JIT modules, compiled when the image is built (no GPU needed) and shipped in it.
+
+FlashInfer compiles a module at its first use, with ninja, into
+$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<arch>/cached_ops/<module>/ (flashinfer/jit/env.py;
+SGLang's default sampler, `sampling`: 86-456 s of nvcc on a cold pod). Its build.ninja names every
+object by absolute path and ninja rebuilds an output whose command or path its log does not hold, so a
+module is reused only in the folder it was built in, with its timestamps. The <arch> folder is the GPU's
+own (90a on an H200) unless FLASHINFER_CUDA_ARCH_LIST names others: a GPU of another arch looks in
+another folder and compiles, never loads these; another FlashInfer version looks in another too.
+
+At build, `epstack jit probe --ship` compiles MODULES in the image's FLASHINFER_WORKSPACE_BASE, one
+process per arch as a GPU node names its folder, and `ship` moves the tree under imagepaths.JIT with a
+manifest (their key, each file's sha256). At start the entrypoint copies it back into that folder,
+timestamps kept (scripts/image/jit-caches.sh); `ninja -n` then has nothing to do (`pending`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from epstack import imagepaths
+from epstack.cmd import run
+from epstack.document import Schema
+from epstack.errors import BadInput, EpstackError
+from epstack.jitcache import CacheFile, manifest_beside, sha256_hex
+
+SHIPPED = Path(imagepaths.JIT) / "flashinfer"  # the workspace's .cache/flashinfer tree, read-only
+WORKSPACE = Path(imagepaths.JIT_CACHES) / "flashinfer"  # the image's FLASHINFER_WORKSPACE_BASE
+# The modules SGLang 0.5.23 compiles on its serve path for the profiles epstack knows: its default
+# sampler is FlashInfer's (`_sampling_backend_default`, srt/arg_groups/overrides.py); attention and
+# norms come precompiled in sglang-kernel, and FlashInfer's allreduce fusion stays off beside an
+# all-to-all backend such as deepep_v2 (`moe_a2a_backend == "none"` is one of its conditions).
+MODULES: dict[str, tuple[str, str]] = {
+    "sampling": ("flashinfer.jit.sampling", "gen_sampling_module"),
+}
+_LOCKS = "tmp"  # cached_ops/tmp holds FlashInfer's lock files, never shipped
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModulesKey:
+    """What decides whether FlashInfer loads a shipped module or compiles it again."""
+
+    flashinfer: str  # flashinfer-python's version: a folder of the path
+    archs: tuple[str, ...]  # FLASHINFER_CUDA_ARCH_LIST of each compile, one arch each
+    nvcc: str  # `nvcc 13.0.88`: the compiler the build's probe ran
+    workspace: str  # FLASHINFER_WORKSPACE_BASE they were built in: every object's path starts there
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShippedModules:
+    key: ModulesKey
+    modules: tuple[str, ...]
+    files: tuple[CacheFile, ...]  # relative to the workspace, e.g. .cache/flashinfer/0.7.2/90a/...
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+
+FLASHINFER_CACHE = Schema(
+    name="flashinfer-cache",
+    version=1,
+    model=ShippedModules,
+    what="a FlashInfer module cache manifest",
+    fix="rebuild the image: its sglang guard step ships them (`epstack jit probe --ship`)",
+)
+
+
+def workspace(env: Mapping[str, str]) -> Path:
+    """FlashInfer's workspace base as it reads it: FLASHINFER_WORKSPACE_BASE, else the home folder."""
+    return Path(env.get("FLASHINFER_WORKSPACE_BASE") or Path(env.get("HOME", "~")).expanduser())
+
+
+def installed_version() -> str:
+    """flashinfer-python's version here ("" when it is not installed)."""
+    try:
+        return metadata.version("flashinfer-python")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def _cache_files(base: Path) -> list[Path]:
+    """Every file of the compiled tree under a workspace (or a shipped copy), lock files left out."""
+    root = base / ".cache" / "flashinfer"
+    return sorted(
+        path
+        for path in root.rglob("*")
+        if path.is_file()
+        and not path.is_symlink()
+        and path.relative_to(root).parts[2:4] != ("cached_ops", _LOCKS)
+    )
+
+
+def module_dirs(base: Path) -> list[Path]:
+    """The module folders under a workspace (or a shipped copy): <version>/<arch>/cached_ops/<module>."""
+    found = (base / ".cache" / "flashinfer").glob("*/*/cached_ops/*")
+    return sorted(path for path in found if path.is_dir() and path.name != _LOCKS)
+
+
+def ship(base: Path, key: ModulesKey, into: Path = SHIPPED) -> ShippedModules:
+    """Move what the probe compiled in workspace `base` into `into` (readable by every user) with its
+    manifest beside; `base` is left empty for the copy at start. Staged beside `into`, renamed into
+    place: a failure leaves no half folder. Renames keep each file's timestamp, which ninja reads."""
+    files = _cache_files(base)
+    modules = tuple(sorted({path.name for path in module_dirs(base)}))
+    if not modules:
+        raise BadInput(f"{base}: no compiled FlashInfer module to ship; fix: run `epstack jit probe --ship`")
+    if into.exists() or manifest_beside(into).exists():
+        raise BadInput(
+            f"{into}: already holds FlashInfer modules; fix: ship into a new image layer or folder"
+        )
+    manifest = ShippedModules(
+        key=key,
+        modules=modules,
+        files=tuple(
+            CacheFile(
+                path=p.relative_to(base).as_posix(), sha256=sha256_hex(p.read_bytes()), bytes=p.stat().st_size
+            )
+            for p in files
+        ),
+    )
+    into.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{into.name}.", dir=into.parent))
+    try:
+        for path in files:
+            target = staging / path.relative_to(base)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(path, target)
+            target.chmod(0o755 if target.stat().st_mode & 0o111 else 0o644)
+        for folder in (staging, *(p for p in staging.rglob("*") if p.is_dir())):
+            folder.chmod(0o755)
+        manifest_path = staging.with_name(f"{staging.name}.json")
+        manifest_path.write_text(FLASHINFER_CACHE.dumps(manifest))
+        manifest_path.chmod(0o644)
+        staging.rename(into)
+        manifest_path.rename(manifest_beside(into))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.with_name(f"{staging.name}.json").unlink(missing_ok=True)
+    shutil.rmtree(base / ".cache", ignore_errors=True)
+    return manifest
+
+
+def read_manifest(into: Path = SHIPPED) -> ShippedModules | None:
+    """The manifest of the modules shipped in `into`; None when none are."""
+    path = manifest_beside(into)
+    return FLASHINFER_CACHE.read(path) if path.is_file() else None
+
+
+def damaged(manifest: ShippedModules, into: Path = SHIPPED) -> list[str]:
+    """The shipped files missing or whose bytes differ from the manifest."""
+    return [
+        f.path
+        for f in manifest.files
+        if not (into / f.path).is_file() or sha256_hex((into / f.path).read_bytes()) != f.sha256
+    ]
+
+
+def pending(base: Path, manifest: ShippedModules) -> dict[str, str]:
+    """Each shipped module that ninja would build again in workspace `base`, with ninja's first step
+    (or why ninja could not tell); a module not copied there yet is `not copied`."""
+    found = {}
+    shipped = sorted({Path(f.path).parent for f in manifest.files if Path(f.path).name == "build.ninja"})
+    for relative in shipped:
+        folder = base / relative
+        if not (folder / "build.ninja").is_file():
+            found[relative.as_posix()] = "not copied"
+            continue
+        try:
+            result = run(
+                "ninja", "-n", "-C", str(folder), "-f", str(folder / "build.ninja"), echo=False, timeout=60
+            )
+        except (EpstackError, OSError) as exc:
+            found[relative.as_posix()] = f"ninja did not run: {exc}"
+            continue
+        lines = result.stdout.strip().splitlines()
+        if result.returncode != 0 or not lines or "no work to do" not in lines[-1]:
+            steps = [line for line in lines if line.startswith("[")]
+            found[relative.as_posix()] = (steps or lines or [result.stderr.strip()])[0]
+    return found
