@@ -152,15 +152,6 @@ def read_manifest(into: Path = SHIPPED) -> ShippedModules | None:
     return FLASHINFER_CACHE.read(path) if path.is_file() else None
 
 
-def damaged(manifest: ShippedModules, into: Path = SHIPPED) -> list[str]:
-    """The shipped files missing or whose bytes differ from the manifest."""
-    return [
-        f.path
-        for f in manifest.files
-        if not (into / f.path).is_file() or sha256_hex((into / f.path).read_bytes()) != f.sha256
-    ]
-
-
 def pending(base: Path, manifest: ShippedModules) -> dict[str, str]:
     """Each shipped module that ninja would build again in workspace `base`, with ninja's first step
     (or why ninja could not tell); a module not copied there yet is `not copied`."""

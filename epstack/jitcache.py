@@ -21,7 +21,7 @@ import re
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path, PurePosixPath
@@ -87,6 +87,15 @@ KERNEL_CACHE = Schema(
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def changed_files(folder: Path, files: Iterable[CacheFile]) -> list[str]:
+    """The files of a shipped cache in `folder` missing or whose bytes differ from their sha256."""
+    return [
+        f.path
+        for f in files
+        if not (folder / f.path).is_file() or sha256_hex((folder / f.path).read_bytes()) != f.sha256
+    ]
 
 
 def cache_files(cache_dir: Path) -> dict[str, bytes]:

@@ -20,7 +20,7 @@ import pytest
 from epstack import flashinfercache
 from epstack.errors import BadInput
 from epstack.flashinfercache import FLASHINFER_CACHE, ModulesKey, module_dirs, pending, ship
-from epstack.jitcache import manifest_beside
+from epstack.jitcache import changed_files, manifest_beside
 
 JIT_CACHES = Path(__file__).resolve().parents[1] / "scripts" / "image" / "jit-caches.sh"
 VERSION, ARCH = "0.7.2", "90a"
@@ -91,9 +91,9 @@ def test_ship_moves_the_tree_with_its_manifest_and_leaves_the_workspace_empty(
     assert (into / MODULE / "sampling.so").stat().st_mode & 0o777 == 0o755
     assert (into / MODULE / "build.ninja").stat().st_mode & 0o777 == 0o644
     assert (into / MODULE).stat().st_mode & 0o777 == 0o755
-    assert flashinfercache.damaged(manifest, into) == []
+    assert changed_files(into, manifest.files) == []
     (into / MODULE / "sampling.so").write_bytes(b"changed")
-    assert flashinfercache.damaged(manifest, into) == [f"{MODULE}/sampling.so"]
+    assert changed_files(into, manifest.files) == [f"{MODULE}/sampling.so"]
 
 
 def test_ship_refuses_a_workspace_without_modules_and_a_folder_already_shipped(

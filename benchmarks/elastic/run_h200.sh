@@ -18,6 +18,9 @@
 #   flashinfer-shipped  FlashInfer's modules as the sglang image ships them (issue 17): `jit probe --ship`
 #             with the GPU hidden, the entrypoint's copy, then the sampler's first call on the GPU in a new
 #             process, against one from an empty workspace; nvcc runs counted (image's CUDA_HOME, as above)
+#   triton-shipped  Triton's launcher as the base image ships it: built against the CUDA stub for each
+#             folder GPU nodes mount the driver in, copied by the entrypoint, then a new process's
+#             CudaUtils() against one with an empty cache (this host's ldconfig decides which loads)
 #   doctor    epstack doctor on this host (JSON)
 #   smoke     epstack smoke elastic on $NPROC ranks (default 2) at test_ep's default sizes
 #   smoke-topk0  the same with ElasticBuffer(num_topk=0), + test_ep's first mode (bandwidth ratio)
@@ -215,6 +218,39 @@ print(json.dumps([dataclasses.asdict(r) for r in flashinfer_cache_rows(os.enviro
         note "$phase: empty-workspace first call exit $?; nvcc compiles $(compiles)"
         cp "$f/nvcc.log" "$out/flashinfer-empty.nvcc.log"
         unset CUDA_HOME CUDA_PATH EPSTACK_HOME EPSTACK_REPORTS FLASHINFER_WORKSPACE_BASE
+        ;;
+    triton-shipped)
+        # Triton's launcher as the base image's build ships it (issue 17): `jit probe --layer base --ship`
+        # linked against the CUDA stub, as a build without a driver does, one launcher per folder GPU
+        # nodes mount the driver in; the entrypoint's copy; then a new process's CudaUtils() on this host,
+        # against one with an empty cache. This host's own libcuda folder decides which (ldconfig).
+        t=/tmp/triton-shipped
+        full=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+        jit=$("$py" -c 'from epstack.imagepaths import JIT; print(JIT)')
+        rm -rf "$t" "$jit/triton" "$jit/triton.json" && mkdir -p "$t/reports"
+        if [[ ! -d /opt/epstack-deps ]]; then
+            "$py" -m pip install --quiet --no-index --find-links "$srcs/wheels" --target /opt/epstack-deps \
+                "$srcs"/wheels/*.whl 2>&1 | tail -n 3
+        fi
+        unset CC CXX CUDAHOSTCXX
+        /sbin/ldconfig -p | grep 'libcuda.so.1 ' >"$out/triton-ldconfig.txt"
+        export EPSTACK_HOME=${jit%/jit} EPSTACK_REPORTS=$t/reports TRITON_CACHE_DIR=$t/cache
+        cmd=("$py" -m epstack jit probe --layer base --ship --json "$out/triton-build-jit.json")
+        echo "+ EPSTACK_CUDA_STUB=<the toolkit's stub> ${cmd[*]}" >>"$out/run.log"
+        EPSTACK_CUDA_STUB=$full/lib64/stubs/libcuda.so "${cmd[@]}" >"$t/build.console" 2>&1
+        note "$phase: build exit $?; $(tail -n 1 "$t/build.console")"
+        chmod -R a-w "$jit/triton"
+        # shellcheck disable=SC1091
+        . scripts/image/jit-caches.sh
+        "$py" -c 'import json, os, dataclasses; from epstack.guard.kernelcache import triton_launcher_rows
+print(json.dumps([dataclasses.asdict(r) for r in triton_launcher_rows(os.environ)], indent=2))' \
+            >"$out/triton-row.json"
+        note "$phase: copied at start; row $(grep -o '"verdict": "[a-z]*"' "$out/triton-row.json")"
+        "$py" -m benchmarks.elastic.triton_first_launch --json "$out/triton-shipped.json"
+        note "$phase: shipped exit $?"
+        TRITON_CACHE_DIR=$t/empty "$py" -m benchmarks.elastic.triton_first_launch --json "$out/triton-empty.json"
+        note "$phase: empty exit $?"
+        unset EPSTACK_HOME EPSTACK_REPORTS TRITON_CACHE_DIR
         ;;
     doctor)
         cmd=("$py" -m epstack.doctor --pins pins.env --json "$out/doctor-h200.json")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -13,9 +14,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack import flashinfercache
+from epstack import flashinfercache, imagepaths, tritoncache
 from epstack.commands.common import SubParsers, path_arg, seconds
-from epstack.errors import BadInput
+from epstack.errors import BadInput, EnvironmentProblem
 from epstack.guard.jitprobe import TIMEOUT_S, TOOLCHAINS, JitReport, probe_layer, report_path
 from epstack.image.engine import DockerEngine
 from epstack.image.kernels import build_kernels_layer, kernels_tag
@@ -82,9 +83,30 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
     console.print(f"jit probe: {'ok' if report.ok else 'FAILED'}; report {escape(str(out))}")
     if not report.ok:
         return 1
-    if keep:
-        _ship(report, Path(keep[WORKSPACE_VARIABLE]), console)
+    if args.ship:
+        _ship_flashinfer(report, Path(keep[WORKSPACE_VARIABLE]), console)
+        _ship_triton(report, console)
     return 0
+
+
+def _ship_triton(report: JitReport, console: Console) -> None:
+    """Triton's launcher for each folder GPU nodes mount the driver in, under the image's JIT folder."""
+    if not any(p.toolchain == "triton-launcher" for p in report.probes):
+        return
+    dirs = tritoncache.node_libcuda_dirs(os.environ)
+    stub = os.environ.get("EPSTACK_CUDA_STUB") or (f"{dirs[0]}/libcuda.so.1" if dirs else "")
+    if not stub:
+        raise EnvironmentProblem(
+            "no libcuda.so.1 to link Triton's launcher against; fix: source scripts/image/cuda-stub.sh"
+        )
+    with tempfile.TemporaryDirectory(prefix="epstack-triton-") as work:
+        launchers = tritoncache.build(Path(work) / "cache", stub, Path(work))
+        manifest = tritoncache.ship(Path(work) / "cache", launchers, tritoncache.SHIPPED)
+    console.print(
+        f"jit probe: shipped Triton {manifest.triton}'s launcher for libcuda.so.1 in "
+        f"{', '.join(launcher.libcuda_dir for launcher in manifest.launchers)} "
+        f"into {escape(str(tritoncache.SHIPPED))}"
+    )
 
 
 def _shipping_workspace(env: Mapping[str, str]) -> dict[str, str]:
@@ -98,7 +120,7 @@ def _shipping_workspace(env: Mapping[str, str]) -> dict[str, str]:
     return {WORKSPACE_VARIABLE: str(base)}
 
 
-def _ship(report: JitReport, base: Path, console: Console) -> None:
+def _ship_flashinfer(report: JitReport, base: Path, console: Console) -> None:
     """The modules FlashInfer's probe compiled in `base`, under the image's JIT folder with their key."""
     probe = next((p for p in report.probes if p.toolchain == "flashinfer"), None)
     if probe is None:
@@ -191,8 +213,9 @@ def register(subparsers: SubParsers) -> None:
     probe.add_argument(
         "--ship",
         action="store_true",
-        help=f"in an image build: compile FlashInfer's modules in ${WORKSPACE_VARIABLE} and keep them, "
-        f"read-only, under {flashinfercache.SHIPPED} (the entrypoint copies them back at start)",
+        help=f"in an image build: keep what compiles without a GPU, read-only under {imagepaths.JIT} "
+        f"(FlashInfer's modules, compiled in ${WORKSPACE_VARIABLE}; Triton's launcher for each folder "
+        "GPU nodes mount the driver in); the entrypoint copies them into the writable caches",
     )
     probe.set_defaults(func=cmd_probe)
     unpack_p = actions.add_parser(

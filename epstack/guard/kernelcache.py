@@ -1,6 +1,7 @@
-"""The guard's rows for the JIT caches an image ships: DeepEP's kernels (epstack.jitcache) and
-FlashInfer's modules (epstack.flashinfercache), each present and intact, made for this image (its
-versions, nvcc, archs and paths), with their count and bytes."""
+"""The guard's rows for the JIT caches an image ships: DeepEP's kernels (epstack.jitcache),
+FlashInfer's modules (epstack.flashinfercache) and Triton's launcher (epstack.tritoncache), each
+present and intact, made for this image (its versions, nvcc, archs and paths), with their count and
+bytes."""
 
 from __future__ import annotations
 
@@ -8,15 +9,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from epstack import flashinfercache
+from epstack import flashinfercache, tritoncache
 from epstack.checkrow import Check
 from epstack.guard import jitprobe
 from epstack.jitcache import (
     KERNEL_CACHE,
     SHIPPED,
+    changed_files,
     install_differences,
     manifest_beside,
-    sha256_hex,
 )
 
 COMPONENT = "JIT cache DeepEP"
@@ -24,16 +25,6 @@ FIX_EXPORT = (
     "on a GPU, `epstack smoke elastic --export-jit-cache FILE` in this image, then "
     "`epstack jit layer --image IMAGE --export FILE`"
 )
-
-
-def _damaged(folder: Path, files: Sequence[tuple[str, str]]) -> list[str]:
-    """The files missing or whose bytes differ from the manifest's sha256."""
-    bad = []
-    for relative, sha256 in files:
-        path = folder / relative
-        if not path.is_file() or sha256_hex(path.read_bytes()) != sha256:
-            bad.append(relative)
-    return bad
 
 
 def kernel_cache_rows(env: Mapping[str, str], archs: Sequence[str], folder: Path = SHIPPED) -> list[Check]:
@@ -56,7 +47,7 @@ def kernel_cache_rows(env: Mapping[str, str], archs: Sequence[str], folder: Path
         f"{manifest.kernels} kernels, {len(manifest.files)} files, {manifest.bytes:,} bytes; "
         f"sm {key.arch} ({key.device}, {key.sm_count} SMs), nvcc {key.nvcc}"
     )
-    damaged = _damaged(folder, [(f.path, f.sha256) for f in manifest.files])
+    damaged = changed_files(folder, manifest.files)
     if damaged:
         return [
             Check(
@@ -144,7 +135,7 @@ def _foreign(
     manifest: flashinfercache.ShippedModules, folder: Path, archs: Sequence[str], verify_bytes: bool
 ) -> str:
     """Why the shipped modules are not this image's ("" when they are)."""
-    broken = flashinfercache.damaged(manifest, folder) if verify_bytes else []
+    broken = changed_files(folder, manifest.files) if verify_bytes else []
     if broken:
         return (
             f"{len(broken)} files missing or changed since {manifest_beside(folder).name}, e.g. {broken[0]}"
@@ -188,3 +179,66 @@ def _placement(row: Check, manifest: flashinfercache.ShippedModules, folder: Pat
             fix="start through the image's entrypoint, which copies them with their timestamps",
         )
     return replace(row, detail=f"in {workspace}: ninja has nothing to build")
+
+
+TRITON = "JIT cache Triton launcher"
+FIX_TRITON = "rebuild the image: its base guard step builds and ships it (`jit probe --ship`)"
+
+
+def triton_launcher_rows(
+    env: Mapping[str, str], folder: Path = tritoncache.SHIPPED, verify_bytes: bool = True
+) -> list[Check]:
+    """Triton's shipped launchers: intact (`verify_bytes`), made for this triton, and whether the
+    folder this node's libcuda.so.1 is in (as Triton finds it) is one they were built for."""
+    manifest = tritoncache.read_manifest(folder)
+    expected = f"Triton's launcher for libcuda.so.1 in {' or '.join(tritoncache.LIBCUDA_DIRS)}"
+    if manifest is None:
+        return [
+            Check(
+                component=TRITON,
+                expected=expected,
+                found="none shipped",
+                verdict="skipped",
+                detail=f"a process's first kernel launch builds it ({tritoncache.LAUNCH_S})",
+                fix=FIX_TRITON,
+            )
+        ]
+    built_for = [launcher.libcuda_dir for launcher in manifest.launchers]
+    row = Check(
+        component=TRITON,
+        expected=expected,
+        found=f"triton {manifest.triton}: {', '.join(built_for)}",
+        verdict="ok",
+    )
+    broken = changed_files(folder, [item.file for item in manifest.launchers]) if verify_bytes else []
+    if broken:
+        return [replace(row, verdict="mismatch", detail=f"{broken[0]} missing or changed", fix=FIX_TRITON)]
+    here = tritoncache.installed_version()
+    if manifest.triton != here:
+        detail = f"built for triton {manifest.triton}, here {here}: a first launch builds another"
+        return [replace(row, verdict="mismatch", detail=detail, fix=FIX_TRITON)]
+    if env.get("EPSTACK_CUDA_STUB"):
+        return [replace(row, detail="no driver mounted here: a GPU node's is checked at its start")]
+    return [_triton_placement(row, manifest, env)]
+
+
+def _triton_placement(row: Check, manifest: tritoncache.ShippedLaunchers, env: Mapping[str, str]) -> Check:
+    """The row as this node's Triton will find its launcher: built for its driver's folder, copied in."""
+    dirs = tritoncache.node_libcuda_dirs(env)
+    launcher = next((item for item in manifest.launchers if [item.libcuda_dir] == dirs), None)
+    if launcher is None:
+        return replace(
+            row,
+            verdict="warn",
+            detail=f"libcuda.so.1 in {', '.join(dirs) or 'no folder'} here: a process's first kernel launch "
+            f"builds its launcher ({tritoncache.LAUNCH_S})",
+        )
+    cache = tritoncache.cache_dir(env)
+    if not (cache / launcher.file.path).is_file():
+        return replace(
+            row,
+            verdict="warn",
+            detail=f"the one for {launcher.libcuda_dir} is not in {cache}: a first launch builds it",
+            fix="start through the image's entrypoint, which copies it there",
+        )
+    return replace(row, detail=f"the one for {launcher.libcuda_dir} in {cache}")

@@ -36,7 +36,7 @@ from epstack.guard.distributions import (
 )
 from epstack.guard.expected import Expected, load_expected
 from epstack.guard.jitprobe import layer_rows as jit_rows
-from epstack.guard.kernelcache import flashinfer_cache_rows, kernel_cache_rows
+from epstack.guard.kernelcache import flashinfer_cache_rows, kernel_cache_rows, triton_launcher_rows
 from epstack.guard.libraries import check_cuda, check_nccl_loaded, try_import
 from epstack.guard.onecuda import cuda_home, cuda_home_checks, other_major_check, release_wheel_checks
 from epstack.guard.report import GuardReport
@@ -79,6 +79,7 @@ def base_checks(pins: Expected) -> list[Check]:
         *check_cuda(pins, torch, _read_maps),
         *cuda_home_checks(pins.cuda_major_minor, cuda_home(os.environ)),
         *jit_rows("base", os.environ),
+        *triton_launcher_rows(os.environ),
     ]
 
 

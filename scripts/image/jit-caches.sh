@@ -54,3 +54,28 @@ if [ -d "${fi_shipped}/.cache" ]; then
     done
   fi
 fi
+# Triton's launchers the image ships (`epstack jit probe --ship`, one per folder GPU nodes mount the
+# driver in, under $EPSTACK_HOME/jit/triton) copied into the writable $TRITON_CACHE_DIR, where a
+# process's first kernel launch finds the one its node's key names. Each key's folder is staged and
+# renamed into place; one already there is kept. A cache that cannot be written moves to
+# ${TMPDIR:-/tmp}/epstack/triton (Triton writes every kernel there), said on stderr.
+tr_shipped=${EPSTACK_HOME}/jit/triton
+if [ -d "${tr_shipped}" ]; then
+  tr_cache=${TRITON_CACHE_DIR:-${HOME}/.triton/cache}
+  if ! { mkdir -p "${tr_cache}" 2>/dev/null && [ -w "${tr_cache}" ]; }; then
+    tr_fallback=${TMPDIR:-/tmp}/epstack/triton
+    echo "epstack: TRITON_CACHE_DIR=${tr_cache} cannot be written (a read-only root?);" \
+      "Triton's launcher and kernels go to ${tr_fallback}" >&2
+    mkdir -p "${tr_fallback}"
+    export TRITON_CACHE_DIR=${tr_fallback}
+    tr_cache=${tr_fallback}
+  fi
+  for tr_key in "${tr_shipped}"/*/; do
+    tr_target=${tr_cache}/$(basename "${tr_key}")
+    [ -e "${tr_target}" ] && continue
+    tr_staged=$(mktemp -d "${tr_cache}/.epstack.XXXXXX")
+    cp -r "${tr_key}." "${tr_staged}/"
+    chmod 755 "${tr_staged}"
+    mv -T "${tr_staged}" "${tr_target}" 2>/dev/null || rm -rf "${tr_staged}"
+  done
+fi

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack import flashinfercache
+from epstack import flashinfercache, tritoncache
 from epstack.cli import main
 from epstack.errors import BadInput
 from epstack.guard import jitprobe
@@ -148,8 +148,12 @@ FAKE_CHILD = """
 import json, os, pathlib, sys
 toolchain, work, *archs = sys.argv[1:]
 with open(os.environ["PROBE_LOG"], "a") as log:
-    log.write(f"{toolchain} {' '.join(archs)} {os.environ['FLASHINFER_CUDA_ARCH_LIST']} "
+    log.write(f"{toolchain} {' '.join(archs)} {os.environ.get('FLASHINFER_CUDA_ARCH_LIST')} "
               f"{os.environ['FLASHINFER_WORKSPACE_BASE']}\\n")
+if os.environ.get("TRITON_LIBCUDA_PATH"):  # Triton's launcher, keyed by the driver's folder
+    key = pathlib.Path(os.environ["TRITON_CACHE_DIR"], str(abs(hash(os.environ["TRITON_LIBCUDA_PATH"]))))
+    key.mkdir(parents=True)
+    (key / "cuda_utils.so").write_text(os.environ["TRITON_LIBCUDA_PATH"])
 if toolchain == "flashinfer":  # what FlashInfer leaves for the arch it compiled
     arch = os.environ["FLASHINFER_CUDA_ARCH_LIST"].replace(".", "")
     base = pathlib.Path(os.environ["FLASHINFER_WORKSPACE_BASE"], ".cache/flashinfer/0.7.2")
@@ -167,6 +171,8 @@ def fake_toolchains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PROBE_LOG", str(tmp_path / "probe.log"))
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "workspace"))
     monkeypatch.setattr(flashinfercache, "SHIPPED", tmp_path / "jit" / "flashinfer")
+    monkeypatch.setattr(tritoncache, "epstack_python", lambda *_: [sys.executable, "-c", FAKE_CHILD])
+    monkeypatch.setattr(tritoncache, "SHIPPED", tmp_path / "jit" / "triton")
     return tmp_path / "probe.log"
 
 
@@ -232,3 +238,20 @@ def test_toolchain_narrows_the_layers_probes(fake_toolchains: Path, tmp_path: Pa
     assert main([*args, "--json", str(tmp_path / "r.json")]) == 0
     assert [line.split()[0] for line in fake_toolchains.read_text().splitlines()] == ["flashinfer"]
     assert [p.toolchain for p in read_report(tmp_path / "r.json").probes] == ["flashinfer"]
+
+
+def test_the_base_layers_ship_builds_tritons_launcher_for_each_driver_folder(
+    fake_toolchains: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The probe (an empty cache of its own), then one launcher per folder GPU nodes mount the driver
+    in, linked against the stub cuda-stub.sh names; shipped under the image's JIT folder."""
+    (tmp_path / "libcuda.so").write_text("stub")
+    monkeypatch.setenv("EPSTACK_CUDA_STUB", str(tmp_path / "libcuda.so"))
+    assert main(["jit", "probe", "--layer", "base", "--ship", "--json", str(tmp_path / "r.json")]) == 0
+    manifest = tritoncache.read_manifest(tmp_path / "jit" / "triton")
+    assert manifest is not None
+    assert [launcher.libcuda_dir for launcher in manifest.launchers] == list(tritoncache.LIBCUDA_DIRS)
+    for launcher in manifest.launchers:
+        assert (tmp_path / "jit" / "triton" / launcher.file.path).read_text() == launcher.libcuda_dir
+    assert "shipped Triton" in capsys.readouterr().err
+    assert flashinfercache.read_manifest(tmp_path / "jit" / "flashinfer") is None, "no FlashInfer in base"

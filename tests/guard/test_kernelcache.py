@@ -14,14 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from epstack import flashinfercache
+from epstack import flashinfercache, tritoncache
 from epstack.checkrow import Check
 from epstack.guard.jitprobe import JitReport, Probe, report_path
-from epstack.guard.kernelcache import FIX_EXPORT, FLASHINFER, flashinfer_cache_rows, kernel_cache_rows
+from epstack.guard.kernelcache import (
+    FIX_EXPORT,
+    FLASHINFER,
+    TRITON,
+    flashinfer_cache_rows,
+    kernel_cache_rows,
+    triton_launcher_rows,
+)
 from epstack.jitcache import TOOL, CacheKey, install, unpack
 from tests.test_flashinfercache import MODULE, VERSION, compile_module
 from tests.test_flashinfercache import key as modules_key
 from tests.test_jitcache import KEY, export_of, fake_install, h200_kernels, sha256
+from tests.test_tritoncache import ship_launchers
 
 
 def ship(folder: Path, key: CacheKey) -> dict[str, bytes]:
@@ -249,4 +257,75 @@ def test_modules_made_for_another_install_are_a_mismatch_naming_the_difference(
     assert found.verdict == "mismatch"
     assert found.detail == (
         f"made for another install ({named}): FlashInfer would compile them again, never load these"
+    )
+
+
+# ---- Triton's launcher ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def launchers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Launchers shipped for LIBCUDA_DIRS by triton 3.8.0, this node's driver not named yet."""
+    monkeypatch.setattr(tritoncache, "installed_version", lambda: "3.8.0")
+    return ship_launchers(tmp_path, monkeypatch)
+
+
+def triton_row(folder: Path, env: dict[str, str], **kwargs: bool) -> Check:
+    (only,) = triton_launcher_rows(env, folder, **kwargs)
+    return only
+
+
+def node(cache: Path, libcuda_dir: str) -> dict[str, str]:
+    """A GPU node's environment: Triton's cache, and the driver's folder as Triton finds it."""
+    return {"TRITON_CACHE_DIR": str(cache), "TRITON_LIBCUDA_PATH": libcuda_dir}
+
+
+def test_no_launcher_shipped_is_skipped_naming_what_a_first_launch_costs(tmp_path: Path) -> None:
+    found = triton_row(tmp_path / "jit" / "triton", {})
+    assert (found.component, found.found, found.verdict) == (TRITON, "none shipped", "skipped")
+    assert "0.7-0.9 s" in found.detail and "jit probe --ship" in found.fix
+
+
+def test_without_a_driver_the_launchers_are_ok_and_the_node_checked_at_its_start(launchers: Path) -> None:
+    found = triton_row(launchers, {"EPSTACK_CUDA_STUB": "/usr/local/cuda/lib64/stubs/libcuda.so"})
+    assert found.verdict == "ok"
+    assert found.found == "triton 3.8.0: /lib/x86_64-linux-gnu, /usr/local/nvidia/lib64"
+    assert found.detail == "no driver mounted here: a GPU node's is checked at its start"
+
+
+def test_a_node_whose_driver_folder_has_a_launcher_copied_in_is_ok(launchers: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache-now"
+    shutil.copytree(launchers, cache)
+    found = triton_row(launchers, node(cache, "/usr/local/nvidia/lib64"))
+    assert (found.verdict, found.detail) == ("ok", f"the one for /usr/local/nvidia/lib64 in {cache}")
+    missing = triton_row(launchers, node(tmp_path / "empty", "/lib/x86_64-linux-gnu"))
+    assert missing.verdict == "warn" and missing.detail.startswith(
+        "the one for /lib/x86_64-linux-gnu is not in"
+    )
+
+
+def test_a_node_whose_driver_is_elsewhere_warns_that_a_first_launch_builds_it(
+    launchers: Path, tmp_path: Path
+) -> None:
+    found = triton_row(launchers, node(tmp_path, "/usr/lib64"))
+    assert found.verdict == "warn" and not found.failed
+    assert (
+        found.detail
+        == "libcuda.so.1 in /usr/lib64 here: a process's first kernel launch builds its launcher (0.7-0.9 s)"
+    )
+
+
+def test_a_changed_launcher_or_another_triton_is_a_mismatch(
+    launchers: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library = next(launchers.glob("*/cuda_utils*"))
+    library.write_text("another")
+    found = triton_row(launchers, {"EPSTACK_CUDA_STUB": "stub"})
+    assert found.verdict == "mismatch" and found.detail.endswith(f"{library.name} missing or changed")
+    assert triton_row(launchers, {"EPSTACK_CUDA_STUB": "stub"}, verify_bytes=False).verdict == "ok"
+    monkeypatch.setattr(tritoncache, "installed_version", lambda: "3.9.0")
+    other = triton_row(launchers, {"EPSTACK_CUDA_STUB": "stub"}, verify_bytes=False)
+    assert (other.verdict, other.detail) == (
+        "mismatch",
+        "built for triton 3.8.0, here 3.9.0: a first launch builds another",
     )

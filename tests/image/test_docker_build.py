@@ -440,6 +440,56 @@ def test_the_sglang_image_ships_flashinfers_module_and_flashinfer_loads_it_witho
     assert row.verdict == "warn" and "compile again at first use" in row.detail
 
 
+TRITON_LAUNCH = (
+    "import os; from triton.backends.nvidia.driver import CudaUtils; CudaUtils(); "
+    "print(' '.join(sorted(os.listdir(os.environ['TRITON_CACHE_DIR']))))"
+)
+# How GPU nodes give a container its driver (the stub stands in for it): the NVIDIA Container Toolkit
+# puts libcuda.so.1 in the image's library folder and runs ldconfig; GKE mounts it in
+# /usr/local/nvidia/lib64, found through the image's LD_LIBRARY_PATH; elsewhere, a folder of its own.
+STUB = "/usr/local/cuda/lib64/stubs/libcuda.so"
+DRIVER_MOUNTS = {
+    "/lib/x86_64-linux-gnu": f"cp {STUB} /usr/lib/x86_64-linux-gnu/libcuda.so.1 && ldconfig",
+    "/usr/local/nvidia/lib64": f"mkdir -p /usr/local/nvidia/lib64 && cp {STUB} $_/libcuda.so.1",
+    "/opt/driver": f"mkdir /opt/driver && cp {STUB} $_/libcuda.so.1 && export LD_LIBRARY_PATH=/opt/driver",
+}
+
+
+@pytest.mark.parametrize("libcuda_dir", DRIVER_MOUNTS)
+def test_a_nodes_first_triton_launch_loads_the_launcher_the_base_image_shipped_for_its_driver(
+    built: BuildReport, engine: DockerEngine, libcuda_dir: str
+) -> None:
+    """Triton's own CudaUtils() at a process's first launch, after the entrypoint: where the driver is
+    mounted as GPU nodes mount it, the cache holds only the shipped launchers (none built) and the
+    start's row names the one for that folder; a driver elsewhere builds its own, and the row warns."""
+    image = ref(built, "base")
+    manifest = json.loads(
+        docker(engine, "run", "--rm", "--entrypoint", "cat", image, f"{imagepaths.JIT}/triton.json").stdout
+    )
+    shipped = {
+        launcher["libcuda_dir"]: launcher["file"]["path"].split("/")[0] for launcher in manifest["launchers"]
+    }
+    assert list(shipped) == ["/lib/x86_64-linux-gnu", "/usr/local/nvidia/lib64"]
+    mount = DRIVER_MOUNTS[libcuda_dir]
+    launch = 'python -c "$TRITON_LAUNCH" && cat /tmp/epstack-guard.json'
+    script = f"{mount} && exec {imagepaths.SCRIPTS}/entrypoint.sh bash -c '{launch}'"
+    code = f"TRITON_LAUNCH={TRITON_LAUNCH}"
+    started = docker(engine, "run", "--rm", "-e", code, "--entrypoint", "bash", image, "-c", script)
+    keys, report = started.stdout.split("\n", 1)
+    row = next(
+        r for r in GUARD_REPORT.loads(report, "start").checks if r.component == "JIT cache Triton launcher"
+    )
+    if libcuda_dir in shipped:
+        assert keys.split() == sorted(shipped.values()), "Triton loaded the shipped launcher, built none"
+        assert (row.verdict, row.detail) == (
+            "ok",
+            f"the one for {libcuda_dir} in {imagepaths.JIT_CACHES}/triton",
+        )
+    else:
+        assert len(keys.split()) == len(shipped) + 1, "a launcher of its own"
+        assert row.verdict == "warn" and row.detail.startswith(f"libcuda.so.1 in {libcuda_dir} here")
+
+
 # ---- locks: the venv is exactly the lock; a drift the pins cannot see, the lock names -----------
 
 
@@ -564,7 +614,7 @@ def test_the_start_guard_trusts_the_build_and_checks_the_driver_now(
     assert [row.component for row in report.checks] == [
         row.component for row in guard_report(engine, image, stage).checks
     ]
-    live = {"CUDA runtime/driver", "EP_JIT_CACHE_DIR", "JIT cache FlashInfer"}
+    live = {"CUDA runtime/driver", "EP_JIT_CACHE_DIR", "JIT cache FlashInfer", "JIT cache Triton launcher"}
     assert all(row.detail.endswith(PROVEN) for row in report.checks if row.component not in live)
     driver = next(row for row in report.checks if row.component == "CUDA runtime/driver")
     assert driver.verdict == "skipped" and driver.detail == "no GPU: cuInit returned 34"

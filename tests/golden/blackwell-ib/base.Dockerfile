@@ -121,6 +121,10 @@ RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
 ENV NCCL_GIN_TYPE=3
 ENV CUDA_HOME=/usr/local/cuda \
     NCCL_CUMEM_ENABLE=1
+# Triton's cache, writable by every user: the guard step ships its launcher (epstack jit probe --ship),
+# which the entrypoint copies in at start.
+ENV TRITON_CACHE_DIR=/var/cache/epstack-jit/triton
+RUN install -d -m 1777 /var/cache/epstack-jit /var/cache/epstack-jit/triton
 ENTRYPOINT ["/opt/epstack/scripts/entrypoint.sh"]
 ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_GUARD_LAYER=base \

@@ -19,7 +19,7 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 # (epstack jit probe --ship) there for the target's archs and keeps them under /opt/epstack/jit; the
 # entrypoint copies them back at start, into this folder that every user can write.
 ENV FLASHINFER_WORKSPACE_BASE=/var/cache/epstack-jit/flashinfer
-RUN install -d -m 1777 /var/cache/epstack-jit /var/cache/epstack-jit/flashinfer
+RUN install -d -m 1777 /var/cache/epstack-jit/flashinfer
 ENV EPSTACK_PINS=/opt/epstack/pins/sglang.pins.env \
     EPSTACK_GUARD_LAYER=sglang \
     EPSTACK_LOCKS=/opt/epstack/locks

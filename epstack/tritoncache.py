@@ -1,0 +1,166 @@
+"""Triton's C launcher, compiled by the image build for the folders GPU nodes mount the driver in, and
+shipped in the image.
+
+A process's first Triton kernel launch builds `cuda_utils` (triton/backends/nvidia/driver.c: gcc,
+Python.h, libcuda.so.1; 0.7-0.9 s) into $TRITON_CACHE_DIR/<key>/. The key hashes the source, the
+platform and the library folders, among them the folder of the node's libcuda.so.1 as Triton finds
+it (`libcuda_dirs`). A build has only the driver stub, so it compiles the launcher once for each
+folder in LIBCUDA_DIRS (TRITON_LIBCUDA_PATH naming it, the stub to link against) and ships them under
+imagepaths.JIT with a manifest; the entrypoint copies them into the writable TRITON_CACHE_DIR, where
+the node's own key finds its launcher. A node whose driver is elsewhere builds its own at first
+launch, as it would without these; the guard's row says which.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from epstack import imagepaths
+from epstack.cmd import run
+from epstack.document import Schema
+from epstack.errors import BadInput, EpstackError
+from epstack.guard.jittoolchains import epstack_python
+from epstack.jitcache import CacheFile, manifest_beside, sha256_hex
+
+SHIPPED = Path(imagepaths.JIT) / "triton"
+# Where a container sees libcuda.so.1 on GPU nodes, as Triton names the folder:
+LIBCUDA_DIRS = (
+    # the NVIDIA Container Toolkit (Docker, containerd, CRI-O, enroot) mounts it into the image's
+    # library folder and runs ldconfig, which lists it under /lib on Ubuntu (merged /usr)
+    "/lib/x86_64-linux-gnu",
+    # GKE's driver installer mounts it here, found through the image's LD_LIBRARY_PATH
+    "/usr/local/nvidia/lib64",
+)
+LAUNCH_S = "0.7-0.9 s"  # what the build of the launcher costs a process's first launch (gcc, measured)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launcher:
+    libcuda_dir: str  # the folder it was built for
+    file: CacheFile  # <key>/cuda_utils.<ext>, relative to the cache folder
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShippedLaunchers:
+    triton: str  # triton's version
+    launchers: tuple[Launcher, ...]
+
+
+TRITON_LAUNCHERS = Schema(
+    name="triton-launchers",
+    version=1,
+    model=ShippedLaunchers,
+    what="a Triton launcher manifest",
+    fix="rebuild the image: its base guard step ships them (`epstack jit probe --ship`)",
+)
+
+
+def installed_version() -> str:
+    """triton's version here ("" when it is not installed)."""
+    try:
+        return metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def libcuda_dirs(ldconfig: str, env: Mapping[str, str]) -> list[str]:
+    """The folders of libcuda.so.1 as Triton finds them (triton/backends/nvidia/driver.py libcuda_dirs):
+    TRITON_LIBCUDA_PATH; else each folder `ldconfig -p` lists it in; else the LD_LIBRARY_PATH
+    folders that hold it."""
+    if env.get("TRITON_LIBCUDA_PATH"):
+        return [env["TRITON_LIBCUDA_PATH"]]
+    found = [os.path.dirname(line.split()[-1]) for line in ldconfig.splitlines() if "libcuda.so.1" in line]
+    if not found and env.get("LD_LIBRARY_PATH"):
+        found = [
+            folder
+            for folder in env["LD_LIBRARY_PATH"].split(":")
+            if os.path.exists(os.path.join(folder, "libcuda.so.1"))
+        ]
+    return found
+
+
+def node_libcuda_dirs(env: Mapping[str, str]) -> list[str]:
+    """libcuda_dirs on this machine, now ([] where ldconfig does not run)."""
+    try:
+        listed = run("/sbin/ldconfig", "-p", echo=False, timeout=30).stdout
+    except (EpstackError, OSError):
+        listed = ""
+    return libcuda_dirs(listed, env)
+
+
+def build(cache: Path, stub: str, work: Path) -> list[Launcher]:
+    """In `cache`, the launcher for each folder of LIBCUDA_DIRS, each built by a process of its own
+    (Triton finds the folder once per process) into an empty cache of its own, linked against the
+    driver stub `stub`; folders that give one key share its launcher."""
+    shim = work / "lib"
+    shim.mkdir()
+    for name in ("libcuda.so.1", "libcuda.so"):  # -l:libcuda.so.1 (Triton 3.8), -lcuda (older ones)
+        (shim / name).symlink_to(stub)
+    launchers: list[Launcher] = []
+    for index, folder in enumerate(LIBCUDA_DIRS):
+        own = work / f"cache-{index}"
+        env = {
+            **os.environ,
+            "TRITON_CACHE_DIR": str(own),
+            "TRITON_LIBCUDA_PATH": folder,
+            "LIBRARY_PATH": str(shim),
+        }
+        result = run(
+            *epstack_python("epstack.guard.jittoolchains", "child_main"), "triton-launcher", work, env=env
+        )
+        made = list(own.glob("*/cuda_utils*"))
+        if result.returncode != 0 or len(made) != 1:
+            why = result.stderr.strip()[-2000:]
+            raise EpstackError(f"Triton's launcher for libcuda.so.1 in {folder} did not build: {why}")
+        relative = made[0].relative_to(own)
+        file = next((item.file for item in launchers if item.file.path == relative.as_posix()), None)
+        if file is None:  # the first build of a key is the one shipped (builds differ in their bytes)
+            (cache / relative.parent).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(made[0], cache / relative)
+            data = made[0].read_bytes()
+            file = CacheFile(path=relative.as_posix(), sha256=sha256_hex(data), bytes=len(data))
+        launchers.append(Launcher(libcuda_dir=folder, file=file))
+    return launchers
+
+
+def ship(cache: Path, launchers: list[Launcher], into: Path = SHIPPED) -> ShippedLaunchers:
+    """The launchers built in `cache` into `into`, readable by every user, the manifest beside; staged
+    beside `into` and renamed into place, so a failure leaves no half folder."""
+    if into.exists() or manifest_beside(into).exists():
+        raise BadInput(f"{into}: already holds Triton launchers; fix: ship into a new image layer")
+    manifest = ShippedLaunchers(triton=installed_version(), launchers=tuple(launchers))
+    into.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{into.name}.", dir=into.parent))
+    try:
+        for launcher in launchers:
+            target = staging / launcher.file.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(cache / launcher.file.path, target)
+            target.chmod(0o755)
+            target.parent.chmod(0o755)
+        staging.chmod(0o755)
+        manifest_path = staging.with_name(f"{staging.name}.json")
+        manifest_path.write_text(TRITON_LAUNCHERS.dumps(manifest))
+        manifest_path.chmod(0o644)
+        staging.rename(into)
+        manifest_path.rename(manifest_beside(into))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.with_name(f"{staging.name}.json").unlink(missing_ok=True)
+    return manifest
+
+
+def read_manifest(into: Path = SHIPPED) -> ShippedLaunchers | None:
+    path = manifest_beside(into)
+    return TRITON_LAUNCHERS.read(path) if path.is_file() else None
+
+
+def cache_dir(env: Mapping[str, str]) -> Path:
+    """Triton's cache folder as it reads it: TRITON_CACHE_DIR, else ~/.triton/cache."""
+    return Path(env.get("TRITON_CACHE_DIR") or Path(env.get("HOME", "~")).expanduser() / ".triton" / "cache")
