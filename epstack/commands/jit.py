@@ -61,7 +61,9 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
             "no arch to compile for: no --arch and no TORCH_CUDA_ARCH_LIST in $EPSTACK_PINS; fix: --arch 9.0a"
         )
     out = args.json or report_path(args.layer)
-    keep = _shipping_workspace(os.environ) if args.ship else {}
+    # A layer's guard step runs again in built images (publish, a user's layer): what it shipped stays.
+    ship_flashinfer = args.ship and flashinfercache.read_manifest(flashinfercache.SHIPPED) is None
+    keep = _shipping_workspace(os.environ) if ship_flashinfer else {}
     report = probe_layer(args.layer, archs, args.timeout, keep, args.toolchain or ())
     table = Table(
         "toolchain", "module", "compiler", "seconds", "verdict", title=f"epstack jit probe {args.layer}"
@@ -83,8 +85,9 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
     console.print(f"jit probe: {'ok' if report.ok else 'FAILED'}; report {escape(str(out))}")
     if not report.ok:
         return 1
-    if args.ship:
+    if ship_flashinfer:
         _ship_flashinfer(report, Path(keep[WORKSPACE_VARIABLE]), console)
+    if args.ship and tritoncache.read_manifest(tritoncache.SHIPPED) is None:
         _ship_triton(report, console)
     return 0
 

@@ -255,3 +255,25 @@ def test_the_base_layers_ship_builds_tritons_launcher_for_each_driver_folder(
         assert (tmp_path / "jit" / "triton" / launcher.file.path).read_text() == launcher.libcuda_dir
     assert "shipped Triton" in capsys.readouterr().err
     assert flashinfercache.read_manifest(tmp_path / "jit" / "flashinfer") is None, "no FlashInfer in base"
+
+
+def test_a_second_ship_keeps_what_the_first_shipped_and_probes_in_its_own_cache(
+    fake_toolchains: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """guard-layer.sh runs again in built images (publish re-proves them; users run it in their own
+    layers, or after the entrypoint copied the modules in): the shipped caches stay, and FlashInfer's
+    probe compiles in an empty cache of its own."""
+    (tmp_path / "libcuda.so").write_text("stub")
+    monkeypatch.setenv("EPSTACK_CUDA_STUB", str(tmp_path / "libcuda.so"))
+    args = ["jit", "probe", "--layer", "all", "--arch", "9.0a", "--ship", "--json", str(tmp_path / "r.json")]
+    assert main(args) == 0
+    manifests = {tool: (tmp_path / "jit" / f"{tool}.json").read_text() for tool in ("triton", "flashinfer")}
+    (tmp_path / "workspace/.cache/flashinfer/0.7.2/90a/cached_ops/sampling").mkdir(parents=True)
+    fake_toolchains.unlink()
+    assert main(args) == 0
+    assert manifests == {tool: (tmp_path / "jit" / f"{tool}.json").read_text() for tool in manifests}
+    flashinfer = next(
+        line for line in fake_toolchains.read_text().splitlines() if line.startswith("flashinfer")
+    )
+    assert str(tmp_path / "workspace") not in flashinfer, "an empty cache of the probe's own"
+    assert len(fake_toolchains.read_text().splitlines()) == 5, "the five probes; no launcher built again"
