@@ -17,7 +17,6 @@ timestamps kept (scripts/image/jit-caches.sh); `ninja -n` then has nothing to do
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -27,7 +26,7 @@ from epstack import imagepaths
 from epstack.cmd import run
 from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
-from epstack.jitcache import CacheFile, manifest_beside, sha256_hex
+from epstack.jitcache import CacheFile, install_folder, manifest_beside, sha256_hex
 
 SHIPPED = Path(imagepaths.JIT) / "flashinfer"  # the workspace's .cache/flashinfer tree, read-only
 WORKSPACE = Path(imagepaths.JIT_CACHES) / "flashinfer"  # the image's FLASHINFER_WORKSPACE_BASE
@@ -103,45 +102,31 @@ def module_dirs(base: Path) -> list[Path]:
 
 
 def ship(base: Path, key: ModulesKey, into: Path = SHIPPED) -> ShippedModules:
-    """Move what the probe compiled in workspace `base` into `into` (readable by every user) with its
-    manifest beside; `base` is left empty for the copy at start. Staged beside `into`, renamed into
-    place: a failure leaves no half folder. Renames keep each file's timestamp, which ninja reads."""
+    """Move what the probe compiled in workspace `base` into a new folder `into` (readable by every
+    user) with its manifest beside; `base` is left empty for the copy at start. Renames keep each
+    file's timestamp, which ninja reads."""
     files = _cache_files(base)
     modules = tuple(sorted({path.name for path in module_dirs(base)}))
     if not modules:
         raise BadInput(f"{base}: no compiled FlashInfer module to ship; fix: run `epstack jit probe --ship`")
-    if into.exists() or manifest_beside(into).exists():
-        raise BadInput(
-            f"{into}: already holds FlashInfer modules; fix: ship into a new image layer or folder"
-        )
     manifest = ShippedModules(
         key=key,
         modules=modules,
         files=tuple(
-            CacheFile(
-                path=p.relative_to(base).as_posix(), sha256=sha256_hex(p.read_bytes()), bytes=p.stat().st_size
-            )
-            for p in files
+            CacheFile(path=p.relative_to(base).as_posix(), sha256=sha256_hex(data), bytes=len(data))
+            for p, data in ((p, p.read_bytes()) for p in files)
         ),
     )
-    into.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{into.name}.", dir=into.parent))
-    try:
+
+    def fill(staging: Path) -> None:
         for path in files:
             target = staging / path.relative_to(base)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(path, target)
             target.chmod(0o755 if target.stat().st_mode & 0o111 else 0o644)
-        for folder in (staging, *(p for p in staging.rglob("*") if p.is_dir())):
-            folder.chmod(0o755)
-        manifest_path = staging.with_name(f"{staging.name}.json")
-        manifest_path.write_text(FLASHINFER_CACHE.dumps(manifest))
-        manifest_path.chmod(0o644)
-        staging.rename(into)
-        manifest_path.rename(manifest_beside(into))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.with_name(f"{staging.name}.json").unlink(missing_ok=True)
+
+    refusal = "already holds FlashInfer modules; fix: ship into a new image layer or folder"
+    install_folder(into, FLASHINFER_CACHE.dumps(manifest), fill, refusal=refusal)
     shutil.rmtree(base / ".cache", ignore_errors=True)
     return manifest
 

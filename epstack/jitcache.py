@@ -21,7 +21,7 @@ import re
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path, PurePosixPath
@@ -266,29 +266,40 @@ def manifest_beside(folder: Path) -> Path:
     return folder.with_name(f"{folder.name}.json")
 
 
-def install(manifest: KernelCache, files: Mapping[str, bytes], into: Path) -> None:
-    """The kernels into a new folder, readable by every user, and their manifest beside it: staged
-    beside `into` and renamed into place, so a failure leaves no half folder."""
+def install_folder(into: Path, manifest: str, fill: Callable[[Path], None], *, refusal: str) -> None:
+    """A new folder `into` that `fill` fills (handed a staging folder beside it), its folders readable
+    by every user, and `manifest` beside it: renamed into place, so a failure leaves no half folder.
+    BadInput `<into>: <refusal>` when `into` or its manifest is already there."""
     if into.exists() or manifest_beside(into).exists():
-        raise BadInput(f"{into}: already holds kernels; fix: unpack into a new image layer or folder")
+        raise BadInput(f"{into}: {refusal}")
     into.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{into.name}.", dir=into.parent))
+    manifest_path = staging.with_name(f"{staging.name}.json")
     try:
+        fill(staging)
+        for folder in (staging, *(p for p in staging.rglob("*") if p.is_dir())):
+            folder.chmod(0o755)
+        manifest_path.write_text(manifest)
+        manifest_path.chmod(0o644)
+        staging.rename(into)
+        manifest_path.rename(manifest_beside(into))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        manifest_path.unlink(missing_ok=True)
+
+
+def install(manifest: KernelCache, files: Mapping[str, bytes], into: Path) -> None:
+    """The kernels into a new folder `into`, readable by every user, their manifest beside it."""
+
+    def fill(staging: Path) -> None:
         for relative, data in files.items():
             target = staging / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
             target.chmod(0o644)
-        for folder in (staging, *(p for p in staging.rglob("*") if p.is_dir())):
-            folder.chmod(0o755)
-        manifest_text = staging.with_name(f"{staging.name}.json")
-        manifest_text.write_text(KERNEL_CACHE.dumps(manifest))
-        manifest_text.chmod(0o644)
-        staging.rename(into)
-        manifest_text.rename(manifest_beside(into))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.with_name(f"{staging.name}.json").unlink(missing_ok=True)
+
+    refusal = "already holds kernels; fix: unpack into a new image layer or folder"
+    install_folder(into, KERNEL_CACHE.dumps(manifest), fill, refusal=refusal)
 
 
 def install_differences(key: CacheKey, archs: Sequence[str], env: Mapping[str, str]) -> list[str]:

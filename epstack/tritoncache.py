@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -24,9 +23,9 @@ from pathlib import Path
 from epstack import imagepaths
 from epstack.cmd import run
 from epstack.document import Schema
-from epstack.errors import BadInput, EpstackError
+from epstack.errors import EpstackError
 from epstack.guard.jittoolchains import epstack_python
-from epstack.jitcache import CacheFile, manifest_beside, sha256_hex
+from epstack.jitcache import CacheFile, install_folder, manifest_beside, sha256_hex
 
 SHIPPED = Path(imagepaths.JIT) / "triton"
 # Where a container sees libcuda.so.1 on GPU nodes, as Triton names the folder:
@@ -130,29 +129,19 @@ def build(cache: Path, stub: str, work: Path) -> list[Launcher]:
 
 
 def ship(cache: Path, launchers: list[Launcher], into: Path = SHIPPED) -> ShippedLaunchers:
-    """The launchers built in `cache` into `into`, readable by every user, the manifest beside; staged
-    beside `into` and renamed into place, so a failure leaves no half folder."""
-    if into.exists() or manifest_beside(into).exists():
-        raise BadInput(f"{into}: already holds Triton launchers; fix: ship into a new image layer")
+    """The launchers built in `cache` into a new folder `into`, readable by every user, the manifest
+    beside."""
     manifest = ShippedLaunchers(triton=installed_version(), launchers=tuple(launchers))
-    into.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{into.name}.", dir=into.parent))
-    try:
+
+    def fill(staging: Path) -> None:
         for launcher in launchers:
             target = staging / launcher.file.path
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(cache / launcher.file.path, target)
             target.chmod(0o755)
-            target.parent.chmod(0o755)
-        staging.chmod(0o755)
-        manifest_path = staging.with_name(f"{staging.name}.json")
-        manifest_path.write_text(TRITON_LAUNCHERS.dumps(manifest))
-        manifest_path.chmod(0o644)
-        staging.rename(into)
-        manifest_path.rename(manifest_beside(into))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.with_name(f"{staging.name}.json").unlink(missing_ok=True)
+
+    refusal = "already holds Triton launchers; fix: ship into a new image layer"
+    install_folder(into, TRITON_LAUNCHERS.dumps(manifest), fill, refusal=refusal)
     return manifest
 
 
