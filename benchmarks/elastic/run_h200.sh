@@ -51,6 +51,19 @@ export PYTHONPATH="$PWD:/opt/epstack-deps${PYTHONPATH:+:$PYTHONPATH}"
 start=$SECONDS
 note() { echo "[$((SECONDS - start))s] $*" | tee -a "$out/run.log"; }
 
+# CUDA_HOME at HOME made from the built image's own file list (results/image-cuda-home.txt), its nvcc a
+# wrapper that logs every run's arguments to LOG_DIR/nvcc.log, then runs the real one.
+logged_cuda_home() {  # HOME LOG_DIR JSON
+    local full
+    full=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+    "$py" -m benchmarks.elastic.cuda_home_from_list benchmarks/elastic/results/image-cuda-home.txt \
+        "$full" "$1" --json "$3" >/dev/null
+    mv "$1/bin/nvcc" "$1/bin/nvcc.real"
+    # shellcheck disable=SC2016
+    printf '#!/bin/sh\necho "$*" >> %s/nvcc.log\nexec "$(dirname "$0")/nvcc.real" "$@"\n' "$2" >"$1/bin/nvcc"
+    chmod +x "$1/bin/nvcc"
+}
+
 # The pinned NCCL loaded by torch (epstack's own check) and deep_ep importable.
 installed() {
     "$py" -m epstack nccl check --pins pins.env --loaded >/dev/null 2>&1 && "$py" -c "import deep_ep" 2>/dev/null
@@ -113,16 +126,8 @@ for phase in "$@"; do
     kernels-export | kernels-shipped)
         k=/tmp/kernels home=/tmp/kernels/cuda-home
         if [[ $phase == kernels-export ]]; then
-            full=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
             rm -rf "$k" && mkdir -p "$k"
-            "$py" -m benchmarks.elastic.cuda_home_from_list benchmarks/elastic/results/image-cuda-home.txt \
-                "$full" "$home" --json "$out/kernels-cuda-home.json" >/dev/null
-            # Every nvcc run logged (its arguments), then the real one.
-            mv "$home/bin/nvcc" "$home/bin/nvcc.real"
-            # shellcheck disable=SC2016
-            printf '#!/bin/sh\necho "$*" >> %s/nvcc.log\nexec "$(dirname "$0")/nvcc.real" "$@"\n' "$k" \
-                >"$home/bin/nvcc"
-            chmod +x "$home/bin/nvcc"
+            logged_cuda_home "$home" "$k" "$out/kernels-cuda-home.json"
         fi
         unset CC CXX CUDAHOSTCXX
         run_preset() {  # preset cache name [smoke flags...]
@@ -173,7 +178,6 @@ for phase in "$@"; do
         # copy puts them into FLASHINFER_WORKSPACE_BASE, then a new process samples on the GPU; against
         # the same first call from an empty workspace. nvcc runs counted by a wrapper in CUDA_HOME.
         f=/tmp/flashinfer home=/tmp/flashinfer/cuda-home
-        full=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
         jit=$("$py" -c 'from epstack.imagepaths import JIT; print(JIT)')  # where the image keeps them
         rm -rf "$f" /tmp/site-jit "$jit" /var/cache/epstack-jit && mkdir -p "$f" /tmp/site-jit
         if [[ ! -d /opt/epstack-deps ]]; then
@@ -181,13 +185,7 @@ for phase in "$@"; do
                 "$srcs"/wheels/*.whl 2>&1 | tail -n 3
         fi
         for pack in "$srcs"/python/*.tar.xz; do tar -xJf "$pack" -C /tmp/site-jit; done
-        "$py" -m benchmarks.elastic.cuda_home_from_list benchmarks/elastic/results/image-cuda-home.txt \
-            "$full" "$home" --json "$out/flashinfer-cuda-home.json" >/dev/null
-        mv "$home/bin/nvcc" "$home/bin/nvcc.real"
-        # shellcheck disable=SC2016
-        printf '#!/bin/sh\necho "$*" >> %s/nvcc.log\nexec "$(dirname "$0")/nvcc.real" "$@"\n' "$f" \
-            >"$home/bin/nvcc"
-        chmod +x "$home/bin/nvcc"
+        logged_cuda_home "$home" "$f" "$out/flashinfer-cuda-home.json"
         unset CC CXX CUDAHOSTCXX
         export CUDA_HOME=$home CUDA_PATH=$home PATH="$home/bin:$PATH" PYTHONPATH="/tmp/site-jit:$PYTHONPATH"
         export EPSTACK_HOME=${jit%/jit} EPSTACK_REPORTS=$f/reports FLASHINFER_WORKSPACE_BASE=/var/cache/epstack-jit/flashinfer
