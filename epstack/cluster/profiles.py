@@ -11,13 +11,15 @@ Both flags are passed explicitly, so the budget never depends on SGLang's memory
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from epstack.errors import BadInput
 from epstack.smoke.config import PRESETS, Shape
 
-A2A = Literal["deepep_v2", "deepep"]
+A2A = Literal["deepep_v2", "deepep", "none"]
+# What a serve job may use; "none" (no all-to-all, experts reduced by TP) only as the serve smoke's
+# reference run (ServePlan.without_deepep).
 A2A_BACKENDS: tuple[A2A, ...] = ("deepep_v2", "deepep")
 
 
@@ -30,6 +32,7 @@ class Profile:
     chunk_per_dp_rank: int  # prefill tokens one attention-DP rank takes per chunk
     decode_graph_bs: int  # --cuda-graph-max-bs-decode
     trust_remote_code: bool
+    dummy_weights: bool  # --load-format dummy: SGLang fills the weights (seeded), nothing is read
     # A pod's ephemeral storage for the HF cache when no other model storage is given: the weights
     # on the hub and room to spare.
     disk: str
@@ -44,6 +47,7 @@ PROFILES: dict[str, Profile] = {
         chunk_per_dp_rank=4096,
         decode_graph_bs=128,
         trust_remote_code=True,
+        dummy_weights=False,
         disk="800Gi",  # 163 FP8 safetensors shards, 689 GB (642 GiB)
     ),
     "qwen3-30b-a3b": Profile(
@@ -54,17 +58,21 @@ PROFILES: dict[str, Profile] = {
         chunk_per_dp_rank=8192,
         decode_graph_bs=256,
         trust_remote_code=False,
+        dummy_weights=False,
         disk="100Gi",  # BF16 weights, 61 GB
     ),
-    # For tests and plumbing checks: a path only, so nothing is fetched by the parser test.
+    # Qwen3-30B-A3B's MoE layer in a 2-layer model with dummy weights (epstack/smoke/serving/
+    # tiny-qwen3-moe.json, written out by `epstack smoke serve`): serving proven with no hub and no
+    # weights. Its path is where a cluster job finds that folder.
     "tiny": Profile(
         name="tiny",
         model_path="/models/tiny-qwen3-moe",
-        shape=PRESETS["tiny"],
+        shape=PRESETS["qwen3-30b-a3b"],
         attention_dp=False,
         chunk_per_dp_rank=512,
         decode_graph_bs=8,
         trust_remote_code=False,
+        dummy_weights=True,
         disk="1Gi",
     ),
 }
@@ -77,6 +85,10 @@ class ServePlan:
     gpus_per_node: int
     a2a: A2A
     model_path: str
+
+    def without_deepep(self) -> ServePlan:
+        """The same model and layout with --moe-a2a-backend none: the serve smoke's reference."""
+        return replace(self, a2a="none")
 
     @property
     def world(self) -> int:

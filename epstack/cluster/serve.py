@@ -24,6 +24,8 @@ def sglang_args(plan: ServePlan, *, node_rank: str, leader: str) -> list[str]:
     """The arguments after SGLANG_ENTRY. node_rank and leader may be expressions a platform expands
     ($(LWS_WORKER_INDEX), "$SLURM_NODEID"); leader is node 0's host, without a port."""
     args = ["--model-path", plan.model_path]
+    if plan.profile.dummy_weights:
+        args += ["--load-format", "dummy"]
     if plan.profile.trust_remote_code:
         args.append("--trust-remote-code")
     args += ["--tp-size", str(plan.tp_size), "--ep-size", str(plan.ep_size)]
@@ -32,7 +34,7 @@ def sglang_args(plan: ServePlan, *, node_rank: str, leader: str) -> list[str]:
     args += ["--moe-a2a-backend", plan.a2a]
     if plan.a2a == "deepep_v2":
         args += ["--deepep-v2-mode", plan.deepep_v2_mode]
-    else:
+    elif plan.a2a == "deepep":
         args += ["--deepep-mode", "auto"]
     args += [
         "--chunked-prefill-size",
@@ -55,5 +57,7 @@ def serve_env(plan: ServePlan) -> dict[str, str]:
     """The token budget SGLang checks at start-up, sized from the same plan as the flags."""
     if plan.a2a == "deepep_v2":
         return {V2_BUDGET_ENV: str(plan.dispatch_budget)}
+    if plan.a2a == "none":
+        return {}
     # V1's low-latency (decode) buffer holds the decode graph's batch per rank.
     return {V1_BUDGET_ENV: str(plan.decode_tokens_per_rank)}

@@ -64,7 +64,7 @@ def test_efa_across_nodes_needs_a_gin_capable_nccl(
         (["--fabric", "ib"], "no image"),
         (
             ["--fabric", "ib", "--image", IMAGE, "--profile", "tiny", "--nodes", "3"],
-            "64 experts do not split",
+            "128 experts do not split",
         ),
         (["--fabric", "ib", "--image", IMAGE, "--name", "Serve_1"], "--name Serve_1"),
         (["--fabric", "ib", "--image", IMAGE, "--arch", "ampere"], "ampere-ib is not a target"),
