@@ -89,12 +89,78 @@ _RULES = (
     ),
 )
 
-ENV_KEYS = frozenset(r.key for r in _RULES)
+# SGLang 0.5.23's own refusals and the failures of a server start, matched before the rules above
+# (its log holds DeepEP's and NCCL's texts too). Import errors come last: a failed import of deep_ep
+# prints DeepEP's own text first.
+_SERVER_RULES = (
+    _Rule(
+        # sglang/srt/arg_groups/moe_hook.py validate_deepep_v2_dispatch_token_budget
+        key="deepep-v2-token-budget",
+        pattern=re.compile(r"DeepEP v2 per-rank (prefill budget|decode CUDA graph) exceeds"),
+        summary="SGLang refused DeepEP V2's per-rank dispatch token budget: "
+        "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK is below the prefill chunk or the decode graph",
+        fix="serve with the environment epstack's serve plan sets (`epstack cluster render` prints it), "
+        "or raise the variable to the `required=` value the log shows",
+    ),
+    _Rule(
+        # sglang/srt/arg_groups/moe_hook.py validate_deepep_v2_model_architecture
+        key="deepep-v2-architecture",
+        pattern=re.compile(r"DeepEP v2 MoE is not validated for"),
+        summary="the model's architecture is not registered for --moe-a2a-backend deepep_v2 in this SGLang",
+        fix="serve it with --a2a deepep (DeepEP V1), or a model SGLang registers for deepep_v2 "
+        "(DeepSeek-V3, Qwen3-MoE)",
+    ),
+    _Rule(
+        # sglang/srt/arg_groups/moe_hook.py: the runner DeepEP v2 requires
+        key="deepep-v2-runner",
+        pattern=re.compile(r"DeepEP v2 MoE currently supports only --moe-runner-backend deep_gemm"),
+        summary="DeepEP V2 in SGLang 0.5.23 runs only with the deep_gemm MoE runner",
+        fix="drop --moe-runner-backend (auto resolves to deep_gemm) or pass deep_gemm",
+    ),
+    _Rule(
+        # torch.OutOfMemoryError's text; SGLang's KV-cache sizing when nothing is left for it
+        key="cuda-out-of-memory",
+        pattern=re.compile(r"CUDA out of memory|OutOfMemoryError|Not enough memory\. Please try to increase"),
+        summary="the GPU ran out of memory while the server started",
+        fix="free the GPU (nvidia-smi shows what holds it), change --mem-fraction-static the way "
+        "SGLang's message says, or serve on more GPUs",
+    ),
+    _Rule(
+        # DeepEP's NCCL_CHECK (deep_ep/include/deep_ep/common/exception.cuh) around ncclMemAlloc and
+        # ncclCommWindowRegister: its symmetric memory needs NCCL's cuMem allocator.
+        key="nccl-cumem",
+        pattern=re.compile(r"NCCL exception \([^)]*(symmetric\.hpp|nccl\.cu):\d+\)"),
+        summary="NCCL could not allocate or register DeepEP V2's symmetric memory "
+        "(NCCL's cuMem allocator off, or a container without cuMem IPC)",
+        fix="leave NCCL_CUMEM_ENABLE unset or 1 (SGLang sets 1 for deepep_v2), and give the container "
+        "the IPC namespace of the host (--ipc=host, k8s hostIPC) so cuMem handles can be shared",
+    ),
+)
+_IMPORT_RULE = _Rule(
+    key="import-error",
+    pattern=re.compile(r"(ModuleNotFoundError|ImportError): .*"),
+    summary="a module the server imports is missing or does not load",
+    fix="run the server in the sglang image epstack built (its guard names what differs), or install "
+    "what the log names at the pinned version",
+)
+
+
+def _finding(rules: tuple[_Rule, ...], text: str) -> Finding | None:
+    for rule in rules:
+        if rule.pattern.search(text):
+            return Finding(key=rule.key, summary=rule.summary, fix=rule.fix, environment=True)
+    return None
 
 
 def classify(text: str) -> Finding | None:
     """The first known failure whose text occurs in `text` (a log, an exception message)."""
-    for rule in _RULES:
-        if rule.pattern.search(text):
-            return Finding(key=rule.key, summary=rule.summary, fix=rule.fix, environment=True)
-    return None
+    return _finding(_RULES, text)
+
+
+def classify_server_log(text: str) -> Finding | None:
+    """The known failure an SGLang server's log shows: SGLang's refusals, then DeepEP's and NCCL's."""
+    found = _finding((*_SERVER_RULES, *_RULES), text)
+    if found is None and (line := _IMPORT_RULE.pattern.search(text)):
+        summary = f"{_IMPORT_RULE.summary}: {line.group(0).strip()[:200]}"
+        found = Finding(key=_IMPORT_RULE.key, summary=summary, fix=_IMPORT_RULE.fix, environment=True)
+    return found

@@ -80,7 +80,7 @@ def group_alive(pgid: int) -> bool:
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with(parent: int) -> Callable[[], None] | None:
+def die_with(parent: int) -> Callable[[], None] | None:
     """What a rank runs between fork and exec: SIGKILL when `parent` dies (Linux); None elsewhere."""
     prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
     if prctl is None:
@@ -117,7 +117,7 @@ def supervise(  # noqa: PLR0912
     reason = "all ranks exited"
     timed_out = False
     old_handlers = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGINT)}
-    die_with_me = _die_with(os.getpid())
+    die_with_me = die_with(os.getpid())
     try:
         for cmd in commands:
             logs[cmd.rank] = run_dir / f"rank{cmd.rank}.log"
