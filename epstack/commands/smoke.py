@@ -1,4 +1,5 @@
-"""`epstack smoke elastic` (also `python -m epstack.smoke elastic`): wired with `register(subparsers)`.
+"""`epstack smoke elastic` and `epstack smoke serve` (also `python -m epstack.smoke ...`): wired with
+`register(subparsers)`.
 
 Exit codes as every epstack command: 0 pass; 1 a check failed (wrong tokens, a hang, DeepEP's own suite
 failed, bandwidth under --min-bandwidth-ratio); 2 bad input (flags, launcher variables); 3 the
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from epstack.cluster.profiles import A2A_BACKENDS, PROFILES, serve_plan
 from epstack.commands.common import (
     SubParsers,
     fraction,
@@ -26,12 +29,16 @@ from epstack.commands.common import (
     positive_int,
     seconds,
 )
+from epstack.errors import BadInput
 from epstack.smoke import elastic
 from epstack.smoke.config import DEFAULT_NUM_TOKENS, PRESETS, SmokeConfig, resolve_shape
 from epstack.smoke.elastic import Settings, Upstream
 from epstack.smoke.launch import Launch
 from epstack.smoke.report import OPS
 from epstack.smoke.result import RankResult
+from epstack.smoke.serving import run as serving_run
+from epstack.smoke.serving.checks import Asked
+from epstack.smoke.serving.sweep import CONCURRENCIES
 from epstack.smoke.supervise import Supervised
 from epstack.smoke.upstream import UpstreamResult
 
@@ -138,6 +145,106 @@ def register(subparsers: SubParsers) -> None:
         help="fail when smoke GB/s / test_ep GB/s is below this (e.g. 0.97)",
     )
     p.set_defaults(func=cmd_elastic)
+    _register_serve(smoke)
+
+
+def concurrency_list(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        levels = ()
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: fix: positive integers separated by commas, e.g. 1,8,64")
+    return levels
+
+
+def sglang_flag(text: str) -> str:
+    if not text.startswith("--"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: fix: an SGLang flag, e.g. --sglang-arg=--attention-backend=triton"
+        )
+    return text
+
+
+def http_url(text: str) -> str:
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+        raise argparse.ArgumentTypeError(f"{text!r}: fix: the server's base URL, e.g. http://10.0.0.5:30000")
+    return text.rstrip("/")
+
+
+def _register_serve(smoke: Any) -> None:
+    p = smoke.add_parser(
+        "serve",
+        help="SGLang through DeepEP V2: health, backend, greedy checks, against no DeepEP, a load sweep",
+        description=serving_run.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    what = p.add_argument_group("what to serve (the flags and environment `epstack cluster` emits)")
+    what.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default="tiny",
+        help="tiny: 2 layers of Qwen3-30B-A3B, dummy weights, nothing downloaded (default)",
+    )
+    what.add_argument("--model-path", help="weights for the profile (default: the profile's)")
+    what.add_argument("--gpus", type=positive_int, default=1, help="GPUs of this node: TP = EP = GPUs")
+    what.add_argument("--a2a", choices=A2A_BACKENDS, default="deepep_v2", help="MoE all-to-all backend")
+    what.add_argument(
+        "--sglang-arg",
+        dest="sglang_args",
+        action="append",
+        type=sglang_flag,
+        default=[],
+        metavar="FLAG",
+        help="an SGLang flag added after the plan's, e.g. --sglang-arg=--attention-backend=triton (repeat)",
+    )
+    what.add_argument(
+        "--url",
+        type=http_url,
+        help="attach to this running server instead of starting one "
+        "(a cluster's endpoint); no comparison without DeepEP",
+    )
+    what.add_argument(
+        "--server-log", type=path_arg, help="with --url: the server's log, to find DeepEP V2's buffer"
+    )
+    what.add_argument(
+        "--no-compare",
+        dest="compare",
+        action="store_false",
+        help="skip the second server with --moe-a2a-backend none",
+    )
+    checks = p.add_argument_group("checks and sweep")
+    checks.add_argument("--tokens", type=positive_int, default=32, help="new tokens per check request")
+    checks.add_argument("--seed", type=non_negative_int, default=0, help="prompts' and the sweep's seed")
+    checks.add_argument("--isl", type=positive_int, default=512, help="sweep input tokens per request")
+    checks.add_argument("--osl", type=positive_int, default=128, help="sweep output tokens per request")
+    checks.add_argument(
+        "--concurrency",
+        type=concurrency_list,
+        default=CONCURRENCIES,
+        help="sweep levels (default 1,2,4,8,16,32,64)",
+    )
+    checks.add_argument(
+        "--requests-per-level",
+        type=positive_int,
+        default=4,
+        help="requests per level = this x concurrency (at least 8)",
+    )
+    limits = p.add_argument_group("limits and output")
+    limits.add_argument(
+        "--health-timeout",
+        type=seconds,
+        default=900.0,
+        help="seconds from launch to /health_generate answering (default 900)",
+    )
+    limits.add_argument("--request-timeout", type=seconds, default=300.0, help="seconds per check request")
+    limits.add_argument("--level-timeout", type=seconds, default=600.0, help="seconds per sweep level")
+    limits.add_argument(
+        "--run-dir", type=path_arg, help="server logs, the tiny model, sweep files (default: temp)"
+    )
+    limits.add_argument("--json", type=path_arg, default=Path("epstack-smoke-serve.json"), help="report path")
+    p.set_defaults(func=cmd_serve)
 
 
 class _Printer:
@@ -254,6 +361,44 @@ def _settings(args: argparse.Namespace) -> Settings:
         argv=tuple(sys.argv),
         export_jit_cache=args.export_jit_cache,
     )
+
+
+class _ServePrinter(serving_run.Printer):
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def say(self, text: str) -> None:
+        self.console.print(escape(text), highlight=False)
+
+
+def cmd_serve(args: argparse.Namespace, console: Console) -> int:
+    if args.server_log and not args.url:
+        raise BadInput(
+            "--server-log: only with --url (a server this command starts logs into --run-dir); "
+            "fix: drop it or add --url"
+        )
+    plan = serve_plan(
+        args.profile, nodes=1, gpus_per_node=args.gpus, a2a=args.a2a, model_path=args.model_path
+    )
+    settings = serving_run.Settings(
+        plan=plan,
+        extra_args=args.sglang_args,
+        url=args.url,
+        server_log=args.server_log,
+        compare=args.compare and not args.url,
+        asked=Asked(seed=args.seed, tokens=args.tokens, timeout_s=args.request_timeout),
+        concurrencies=args.concurrency,
+        isl=args.isl,
+        osl=args.osl,
+        requests_per_level=args.requests_per_level,
+        health_timeout_s=args.health_timeout,
+        level_timeout_s=args.level_timeout,
+        run_dir=args.run_dir,
+        report=args.json,
+    )
+    code = serving_run.run(settings, _ServePrinter(console))
+    console.print(f"report: {escape(str(args.json))}")
+    return code
 
 
 def cmd_elastic(args: argparse.Namespace, console: Console) -> int:

@@ -1,0 +1,10 @@
+"""`epstack smoke serve`: SGLang serving through DeepEP V2, proven from outside the server.
+
+tinymodel   the tiny profile's model folder (config and a generated word-level tokenizer)
+client      SGLang's HTTP API (health, /server_info, /generate by token ids), failures named
+server      one SGLang server with the serve plan's flags, in its own process group, stopped on exit
+generation  prompts, the /generate answer read strictly, and the rule two greedy outputs agree by
+checks      the check rows: backend, DeepEP V2's buffer, token counts, repeat, batch, without DeepEP
+sweep       the load sweep through sglang.benchmark.serving, one row per concurrency
+run         one smoke: servers, checks, sweep, comparison, the JSON report
+"""

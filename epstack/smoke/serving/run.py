@@ -1,0 +1,294 @@
+"""One `epstack smoke serve`: start SGLang with the serve plan's flags (or attach to --url), wait until
+it is healthy, check it, sweep the load, and again without DeepEP for the comparison; one JSON report.
+
+Failures end the run with a named reason and the report says which (the server exited before it was
+healthy, with the known failure its log shows; a health timeout; a request that failed or timed out; a
+wrong backend; a failed sweep level). Every server started is stopped on leaving, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from epstack.checkrow import Check
+from epstack.cluster.profiles import ServePlan
+from epstack.cluster.serve import serve_env
+from epstack.document import Schema
+from epstack.errors import CHECK_FAILED, OK, EpstackError
+from epstack.output import check_writable, write_file
+from epstack.smoke.serving import checks, server, sweep, tinymodel
+from epstack.smoke.serving.checks import Asked
+from epstack.smoke.serving.client import Endpoint, RequestFailed
+from epstack.smoke.serving.generation import Generation
+from epstack.smoke.serving.server import ServerFailed
+from epstack.smoke.serving.sweep import Level
+
+FailureKind = Literal["server-exited", "health-timeout", "request", "wrong-backend", "sweep", "check"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    plan: ServePlan
+    extra_args: list[str]  # SGLang flags after the plan's (site specifics: --attention-backend ...)
+    url: str | None  # attach to a running server instead of starting one
+    server_log: Path | None  # with url: the server's log, for the DeepEP V2 buffer line
+    compare: bool  # also serve with --moe-a2a-backend none and compare
+    asked: Asked
+    concurrencies: tuple[int, ...]
+    isl: int
+    osl: int
+    requests_per_level: int  # x concurrency, at least 8
+    health_timeout_s: float
+    level_timeout_s: float
+    run_dir: Path | None
+    report: Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    kind: FailureKind
+    message: str
+    finding: str | None = None  # the known failure's key (epstack.smoke.classify)
+    log_tail: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServedRun:
+    """One server: how it was started and what it answered."""
+
+    a2a: str
+    argv: list[str]
+    env: dict[str, str]
+    launch_to_healthy_s: float | None
+    info: dict[str, Any]
+    log: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeReport:
+    verdict: Literal["pass", "fail"]
+    profile: str
+    model_path: str
+    tp_size: int
+    ep_size: int
+    runs: list[ServedRun]
+    checks: list[Check]
+    comparison: dict[str, Any] | None
+    isl: int
+    osl: int
+    sweep: list[Level]
+    failure: Failure | None
+    elapsed_s: float
+
+
+SERVE_REPORT = Schema(
+    name="serve-smoke",
+    version=1,
+    model=ServeReport,
+    what="a serve smoke report",
+    fix="run `epstack smoke serve` again with this epstack",
+)
+
+
+class Printer:
+    """Where progress goes (the command's console); the default says nothing."""
+
+    def say(self, text: str) -> None:
+        del text
+
+
+@dataclass(kw_only=True)
+class _State:
+    runs: list[ServedRun] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    comparison: dict[str, Any] | None = None
+    sweep: list[Level] = field(default_factory=list)
+
+
+def _model(settings: Settings, work: Path) -> ServePlan:
+    """The plan, with the tiny profile's folder written out when the plan still names its default path."""
+    plan = settings.plan
+    if settings.url or not plan.profile.dummy_weights or plan.model_path != plan.profile.model_path:
+        return plan
+    return dataclasses.replace(plan, model_path=str(tinymodel.write_model(work / "tiny-qwen3-moe")))
+
+
+def _sweep(
+    settings: Settings, endpoint: Endpoint, model: str, *, work: Path, state: _State, out: Printer
+) -> None:
+    for concurrency in settings.concurrencies:
+        requests = max(8, settings.requests_per_level * concurrency)
+        level = sweep.run_level(
+            url=endpoint.url,
+            model=model,
+            isl=settings.isl,
+            osl=settings.osl,
+            concurrency=concurrency,
+            requests=requests,
+            seed=settings.asked.seed,
+            work=work,
+            timeout_s=settings.level_timeout_s,
+        )
+        state.sweep.append(level)
+        out.say(
+            f"sweep c={concurrency}: {level.completed}/{requests} ok, TTFT p50 {level.ttft_p50_ms:.1f} ms, "
+            f"ITL p50 {level.itl_p50_ms:.2f} ms, {level.output_tokens_per_s:.0f} tok/s"
+        )
+    errors = sum(level.errors for level in state.sweep)
+    state.checks.append(
+        Check(
+            component="sweep",
+            expected="0 errors",
+            found=f"{errors} errors in {len(state.sweep)} levels",
+            verdict="ok" if errors == 0 else "fail",
+            detail=next((lv.first_error for lv in state.sweep if lv.first_error), ""),
+        )
+    )
+
+
+def _served(
+    settings: Settings, plan: ServePlan, work: Path, state: _State, out: Printer, *, sweep_it: bool
+) -> list[Generation]:
+    """Start one server for `plan`, check it (and sweep), stop it; returns its alone generations."""
+    argv = server.command(plan, settings.extra_args)
+    env = server.environment(plan, os.environ)
+    log = work / f"server-{plan.a2a}.log"
+    out.say(f"starting SGLang ({plan.a2a}): {' '.join(argv)}; log {log}")
+    run = ServedRun(
+        a2a=plan.a2a, argv=argv, env=serve_env(plan), launch_to_healthy_s=None, info={}, log=str(log)
+    )
+    state.runs.append(run)
+    with server.serving(argv, env, log) as started:
+        healthy = started.wait_healthy(settings.health_timeout_s)
+        out.say(f"healthy after {healthy:.0f} s")
+        probed = checks.probe(started.endpoint, a2a=plan.a2a, log=log, asked=settings.asked)
+        state.runs[-1] = dataclasses.replace(run, launch_to_healthy_s=round(healthy, 1), info=probed.info)
+        _keep(state, probed.checks, out)
+        if sweep_it:
+            _sweep(settings, started.endpoint, plan.model_path, work=work, state=state, out=out)
+    return probed.alone
+
+
+def _keep(state: _State, rows: list[Check], out: Printer) -> None:
+    state.checks.extend(rows)
+    for row in rows:
+        out.say(f"{row.component}: {row.verdict} ({row.found})")
+    wrong = next((r for r in rows if r.component == "moe-a2a-backend" and r.failed), None)
+    if wrong is not None:
+        raise _Stop(
+            Failure(
+                kind="wrong-backend",
+                message=f"the server reports --moe-a2a-backend {wrong.found}, not {wrong.expected}",
+            )
+        )
+
+
+class _Stop(Exception):
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+def _attached(settings: Settings, work: Path, state: _State, out: Printer) -> None:
+    assert settings.url is not None
+    endpoint = Endpoint(url=settings.url.rstrip("/"))
+    deadline = time.monotonic() + settings.health_timeout_s
+    while not endpoint.healthy(timeout=10):
+        if time.monotonic() >= deadline:
+            raise _Stop(
+                Failure(
+                    kind="health-timeout",
+                    message=f"{settings.url}/health_generate did not "
+                    f"answer 200 within {settings.health_timeout_s:g} s",
+                )
+            )
+        time.sleep(2)
+    probed = checks.probe(endpoint, a2a=settings.plan.a2a, log=settings.server_log, asked=settings.asked)
+    state.runs.append(
+        ServedRun(
+            a2a=settings.plan.a2a,
+            argv=[],
+            env={},
+            launch_to_healthy_s=None,
+            info=probed.info,
+            log=str(settings.server_log) if settings.server_log else None,
+        )
+    )
+    _keep(state, probed.checks, out)
+    model = str(probed.info.get("model_path") or settings.plan.model_path)
+    _sweep(settings, endpoint, model, work=work, state=state, out=out)
+
+
+def _failure(exc: Exception) -> Failure:
+    if isinstance(exc, _Stop):
+        return exc.failure
+    if isinstance(exc, ServerFailed):
+        kind: FailureKind = "health-timeout" if "not healthy within" in str(exc) else "server-exited"
+        head, _, tail = str(exc).partition("\n")
+        return Failure(
+            kind=kind,
+            message=head,
+            finding=exc.finding.key if exc.finding else None,
+            log_tail=[line.removeprefix("  | ") for line in tail.splitlines()],
+        )
+    if isinstance(exc, RequestFailed):
+        return Failure(kind="request", message=str(exc))
+    return Failure(kind="sweep", message=str(exc))
+
+
+def run(settings: Settings, out: Printer, *, clock: Callable[[], float] = time.monotonic) -> int:
+    """The smoke; writes the report (pass or fail) and returns the exit code."""
+    start = clock()
+    check_writable(settings.report, what="the serve smoke's --json report")
+    work = settings.run_dir or Path(tempfile.mkdtemp(prefix="epstack-serve-"))
+    work.mkdir(parents=True, exist_ok=True)
+    state = _State()
+    failure: Failure | None = None
+    code = OK
+    plan = _model(settings, work)
+    try:
+        if settings.url:
+            _attached(settings, work, state, out)
+        else:
+            through = _served(settings, plan, work, state, out, sweep_it=True)
+            if settings.compare:
+                reference = _served(settings, plan.without_deepep(), work, state, out, sweep_it=False)
+                row, summary = checks.without_deepep(through, reference)
+                _keep(state, [row], out)
+                state.comparison = summary
+    except (_Stop, EpstackError) as exc:
+        failure = _failure(exc)
+        code = exc.exit_code if isinstance(exc, EpstackError) else CHECK_FAILED
+    if failure is None and any(c.failed for c in state.checks):
+        failure = Failure(
+            kind="check", message=", ".join(c.component for c in state.checks if c.failed) + " failed"
+        )
+        code = CHECK_FAILED
+    report = ServeReport(
+        verdict="pass" if failure is None else "fail",
+        profile=plan.profile.name,
+        model_path=plan.model_path,
+        tp_size=plan.tp_size,
+        ep_size=plan.ep_size,
+        runs=state.runs,
+        checks=state.checks,
+        comparison=state.comparison,
+        isl=settings.isl,
+        osl=settings.osl,
+        sweep=state.sweep,
+        failure=failure,
+        elapsed_s=round(clock() - start, 1),
+    )
+    write_file(settings.report, SERVE_REPORT.dumps(report), what="the serve smoke's --json report")
+    if failure is not None:
+        out.say(f"{failure.kind}: {failure.message}")
+        for line in failure.log_tail:
+            out.say(f"  | {line}")
+    return code

@@ -1,0 +1,151 @@
+"""A stand-in for `sglang serve` (standard library only) speaking the HTTP API the serve smoke uses:
+/health_generate, /server_info, /generate by token ids, streamed as SGLang streams it (what
+sglang.benchmark.serving reads). STANDIN names a behaviour: ok, die, hang, wrong-backend, malformed,
+slow, short, diverge-none. It forks a child (as SGLang forks its scheduler) and writes both pids to
+STANDIN_PIDS, so a test can check that nothing is left running."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MODE = os.environ.get("STANDIN", "ok")
+VOCAB = 151936
+
+
+def _args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("serve")
+    parser.add_argument("--model-type")
+    parser.add_argument("--model-path")
+    parser.add_argument("--moe-a2a-backend", default="none")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--host", default="127.0.0.1")
+    known, _ = parser.parse_known_args()
+    return known
+
+
+ARGS = _args()
+STARTED = time.monotonic()
+
+
+def tokens(prompt: list[int], count: int) -> list[int]:
+    """Greedy output: a function of the prompt (and, for diverge-none, of the backend)."""
+    salt = 7919 if MODE == "diverge-none" and ARGS.moe_a2a_backend == "none" else 0
+    state = (sum(prompt) * 31 + len(prompt) + salt) % VOCAB
+    out = []
+    for _ in range(count):
+        state = (state * 1103515245 + 12345) % VOCAB
+        out.append(state)
+    return out
+
+
+def answer(prompt: list[int], params: dict[str, Any]) -> dict[str, Any]:
+    count = int(params["max_new_tokens"]) - (1 if MODE == "short" else 0)
+    ids = tokens(prompt, count)
+    top = [[[-1.0, i, None], [-1.5, (i + 1) % VOCAB, None]] for i in ids]
+    return {
+        "text": " ".join(f"t{i}" for i in ids),
+        "output_ids": ids,
+        "meta_info": {
+            "prompt_tokens": len(prompt),
+            "completion_tokens": count,
+            "output_token_logprobs": [[-1.0, i, None] for i in ids],
+            "output_top_logprobs": top,
+        },
+    }
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        ready = MODE != "hang" and time.monotonic() - STARTED > float(
+            os.environ.get("STANDIN_READY_S", "0.3")
+        )
+        if self.path in ("/health", "/health_generate"):
+            self._send(200 if ready else 503, b"")
+        elif self.path == "/server_info":
+            backend = "none" if MODE == "wrong-backend" else ARGS.moe_a2a_backend
+            info = {
+                "moe_a2a_backend": backend,
+                "moe_runner_backend": "auto",
+                "version": "0.5.23",
+                "model_path": ARGS.model_path,
+            }
+            self._send(200, json.dumps(info).encode())
+        elif self.path == "/v1/models":
+            self._send(200, json.dumps({"data": [{"id": ARGS.model_path}]}).encode())
+        else:
+            self._send(404, b"{}")
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if MODE == "malformed":
+            self._send(200, b"<html>not json</html>", "text/html")
+            return
+        if MODE == "slow":
+            time.sleep(float(os.environ.get("STANDIN_SLOW_S", "5")))
+        prompts = body["input_ids"]
+        batch = bool(prompts) and isinstance(prompts[0], list)
+        if not body.get("stream"):
+            out = (
+                [answer(p, body["sampling_params"]) for p in prompts]
+                if batch
+                else answer(prompts, body["sampling_params"])
+            )
+            self._send(200, json.dumps(out).encode())
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        full = answer(prompts, body["sampling_params"])
+        for n in range(1, len(full["output_ids"]) + 1):
+            chunk = {
+                "text": " ".join(f"t{i}" for i in full["output_ids"][:n]),
+                "output_ids": full["output_ids"][:n],
+                "meta_info": {"prompt_tokens": len(prompts), "completion_tokens": n},
+            }
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+def main() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    if os.environ.get("STANDIN_PIDS"):
+        with open(os.environ["STANDIN_PIDS"], "w") as f:
+            f.write(f"{os.getpid()} {child.pid}\n")
+    print(f"standin {MODE} on {ARGS.port}: {' '.join(sys.argv[1:])}", flush=True)
+    if MODE == "die":
+        print(
+            "ValueError: DeepEP v2 per-rank prefill budget exceeds "
+            "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK: required=512, capacity=128.",
+            flush=True,
+        )
+        sys.exit(1)
+    if ARGS.moe_a2a_backend == "deepep_v2":
+        print(
+            "Initialized DeepEP v2 ElasticBuffer: world_size=1 hidden_size=2048 num_topk=8 "
+            "max_dispatch_tokens_per_rank=512 use_fp8_dispatch=False allow_hybrid_mode=False num_bytes=1",
+            flush=True,
+        )
+    ThreadingHTTPServer((ARGS.host, ARGS.port), Handler).serve_forever()
+
+
+if __name__ == "__main__":
+    main()
