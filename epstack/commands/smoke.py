@@ -226,6 +226,12 @@ def _register_serve(smoke: Any) -> None:
         help="sweep levels (default 1,2,4,8,16,32,64)",
     )
     checks.add_argument(
+        "--no-sweep",
+        dest="sweep",
+        action="store_false",
+        help="the checks only (a quick proof of a cluster's endpoint)",
+    )
+    checks.add_argument(
         "--requests-per-level",
         type=positive_int,
         default=4,
@@ -387,7 +393,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         server_log=args.server_log,
         compare=args.compare and not args.url,
         asked=Asked(seed=args.seed, tokens=args.tokens, timeout_s=args.request_timeout),
-        concurrencies=args.concurrency,
+        concurrencies=args.concurrency if args.sweep else (),
         isl=args.isl,
         osl=args.osl,
         requests_per_level=args.requests_per_level,

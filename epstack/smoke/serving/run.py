@@ -41,7 +41,7 @@ class Settings:
     server_log: Path | None  # with url: the server's log, for the DeepEP V2 buffer line
     compare: bool  # also serve with --moe-a2a-backend none and compare
     asked: Asked
-    concurrencies: tuple[int, ...]
+    concurrencies: tuple[int, ...]  # empty: no sweep
     isl: int
     osl: int
     requests_per_level: int  # x concurrency, at least 8
@@ -123,6 +123,8 @@ def _model(settings: Settings, work: Path) -> ServePlan:
 def _sweep(
     settings: Settings, endpoint: Endpoint, model: str, *, work: Path, state: _State, out: Printer
 ) -> None:
+    if not settings.concurrencies:
+        return
     for concurrency in settings.concurrencies:
         requests = max(8, settings.requests_per_level * concurrency)
         level = sweep.run_level(
