@@ -29,13 +29,15 @@ from epstack.commands.common import (
     positive_int,
     seconds,
 )
-from epstack.errors import BadInput
+from epstack.errors import OK, BadInput
+from epstack.output import check_writable
 from epstack.smoke import elastic
 from epstack.smoke.config import DEFAULT_NUM_TOKENS, PRESETS, SmokeConfig, resolve_shape
 from epstack.smoke.elastic import Settings, Upstream
 from epstack.smoke.launch import Launch
 from epstack.smoke.report import OPS
 from epstack.smoke.result import RankResult
+from epstack.smoke.serving import plot as serving_plot
 from epstack.smoke.serving import run as serving_run
 from epstack.smoke.serving.checks import Asked
 from epstack.smoke.serving.sweep import CONCURRENCIES
@@ -146,6 +148,7 @@ def register(subparsers: SubParsers) -> None:
     )
     p.set_defaults(func=cmd_elastic)
     _register_serve(smoke)
+    _register_plot(smoke)
 
 
 def concurrency_list(text: str) -> tuple[int, ...]:
@@ -375,6 +378,24 @@ class _ServePrinter(serving_run.Printer):
 
     def say(self, text: str) -> None:
         self.console.print(escape(text), highlight=False)
+
+
+def _register_plot(smoke: Any) -> None:
+    p = smoke.add_parser(
+        "plot",
+        help="a serve smoke report's sweep as a PNG (needs the plot extra: matplotlib)",
+        description=serving_plot.__doc__,
+    )
+    p.add_argument("report", type=path_arg, help="the report `epstack smoke serve --json` wrote")
+    p.add_argument("--out", type=path_arg, required=True, help="the PNG to write")
+    p.set_defaults(func=cmd_plot)
+
+
+def cmd_plot(args: argparse.Namespace, console: Console) -> int:
+    check_writable(args.out, what="the sweep's plot", inputs=[args.report])
+    serving_plot.plot(serving_run.SERVE_REPORT.read(args.report), args.report, args.out)
+    console.print(f"plot: {escape(str(args.out))}", highlight=False)
+    return OK
 
 
 def cmd_serve(args: argparse.Namespace, console: Console) -> int:
