@@ -21,6 +21,12 @@
 #   triton-shipped  Triton's launcher as the base image ships it: built against the CUDA stub for each
 #             folder GPU nodes mount the driver in, copied by the entrypoint, then a new process's
 #             CudaUtils() against one with an empty cache (this host's ldconfig decides which loads)
+#   stack     the pinned SGLang stack ferried to this host (benchmarks/serve/ferry-pack.sh's chunks in
+#             $FERRY/c, default /opt/ferry/c) installed with --target /opt/sgl, its nvidia/ the host venv's
+#             (where install put the pinned NCCL); run the later phases with PYTHONPATH=/opt/sgl
+#   serve-start  `epstack smoke serve` on the tiny profile (deepep_v2, then none for the comparison, the
+#             sweep) detached (setsid), so it can outlast this device call; serve-wait waits up to $WAIT_S s
+#             (default 570) and copies its report and the servers' logs to $OUT
 #   doctor    epstack doctor on this host (JSON)
 #   smoke     epstack smoke elastic on $NPROC ranks (default 2) at test_ep's default sizes
 #   smoke-topk0  the same with ElasticBuffer(num_topk=0), + test_ep's first mode (bandwidth ratio)
@@ -77,9 +83,13 @@ for phase in "$@"; do
             "$py" -m pip install --quiet --no-index --find-links "$srcs/wheels" --target /opt/epstack-deps \
                 "$srcs"/wheels/*.whl 2>&1 | tail -n 3
         fi
-        note "install: NCCL"
-        bash scripts/gpu/install-nccl.sh --pins pins.env --src "$(ls "$srcs"/nccl-*.tar.gz)" --arch 90 \
-            --prefix /opt/nccl 2>&1 | tee -a "$out/install.log" | tail -n 3
+        if "$py" -m epstack nccl check --pins pins.env --loaded >/dev/null 2>&1; then
+            note "install: NCCL already there"
+        else
+            note "install: NCCL"
+            bash scripts/gpu/install-nccl.sh --pins pins.env --src "$(ls "$srcs"/nccl-*.tar.gz)" --arch 90 \
+                --prefix /opt/nccl 2>&1 | tee -a "$out/install.log" | tail -n 3
+        fi
         note "install: DeepEP (epstack deepep build)"
         # Where an image keeps the wheel, so the guard finds its manifest as in an image.
         wheels=$("$py" -c 'from epstack.imagepaths import WHEELS; print(WHEELS)')
@@ -301,6 +311,41 @@ print(json.dumps([dataclasses.asdict(r) for r in triton_launcher_rows(os.environ
         echo "+ ${cmd[*]}" >>"$out/run.log"
         "${cmd[@]}" | tail -n 12
         note "warm: exit ${PIPESTATUS[0]}"
+        ;;
+    stack)
+        ferry=${FERRY:-/opt/ferry}
+        if [[ ! -d /opt/sgl/sglang ]]; then
+            rm -rf /tmp/ferry-w && mkdir -p /tmp/ferry-w
+            cat "$ferry"/c/c* | tar -xf - -C /tmp/ferry-w
+            "$py" -m pip install --quiet --no-index --no-deps --target /opt/sgl /tmp/ferry-w/*.whl 2>&1 \
+                | grep -v WARNING | tail -n 3
+            rm -rf /opt/sgl/nvidia /tmp/ferry-w
+            ln -s "$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia" /opt/sgl/nvidia
+        fi
+        PYTHONPATH="/opt/sgl:$PYTHONPATH" "$py" -c 'import torch, sglang; print("stack:", torch.__version__, sglang.__version__)' \
+            | tee -a "$out/run.log"
+        ;;
+    serve-start)
+        bg=/tmp/serve-bg
+        rm -rf "$bg" && mkdir -p "$bg"
+        read -ra extra <<<"${SERVE_ARGS:-}"
+        cmd=("$py" -m epstack smoke serve --profile tiny --run-dir "$bg/run" --json "$bg/serve.json"
+            --sglang-arg=--attention-backend=triton "${extra[@]}")
+        echo "+ ${cmd[*]}" >>"$out/run.log"
+        (unset CC CXX CUDAHOSTCXX; setsid "${cmd[@]}" >"$bg/console" 2>&1 </dev/null & echo $! >"$bg/pid")
+        note "serve-start: detached as pid $(cat "$bg/pid"), results in $bg"
+        ;;
+    serve-wait)
+        bg=/tmp/serve-bg
+        pid=$(cat "$bg/pid")
+        until ! kill -0 "$pid" 2>/dev/null || ((SECONDS - start >= ${WAIT_S:-570})); do sleep 5; done
+        tail -n 40 "$bg/console"
+        if kill -0 "$pid" 2>/dev/null; then
+            note "serve-wait: still running after $((SECONDS - start)) s"
+        else
+            cp "$bg/serve.json" "$bg/console" "$bg"/run/server-*.log "$out"/ 2>/dev/null
+            note "serve-wait: epstack smoke serve finished"
+        fi
         ;;
     upstream-start)
         bg=/tmp/upstream-bg

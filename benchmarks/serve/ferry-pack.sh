@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Packs the pinned SGLang stack for a GPU host without network (../shared/gpu-ferry/README.md's method):
+# the wheels of WANT (the sglang lock's distributions the host lacks, at the lock's versions) for
+# CPython 3.12 manylinux, sglang-kernel without its FA3 and sm100 libraries (RECORD edited; serve with
+# --attention-backend triton), all in one tar split into CHUNK-sized pieces under OUT_DIR/c/, each
+# small enough to travel with one device call. Also epstack's own dependency wheels in OUT_DIR/epd/.
+set -euo pipefail
+want=${WANT:-../shared/gpu-ferry/want.txt}
+dir=${OUT_DIR:-.ferry}
+chunk=${CHUNK:-57M}
+rm -rf "$dir/w" "$dir/c" && mkdir -p "$dir/w" "$dir/c" "$dir/epd"
+platforms=()
+for v in 17 24 27 28 31 34 35; do platforms+=(--platform "manylinux_2_${v}_x86_64"); done
+platforms+=(--platform manylinux2014_x86_64)
+pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp "${platforms[@]}" -d "$dir/w" -r "$want" sglang-kernel==0.4.10
+kernel=$(ls "$dir"/w/sglang_kernel-0.4.10-*.whl)
+tmp=$(mktemp -d)
+(cd "$tmp" && unzip -q "$OLDPWD/$kernel" && rm -f sgl_kernel/flash_ops.abi3.so sgl_kernel/sm100/common_ops.abi3.so \
+    && sed -i '/sgl_kernel\/flash_ops.abi3.so,/d; /sgl_kernel\/sm100\/common_ops.abi3.so,/d' ./*.dist-info/RECORD \
+    && rm "$OLDPWD/$kernel" && zip -q -r "$OLDPWD/$kernel" .)
+rm -rf "$tmp"
+# epstack's own dependencies (its runtime requirements at constraints.txt's versions)
+mapfile -t deps < <(python3 -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")')
+pip download --quiet --disable-pip-version-check --only-binary=:all: --python-version 3.12 \
+    --implementation cp "${platforms[@]}" -d "$dir/epd" -c constraints.txt "${deps[@]}"
+tar -C "$dir/w" -cf - . | split -b "$chunk" - "$dir/c/c"
+du -sh "$dir/w" "$dir/c"; find "$dir/c" -type f | wc -l
