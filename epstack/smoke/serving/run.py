@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,11 +24,12 @@ from epstack.cluster.serve import serve_env
 from epstack.document import Schema
 from epstack.errors import CHECK_FAILED, OK, EpstackError
 from epstack.output import check_writable, write_file
-from epstack.smoke.serving import checks, server, sweep, tinymodel
+from epstack.smoke.serving import checks, server, startup, sweep, tinymodel
 from epstack.smoke.serving.checks import Asked
 from epstack.smoke.serving.client import Endpoint, RequestFailed
 from epstack.smoke.serving.generation import Generation
 from epstack.smoke.serving.server import ServerFailed
+from epstack.smoke.serving.startup import Startup
 from epstack.smoke.serving.sweep import Level
 
 FailureKind = Literal["server-exited", "health-timeout", "request", "wrong-backend", "sweep", "check"]
@@ -69,6 +71,7 @@ class ServedRun:
     launch_to_healthy_s: float | None
     info: dict[str, Any]
     log: str | None
+    startup: Startup | None = None  # read from its log when it stopped (servers this run started)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,14 +170,22 @@ def _served(
         a2a=plan.a2a, argv=argv, env=serve_env(plan), launch_to_healthy_s=None, info={}, log=str(log)
     )
     state.runs.append(run)
-    with server.serving(argv, env, log) as started:
-        healthy = started.wait_healthy(settings.health_timeout_s)
-        out.say(f"healthy after {healthy:.0f} s")
-        probed = checks.probe(started.endpoint, a2a=plan.a2a, log=log, asked=settings.asked)
-        state.runs[-1] = dataclasses.replace(run, launch_to_healthy_s=round(healthy, 1), info=probed.info)
-        _keep(state, probed.checks, out)
-        if sweep_it:
-            _sweep(settings, started.endpoint, plan.model_path, work=work, state=state, out=out)
+    launched = datetime.now()  # SGLang stamps its log in local time
+    try:
+        with server.serving(argv, env, log) as started:
+            healthy = started.wait_healthy(settings.health_timeout_s)
+            out.say(f"healthy after {healthy:.0f} s")
+            probed = checks.probe(started.endpoint, a2a=plan.a2a, log=log, asked=settings.asked)
+            state.runs[-1] = dataclasses.replace(run, launch_to_healthy_s=round(healthy, 1), info=probed.info)
+            _keep(state, probed.checks, out)
+            if sweep_it:
+                _sweep(settings, started.endpoint, plan.model_path, work=work, state=state, out=out)
+    finally:  # where the start-up went, on failure too
+        text = log.read_text(errors="replace") if log.exists() else ""
+        read = startup.read(text, launched)
+        state.runs[-1] = dataclasses.replace(state.runs[-1], startup=read)
+        if read.deepgemm:
+            out.say(f"DeepGEMM's JIT: {len(read.deepgemm)} sessions, {read.deepgemm_s} s of the start-up")
     return probed.alone
 
 
