@@ -5,9 +5,11 @@ One concept a module:
   profiles  model profiles (DeepSeek-V3, Qwen3-30B-A3B, tiny) and the serve plan: sizes, token budget
   serve     the SGLang launch command and environment for one node of a serve job
   jobs      what a job runs on each node (elastic smoke, serve): command, env, ports, readiness
+  servesmoke  the serve smoke a serve job runs against its own endpoint (`epstack smoke serve --url`)
   site      a site's settings: storage, environment, network, scheduling, privileges (flag values)
-  k8s       Kubernetes objects: indexed Job + headless Service, LeaderWorkerSet, pre-pull DaemonSet
-  slurm     sbatch scripts (pyxis/enroot) and enroot import commands
+  k8s       Kubernetes objects: indexed Job + headless Service, LeaderWorkerSet, the serve smoke's Job,
+            pre-pull DaemonSet
+  slurm     sbatch scripts (pyxis/enroot; a serve job's smoke as a step on node 0) and enroot imports
   yamltext  a small deterministic YAML writer for the manifests
 (epstack.commands.cluster parses `cluster render` and `cluster pull` and writes what these return.)
 """

@@ -27,6 +27,10 @@ from epstack.smoke.launch import DEFAULT_PORT
 
 JobKind = Literal["elastic-smoke", "serve"]
 JOB_KINDS: tuple[JobKind, ...] = ("elastic-smoke", "serve")
+# A serve job's smoke of its own endpoint (epstack.cluster.servesmoke): on (the default: the job proves
+# what it serves, then keeps serving), exit (Slurm: the job ends with the smoke's verdict), off.
+ServeSmokeMode = Literal["on", "exit", "off"]
+SERVE_SMOKE_MODES: tuple[ServeSmokeMode, ...] = ("on", "exit", "off")
 # images/base/Dockerfile.j2's ENTRYPOINT: the guard, then the command (pyxis does not run it itself).
 IMAGE_ENTRYPOINT = str(imagepaths.SCRIPTS / "entrypoint.sh")
 SMOKE_REPORT = "/tmp/epstack-smoke-elastic.json"  # without a results volume: lost with the container
@@ -35,6 +39,17 @@ SMOKE_TIMEOUT_S = 900
 # there: NUL, which no argument and no flag value can hold, keeps them apart from the user's text.
 _NODE_RANK, _LEADER = "\0node-rank\0", "\0leader\0"
 _EXPRESSION = re.compile("(\0[a-z-]+\0)")
+
+
+def platform_words(
+    command: list[str], literal: Callable[[str], str], expressions: dict[str, str]
+) -> list[str]:
+    """`command` as a platform writes it: each placeholder (NUL-delimited, a key of `expressions`) as the
+    platform's own expression, every other part through `literal`, the platform's quoting."""
+    return [
+        "".join(expressions[part] if part in expressions else literal(part) for part in parts if part)
+        for parts in map(_EXPRESSION.split, command)
+    ]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +65,7 @@ class Job:
     serve: ServePlan | None
     smoke_profile: str | None
     site: Site = field(default_factory=Site)
+    serve_smoke: ServeSmokeMode = "off"
 
     @property
     def crosses_nodes(self) -> bool:
@@ -123,11 +139,8 @@ class Job:
     def words(self, literal: Callable[[str], str], *, node_rank: str, leader: str) -> list[str]:
         """The command as a platform writes it: every literal part through `literal` (the platform's
         quoting), node_rank and leader as the platform's own expressions, which it expands."""
-        expressions = {_NODE_RANK: node_rank, _LEADER: leader}
-        return [
-            "".join(expressions[part] if part in expressions else literal(part) for part in parts if part)
-            for parts in map(_EXPRESSION.split, self.command(node_rank=_NODE_RANK, leader=_LEADER))
-        ]
+        command = self.command(node_rank=_NODE_RANK, leader=_LEADER)
+        return platform_words(command, literal, {_NODE_RANK: node_rank, _LEADER: leader})
 
     def env(self) -> dict[str, str]:
         """Environment every node gets, before the platform's launcher variables."""
@@ -152,10 +165,12 @@ def make_job(
     fabric_devices: int | None = None,
     instance_type: str | None = None,
     site: Site | None = None,
+    serve_smoke: str | None = None,
 ) -> Job:
     """Check the request against the pins and the fabric's facts; BadInput names the flag and the fix."""
     if kind not in JOB_KINDS:
         raise BadInput(f"--job {kind}: fix: use one of {', '.join(JOB_KINDS)}")
+    smoke_mode = _serve_smoke_mode(kind, serve_smoke)
     if nodes < 1 or gpus_per_node < 1:
         raise BadInput(f"--nodes {nodes} --gpus-per-node {gpus_per_node}: fix: both must be >= 1")
     if fabric not in FABRICS:
@@ -197,7 +212,22 @@ def make_job(
         serve=plan,
         smoke_profile=profile if kind == "elastic-smoke" else None,
         site=site or Site(),
+        serve_smoke=smoke_mode,
     )
+
+
+def _serve_smoke_mode(kind: str, mode: str | None) -> ServeSmokeMode:
+    """--serve-smoke, or its default: on for serve (the job proves its endpoint), off for the smoke."""
+    if mode is None:
+        return "on" if kind == "serve" else "off"
+    if kind != "serve":
+        raise BadInput(
+            f"--serve-smoke {mode}: it smokes a serve job's endpoint; fix: use it with --job serve"
+        )
+    for known in SERVE_SMOKE_MODES:
+        if mode == known:
+            return known
+    raise BadInput(f"--serve-smoke {mode}: fix: use one of {', '.join(SERVE_SMOKE_MODES)}")
 
 
 def _devices_per_node(facts: Fabric, gpus_per_node: int, instance_type: str | None) -> int:

@@ -1,5 +1,6 @@
-"""Kubernetes objects for a Job: a LeaderWorkerSet, or an indexed Job with a headless Service; and the
-pre-pull DaemonSet. Plain dicts, in a fixed key order, written out by yamltext.
+"""Kubernetes objects for a Job: a LeaderWorkerSet, or an indexed Job with a headless Service; a serve
+job's smoke as a Job of its own; and the pre-pull DaemonSet. Plain dicts, in a fixed key order, written
+out by yamltext.
 
 Every pod: the image by digest, nvidia.com/gpu, CPUs, /dev/shm as a memory emptyDir, IPC_LOCK (DeepEP
 and NCCL pin memory; Kubernetes has no memlock setting, the capability lifts the limit), the site's
@@ -15,9 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from epstack.cluster import servesmoke
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import Job
 from epstack.cluster.site import Site, Storage
+from epstack.errors import BadInput
 from epstack.fabric import GDRDRV
 from epstack.smoke import launchenv as V
 
@@ -30,6 +33,9 @@ EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 # The LWS release whose controller sets LWS_WORKER_INDEX in every container (kubernetes-sigs/lws#416).
 LWS_MIN_VERSION = "0.6.0"
 PROBE_PERIOD_S = 10
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
+# The serve smoke's pod: an HTTP client (Python, 41 short requests), no GPU.
+SMOKE_RESOURCES: Obj = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +155,16 @@ def _container(
     return container | _health_probes(job)
 
 
+def _tolerations(site: Site) -> Obj:
+    if not site.tolerations:
+        return {}
+    return {
+        "tolerations": [
+            {"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in site.tolerations
+        ]
+    }
+
+
 def _scheduling(site: Site) -> Obj:
     """Where the pods may run: host network, node selector, tolerations."""
     spec: Obj = {}
@@ -156,11 +172,7 @@ def _scheduling(site: Site) -> Obj:
         spec |= {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}
     if site.node_selector:
         spec["nodeSelector"] = dict(site.node_selector)
-    if site.tolerations:
-        spec["tolerations"] = [
-            {"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in site.tolerations
-        ]
-    return spec
+    return spec | _tolerations(site)
 
 
 def _pod_spec(job: Job, container: Obj, settings: PodSettings, **extra: Any) -> Obj:
@@ -189,6 +201,17 @@ def _service(name: str, job: Job, selector: dict[str, str], *, headless: bool, p
         "metadata": {"name": name, "labels": _labels(job)},
         "spec": spec,
     }
+
+
+def http_service(job: Job) -> str:
+    """The Service in front of node 0's HTTP port: the serve job's endpoint, in its namespace."""
+    return f"{job.name}-http"
+
+
+def _leader_selector(job: Job, kind: str) -> dict[str, str]:
+    """Node 0's pod: the LWS leader (worker index 0) or the indexed Job's pod 0."""
+    index = LWS_WORKER_INDEX_LABEL if kind == "lws" else JOB_INDEX_LABEL
+    return {"epstack.io/job": job.name, index: "0"}
 
 
 def indexed_job(job: Job, settings: PodSettings) -> list[Obj]:
@@ -230,8 +253,8 @@ def indexed_job(job: Job, settings: PodSettings) -> list[Obj]:
         },
     ]
     if job.http_port is not None:
-        selector = {"epstack.io/job": job.name, JOB_INDEX_LABEL: "0"}
-        objects.append(_service(f"{job.name}-http", job, selector, headless=False, port=job.http_port))
+        selector = _leader_selector(job, "job")
+        objects.append(_service(http_service(job), job, selector, headless=False, port=job.http_port))
     return objects
 
 
@@ -262,9 +285,62 @@ def leader_worker_set(job: Job, settings: PodSettings) -> list[Obj]:
         }
     ]
     if job.http_port is not None:
-        selector = {"epstack.io/job": job.name, LWS_WORKER_INDEX_LABEL: "0"}
-        objects.append(_service(f"{job.name}-http", job, selector, headless=False, port=job.http_port))
+        selector = _leader_selector(job, "lws")
+        objects.append(_service(http_service(job), job, selector, headless=False, port=job.http_port))
     return objects
+
+
+def serve_smoke_job(job: Job, kind: str) -> Obj:
+    """`epstack smoke serve --url` against the job's HTTP Service (what clients use; it routes once the
+    leader is ready), as a Job of its own: a postStart hook would hold the leader's start for the whole
+    start-up, and its failure would restart the serving group. Its pod runs on the leader pod's node,
+    where the image already is (no second pull of a GPU image onto a CPU node) and where a host results
+    directory is the leader's; it tolerates the site's taints for that, asks for no GPU and sees none,
+    and gets no service account token. It runs once (backoffLimit 0): `kubectl wait
+    --for=condition=complete job/NAME-smoke` is the cluster's proof that it serves."""
+    smoke = servesmoke.name(job)
+    labels = {
+        "app.kubernetes.io/name": "epstack",
+        "app.kubernetes.io/component": "serve-smoke",
+        "epstack.io/job": smoke,
+        "epstack.io/image-digest": job.image.short,
+    }
+    results = job.site.results
+    container: Obj = {
+        "name": "serve-smoke",
+        "image": job.image.ref,
+        "imagePullPolicy": "IfNotPresent",
+        "command": servesmoke.words(job, _literal, host=http_service(job), run_id=""),
+        # A GPU node's NVIDIA runtime would otherwise honour the CUDA image's NVIDIA_VISIBLE_DEVICES=all
+        # in a pod that asked for no GPU.
+        "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+        "resources": SMOKE_RESOURCES,
+    }
+    if results is not None:
+        container["volumeMounts"] = [{"name": results.name, "mountPath": results.mount}]
+    beside_leader = {
+        "labelSelector": {"matchLabels": _leader_selector(job, kind)},
+        "topologyKey": HOSTNAME_TOPOLOGY,
+    }
+    spec: Obj = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [beside_leader]}},
+        **_tolerations(job.site),
+        "containers": [container],
+    }
+    if results is not None:
+        spec["volumes"] = [_volume(results)]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": smoke, "labels": labels},
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": servesmoke.deadline_s(job),
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+        },
+    }
 
 
 def k8s_kind(job: Job, kind: str | None) -> str:
@@ -273,8 +349,18 @@ def k8s_kind(job: Job, kind: str | None) -> str:
 
 
 def job_objects(job: Job, settings: PodSettings, kind: str | None = None) -> list[Obj]:
-    """The job as a LeaderWorkerSet ("lws") or an indexed Job ("job"); default lws for serve."""
-    return (leader_worker_set if k8s_kind(job, kind) == "lws" else indexed_job)(job, settings)
+    """The job as a LeaderWorkerSet ("lws") or an indexed Job ("job"), default lws for serve; then the
+    serve smoke's Job, unless it is off."""
+    chosen = k8s_kind(job, kind)
+    objects = (leader_worker_set if chosen == "lws" else indexed_job)(job, settings)
+    if job.serve_smoke == "exit":
+        raise BadInput(
+            "--serve-smoke exit: a Kubernetes serve job keeps serving (the smoke is a Job of its own); "
+            f"fix: use on, and wait for it: kubectl wait --for=condition=complete job/{servesmoke.name(job)}"
+        )
+    if job.serve_smoke == "on":
+        objects.append(serve_smoke_job(job, chosen))
+    return objects
 
 
 def notes(job: Job, kind: str | None = None) -> list[str]:
@@ -294,6 +380,20 @@ def notes(job: Job, kind: str | None = None) -> list[str]:
         lines.append(
             "hostNetwork (--host-network): the node's RDMA netdevs (RoCE GIDs) in the pod where no "
             "SR-IOV/Multus network brings them; dnsPolicy ClusterFirstWithHostNet keeps cluster DNS."
+        )
+    if job.serve_smoke == "on":
+        smoke, deadline = servesmoke.name(job), servesmoke.deadline_s(job)
+        results = job.site.results
+        where = "none kept (no results volume)"
+        if results is not None:
+            node = ", the leader's node's" if results.kind == "host" else ""
+            where = f"{servesmoke.report(job, run_id='')} (results: {results.kind} {results.source}{node})"
+        lines.append(
+            f"Serve smoke: Job {smoke} runs `epstack smoke serve --url "
+            f"{servesmoke.url(job, http_service(job))} --no-sweep` beside the leader pod once it answers "
+            f"(--health-timeout {servesmoke.health_timeout_s(job)}); prove the endpoint with `kubectl wait "
+            f"--for=condition=complete job/{smoke} --timeout={deadline}s`, read `kubectl logs job/{smoke}`; "
+            f"report: {where}; --serve-smoke off leaves it out."
         )
     return lines + job.notes()
 

@@ -11,6 +11,14 @@ mounted with --container-mounts, so the JIT caches and the results are writable 
 read-only root and outlive the step. The fabric's devices are mounted by path (what
 awslabs/awsome-distributed-ai's DeepEP V2 sbatch does); each task gets its CPUs (--cpus-per-task)
 unbound (--cpu-bind=none): SGLang runs about 11 processes per node.
+
+A serve job also runs the serve smoke (epstack.cluster.servesmoke) unless --serve-smoke off: a step of
+one task on node 0 beside the server step (--overlap), with no GPU (--gres=none), against 127.0.0.1.
+It starts first, in the background, and waits for the server itself. With "on" the job then lives as
+long as the server step; with "exit" it ends with the smoke's exit code (Slurm stops the server step),
+and a server step that ends first stops the smoke. With a results directory the server step logs one
+file a node there (srun --output, written on the task's node), so the smoke reads node 0's for DeepEP
+V2's buffer line.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import shlex
 from pathlib import PurePosixPath
 
 from epstack import __version__
+from epstack.cluster import servesmoke
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import IMAGE_ENTRYPOINT, Job
 from epstack.errors import BadInput
@@ -94,7 +103,105 @@ def _notes(job: Job) -> list[str]:
         )
     if job.site.host_network:
         notes.append("--host-network: pyxis containers already share the node's network namespace.")
+    if job.serve_smoke != "off":
+        notes.append(_smoke_note(job))
     return notes
+
+
+def _server_log_name(job: Job, run: str, node: str) -> str:
+    return f"{job.name}{run}-node{node}.log"
+
+
+def _server_logs(job: Job) -> tuple[str, str] | None:
+    """With the serve smoke and a results directory: each node's server log there (srun's --output
+    pattern, which srun writes on the task's node), and node 0's as the smoke's container sees it."""
+    results = job.site.results
+    if job.serve_smoke == "off" or results is None:
+        return None
+    directory = PurePosixPath(results.source.replace("%", "%%"))  # srun reads % as a pattern
+    pattern = str(directory / _server_log_name(job, "-%j", "%n"))
+    return pattern, str(PurePosixPath(results.mount) / _server_log_name(job, servesmoke.RUN_ID, "0"))
+
+
+def _smoke_note(job: Job) -> str:
+    results = job.site.results
+    ending = (
+        "the job keeps serving whatever its verdict"
+        if job.serve_smoke == "on"
+        else "the job ends with its exit code (and the server step with it)"
+    )
+    where = "none kept (no results directory); its log has the check rows"
+    if results is not None:
+        directory = PurePosixPath(results.source)
+        where = (
+            f"{directory / servesmoke.report_name(job, '-JOBID')}, and each node's server log is "
+            f"{directory / _server_log_name(job, '-JOBID', 'N')} (not this job's output file)"
+        )
+    return (
+        f"Serve smoke (--serve-smoke {job.serve_smoke}): a step on node 0 without a GPU runs `epstack smoke "
+        f"serve --url {servesmoke.url(job, '127.0.0.1')} --no-sweep` once the server answers "
+        f"(--health-timeout {servesmoke.health_timeout_s(job)}); {ending}. Report: {where}."
+    )
+
+
+def _smoke_step(job: Job, squashfs_dir: str | None) -> str:
+    """The serve smoke's srun: one task on node 0 ($MASTER_ADDR) beside the server step (--overlap), no
+    GPU, the results directory mounted."""
+    results = job.site.results
+    options = ["--gres=none", f"--container-image={_container_image(job, squashfs_dir)}"]
+    options.append("--no-container-mount-home")
+    if results is not None:
+        options.append(f"--container-mounts={results.source}:{results.mount}")
+    logs = _server_logs(job)
+    command = servesmoke.words(
+        job,
+        shlex.quote,
+        host="127.0.0.1",
+        run_id=f'-"${V.SLURM_JOB_ID}"',
+        server_log=logs[1] if logs else None,
+    )
+    srun = f'srun --overlap --nodes=1 --ntasks=1 --nodelist="${V.MASTER_ADDR}" {shlex.join(options)}'
+    return " \\\n    ".join([srun, " ".join(command)])
+
+
+_RANK_NOTE = [
+    "# SGLang's node rank is the task's $SLURM_NODEID, expanded inside the task.",
+    "# shellcheck disable=SC2016",
+]
+
+
+def _serve_steps(job: Job, server: str, squashfs_dir: str | None) -> list[str]:
+    """The server step, and the serve smoke beside it: in the background, the job living as long as the
+    server ("on"); or the job ending with the smoke's exit code ("exit"), the smoke stopped should the
+    server step end first (it would wait out its --health-timeout for nothing)."""
+    if job.serve_smoke == "off":
+        return [*_RANK_NOTE, server]
+    smoke = _smoke_step(job, squashfs_dir)
+    if job.serve_smoke == "on":
+        return [
+            "# The serve smoke, in the background: it checks the endpoint on node 0 once it answers.",
+            f"{smoke} &",
+            "",
+            "# The server step: the job lives as long as it does.",
+            *_RANK_NOTE,
+            server,
+        ]
+    return [
+        "# The serve smoke, in the background: it checks the endpoint on node 0 once it answers; the",
+        "# job ends with its exit code, and Slurm then stops the server step.",
+        f"{smoke} &",
+        "smoke=$!",
+        "",
+        "# The server step; should it end first, the smoke is stopped: nothing is left to answer it.",
+        *_RANK_NOTE,
+        "{",
+        "    status=0",
+        "    " + server.replace("\n", "\n    ") + " || status=$?",
+        '    echo "epstack: the server step ended (exit $status) before the serve smoke" >&2',
+        '    kill "$smoke" 2>/dev/null || true',
+        "} &",
+        'wait "$smoke"',
+    ]
 
 
 def sbatch_script(job: Job, *, squashfs_dir: str | None = None, pins_target: str = "") -> str:
@@ -146,10 +253,11 @@ def sbatch_script(job: Job, *, squashfs_dir: str | None = None, pins_target: str
     mounts = _container_mounts(job)
     if mounts:
         srun.append(f"--container-mounts={','.join(mounts)}")
-    if job.kind == "serve":
-        lines.append("# SGLang's node rank is the task's $SLURM_NODEID, expanded inside the task.")
-        lines.append("# shellcheck disable=SC2016")
-    lines.append(" \\\n    ".join([shlex.join(srun), _task_command(job)]))
+    logs = _server_logs(job)
+    if logs is not None:
+        srun.append(f"--output={logs[0]}")
+    step = " \\\n    ".join([shlex.join(srun), _task_command(job)])
+    lines += _serve_steps(job, step, squashfs_dir) if job.kind == "serve" else [step]
     return "\n".join(lines) + "\n"
 
 

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from epstack.cluster import k8s, site, slurm
 from epstack.cluster.image import PLACEHOLDER, chosen_image, pins_target
-from epstack.cluster.jobs import JOB_KINDS, make_job, node_commands
+from epstack.cluster.jobs import JOB_KINDS, SERVE_SMOKE_MODES, make_job, node_commands
 from epstack.cluster.profiles import A2A_BACKENDS, PROFILES
 from epstack.cluster.yamltext import dump_all
 from epstack.commands.common import PINS, SubParsers, one_line, path_arg, pins_path, positive_int
@@ -150,6 +150,7 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
         fabric_devices=args.fabric_devices,
         instance_type=args.instance_type,
         site=_site(args),
+        serve_smoke=args.serve_smoke,
     )
     if args.print_command:
         _write(node_commands(job), args.out)
@@ -234,7 +235,10 @@ def _site_arguments(render: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--cpus-per-gpu", type=positive_int, default=site.DEFAULT_CPUS_PER_GPU)
     group.add_argument(
-        "--startup-timeout", type=positive_int, default=site.DEFAULT_STARTUP_TIMEOUT_S, help="serve: seconds"
+        "--startup-timeout",
+        type=positive_int,
+        default=site.DEFAULT_STARTUP_TIMEOUT_S,
+        help="serve: seconds to start (k8s startup probe); the serve smoke waits this + 600",
     )
 
 
@@ -267,6 +271,13 @@ def register(subparsers: SubParsers) -> None:
     render.add_argument("--shm-size", type=one_line, default="64Gi", help="/dev/shm size (default 64Gi)")
     render.add_argument("--memory", type=one_line, default="256Gi", help="pod memory request (default 256Gi)")
     render.add_argument("--print-command", action="store_true", help="serve: print node 0's and 1's commands")
+    render.add_argument(
+        "--serve-smoke",
+        choices=SERVE_SMOKE_MODES,
+        help="serve: `epstack smoke serve --url` against the endpoint once it answers (k8s: a Job beside "
+        "the leader; slurm: a step on node 0); on (default): then keep serving; exit (slurm): end the "
+        "job with the smoke's exit code; off",
+    )
     _site_arguments(render)
     render.set_defaults(func=cmd_render)
 

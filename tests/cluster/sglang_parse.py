@@ -29,6 +29,8 @@ FIELDS = (
     "host",
     "port",
     "trust_remote_code",
+    "load_format",
+    "attention_backend",
 )
 
 

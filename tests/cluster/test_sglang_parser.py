@@ -16,6 +16,7 @@ import pytest
 from epstack.cluster.profiles import A2A_BACKENDS, PROFILES, ServePlan, serve_plan
 from epstack.cluster.serve import SGLANG_ENTRY, sglang_command
 from epstack.pins.file import read_pins_file
+from epstack.smoke.serving import server
 from tests.cluster import sglang_env
 from tests.cluster.conftest import load_all, pins_for, render, render_args
 from tests.conftest import PINS
@@ -48,6 +49,46 @@ def _profile_commands() -> list[dict[str, Any]]:
     return commands
 
 
+def _after_entry(command: list[str]) -> list[str]:
+    """What follows `serve --model-type llm` in a command that starts SGLang's CLI however it is found
+    (the `sglang` script, or `python -c ...` where it is not on PATH: epstack.smoke.serving.server.entry)."""
+    tail = list(SGLANG_ENTRY[1:])
+    starts = [i for i in range(len(command)) if command[i : i + len(tail)] == tail]
+    assert starts, command
+    return command[starts[0] + len(tail) :]
+
+
+# What `epstack smoke serve` launches on one node (epstack.smoke.serving.server.command): the serve
+# plan for --gpus N, the same without DeepEP (its reference server), and with a user's --sglang-arg.
+SMOKE_GPUS = (1, 8)
+SMOKE_EXTRA = ["--attention-backend=triton"]
+
+
+def _smoke_commands() -> list[dict[str, Any]]:
+    commands = []
+    for profile, gpus in itertools.product(PROFILES, SMOKE_GPUS):
+        plan = serve_plan(profile, nodes=1, gpus_per_node=gpus)
+        for served in (plan, plan.without_deepep()):
+            commands.append(
+                {
+                    "id": f"smoke-serve/{profile}/{gpus}/{served.a2a}",
+                    "argv": _after_entry(server.command(served, [])),
+                    "plan": served,
+                    "rank": 0,
+                }
+            )
+    tiny = serve_plan("tiny", nodes=1, gpus_per_node=1)
+    commands.append(
+        {
+            "id": "smoke-serve/tiny/extra",
+            "argv": _after_entry(server.command(tiny, SMOKE_EXTRA)),
+            "plan": tiny,
+            "rank": 0,
+        }
+    )
+    return commands
+
+
 def _expand(args: list[str], values: dict[str, str]) -> list[str]:
     """Kubernetes' $(VAR) expansion of container args."""
     return [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], arg) for arg in args]
@@ -59,6 +100,8 @@ def _manifest_commands(tmp_path: Path) -> list[dict[str, Any]]:
     for kind in ("lws", "job"):
         args = render_args(target="k8s", job="serve", nodes=2, gpus=GPUS, fabric="ib", pins=pins)
         for obj in load_all(render(tmp_path, *args, "--k8s-kind", kind, name=kind)):
+            if obj["metadata"]["labels"]["app.kubernetes.io/component"] != "serve":
+                continue  # the serve smoke's Job: an HTTP client (tests/cluster/test_servesmoke.py)
             if obj["kind"] in ("Job", "LeaderWorkerSet"):
                 spec = obj["spec"].get("template") or obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]
                 container = spec["spec"]["containers"][0]
@@ -79,7 +122,7 @@ def _manifest_commands(tmp_path: Path) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     tmp_path = tmp_path_factory.mktemp("sglang")
-    commands = _profile_commands() + _manifest_commands(tmp_path)
+    commands = _profile_commands() + _manifest_commands(tmp_path) + _smoke_commands()
     negative = [
         # A renamed flag (the attention-DP flag under a name this SGLang does not have) must fail...
         {"id": "renamed", "argv": ["--model-path", "m", "--attention-dp-width", "2"]},
@@ -129,6 +172,24 @@ def test_parsed_values_are_the_plan(parsed: dict[str, dict[str, Any]]) -> None:
             assert values["dist_init_addr"] == "node-0:5000"
         if plan.a2a == "deepep_v2":
             assert values["deepep_v2_mode"] == ("hybrid" if plan.nodes > 1 else "direct")
+
+
+def test_the_serve_smokes_own_servers_parse_as_planned(parsed: dict[str, dict[str, Any]]) -> None:
+    """What `epstack smoke serve` starts: dummy weights for the tiny profile, no DeepEP flag in the
+    reference server, and the user's extra flag after the plan's."""
+    smoke = {key: value for key, value in parsed.items() if key.startswith("smoke-serve/")}
+    argvs = {command["id"]: command["argv"] for command in _smoke_commands()}
+    assert len(smoke) == len(PROFILES) * len(SMOKE_GPUS) * 2 + 1
+    for key, result in smoke.items():
+        assert result["ok"] and not _deprecations(result), (key, result["error"] or result["warnings"])
+        values = result["values"]
+        plan: ServePlan = result["plan"]
+        assert values["load_format"] == ("dummy" if plan.profile.dummy_weights else "auto")
+        assert (values["host"], values["port"]) == ("0.0.0.0", 30000)
+        if plan.a2a == "none":
+            assert values["moe_a2a_backend"] == "none" and "--deepep-v2-mode" not in argvs[key]
+    assert parsed["smoke-serve/tiny/extra"]["values"]["attention_backend"] == "triton"
+    assert parsed["smoke-serve/tiny/1/deepep_v2"]["values"]["attention_backend"] != "triton"
 
 
 def test_manifest_commands_carry_the_expanded_rank(parsed: dict[str, dict[str, Any]]) -> None:

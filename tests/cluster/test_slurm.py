@@ -20,17 +20,20 @@ from epstack.smoke.launch import detect
 from tests.cluster.conftest import DIGEST, IMAGE, check_cluster_golden, pins_for, render, render_args
 from tests.conftest import REPO, venv_tool
 
-# srun stand-in: for each of --nodes x --ntasks-per-node tasks, the environment srun would give it,
-# recorded with the container image and the task's command as JSON lines (the command is not run).
+# srun stand-in: for each of --nodes (default: the job's) x --ntasks-per-node tasks, the environment srun
+# would give it, recorded with the container image and the task's command as JSON lines (the command is
+# not run). A step then takes FAKE_<ROLE>_SECONDS and exits FAKE_<ROLE>_EXIT, its role "smoke" (epstack
+# smoke serve), "server" (sglang) or "other".
 FAKE_SRUN = r"""#!/usr/bin/env python3
-import json, os, sys
+import json, os, sys, time
 args = sys.argv[1:]
 opts = {}
 while args and args[0].startswith("--"):
     key, _, value = args.pop(0)[2:].partition("=")
     opts[key] = value
-nodes = int(os.environ["FAKE_NODES"])
+nodes = int(opts.get("nodes", os.environ["FAKE_NODES"]))
 per_node = int(opts.get("ntasks-per-node", "1"))
+role = "smoke" if args[1:3] == ["smoke", "serve"] else "server" if "sglang" in " ".join(args) else "other"
 with open(os.environ["FAKE_LOG"], "a") as log:
     for node in range(nodes):
         for local in range(per_node):
@@ -39,6 +42,8 @@ with open(os.environ["FAKE_LOG"], "a") as log:
                        SLURM_NTASKS_PER_NODE=str(per_node), SLURM_NNODES=str(nodes),
                        SLURM_STEP_NODELIST=os.environ["SLURM_JOB_NODELIST"])
             log.write(json.dumps({"opts": opts, "argv": args, "env": env}) + "\n")
+time.sleep(float(os.environ.get(f"FAKE_{role.upper()}_SECONDS", "0")))
+sys.exit(int(os.environ.get(f"FAKE_{role.upper()}_EXIT", "0")))
 """
 FAKE_SCONTROL = """#!/bin/sh
 [ "$1 $2" = "show hostnames" ] || exit 2
@@ -47,10 +52,11 @@ i=0; while [ "$i" -lt "$FAKE_NODES" ]; do echo "gpu-st-$i"; i=$((i + 1)); done
 
 
 def _run_sbatch(
-    tmp_path: Path, script: str, nodes: int, memlock: str = "unlimited"
+    tmp_path: Path, script: str, nodes: int, memlock: str = "unlimited", **fake: str
 ) -> subprocess.CompletedProcess[str]:
-    """Run the script with the stand-ins first on PATH. `ulimit -l` answers `memlock` (a bash
-    function from BASH_ENV: this machine's own limit cannot be raised)."""
+    """Run the script with the stand-ins first on PATH, `fake` (FAKE_SMOKE_EXIT="1" ...) in their
+    environment. `ulimit -l` answers `memlock` (a bash function from BASH_ENV: this machine's own limit
+    cannot be raised)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
@@ -66,20 +72,29 @@ def _run_sbatch(
         "FAKE_LOG": str(tmp_path / "srun.jsonl"),
         "SLURM_JOB_NODELIST": f"gpu-st-[0-{nodes - 1}]",
         "SLURM_JOB_ID": "4242",
+        **fake,
     }
-    return subprocess.run(["bash", path], env=env, capture_output=True, text=True, check=False)
+    return subprocess.run(["bash", path], env=env, capture_output=True, text=True, check=False, timeout=60)
 
 
 def _steps(tmp_path: Path, script: str, nodes: int) -> list[dict[str, Any]]:
     """Every task of every srun the script ran."""
+    (tmp_path / "srun.jsonl").unlink(missing_ok=True)
     result = _run_sbatch(tmp_path, script, nodes)
     assert result.returncode == 0, result.stderr
     return [json.loads(line) for line in (tmp_path / "srun.jsonl").read_text().splitlines()]
 
 
+def _job_step(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tasks of the job's step (in its container, through the image's entrypoint), not the host
+    steps before it nor the serve smoke beside it."""
+    return [
+        task for task in steps if "container-image" in task["opts"] and task["argv"][0] == IMAGE_ENTRYPOINT
+    ]
+
+
 def _tasks(tmp_path: Path, script: str, nodes: int) -> list[dict[str, Any]]:
-    """The tasks of the job's step (in its container), not the host steps before it."""
-    return [task for task in _steps(tmp_path, script, nodes) if "container-image" in task["opts"]]
+    return _job_step(_steps(tmp_path, script, nodes))
 
 
 def _tool_checks(script: str, tmp_path: Path) -> None:
