@@ -2,17 +2,24 @@
 
 guard-layer.sh writes it (`epstack guard --record`) once a layer's guard passed, beside the report:
 the digests of the pins file and of that report, the environment variables that decide what the guard
-sees, and a stat fingerprint of the files that decide it. At start (`epstack guard --at-start`) a
-record equal to the container's own facts means the build's proof holds; the first difference is named
-in one line, and the full guard runs.
+sees, a stat fingerprint of the files that decide it, and the sha256 of the interpreter and the loader's
+own configuration. At start (`epstack guard --at-start`) a record equal to the container's own facts,
+and no file of those trees changed in this container, means the build's proof holds; the first
+difference is named in one line, and the full guard runs.
 
 The fingerprint is, per folder, a digest of its entries' names, sizes, modes and mtimes in whole
 seconds (a layer pushed and pulled keeps only those: its tar truncates them), over epstack's home (the
-venv, the tool, pins, locks, wheels; not reports/ or sbom/, written after the record), the CUDA_HOME
-the JITs use, and library resolution: `ldconfig -p` and the folders it names, without the NVIDIA
-driver's own libraries (a GPU host's runtime mounts them and runs ldconfig; the start checks the driver
-itself). __pycache__ folders are left out: Python may write them under any import (PYTHONDONTWRITEBYTECODE
-unset), and a stale one is never loaded (its header names its source's mtime and size).
+venv, the tool, pins, locks, wheels, shipped JIT caches; not reports/ or sbom/, written after the
+record), the CUDA_HOME the JITs use, the interpreter's standard library, and library resolution:
+`ldconfig -p` and the folders it names, without the NVIDIA driver's own libraries (a GPU host's runtime
+mounts them and runs ldconfig; the start checks the driver itself). What that cannot see, a file
+rewritten in place with its size and mtime put back, the kernel's change time does: every write, chmod,
+rename or utime sets a file's ctime to now, and nothing in a container with the default capabilities
+can set it back (that needs the clock, CAP_SYS_TIME). So at start any file of those trees whose ctime
+is later than the container's first process started was changed in this container. __pycache__ is
+not fingerprinted (Python writes it under any import), but a bytecode file changed in this container
+must be one Python checks against its source (a timestamp or checked-hash .pyc), never an
+unchecked-hash one, which Python runs whatever the source says.
 """
 
 from __future__ import annotations
@@ -21,8 +28,10 @@ import hashlib
 import os
 import re
 import stat
+import sys
+import sysconfig
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from epstack import imagepaths
@@ -33,12 +42,26 @@ from epstack.guard.jitprobe import STEERING, reports_folder
 from epstack.guard.libraries import LoadedRuntime, loaded_cuda_runtime
 from epstack.guard.onecuda import cuda_home
 
-# What decides the guard's rows besides the files: the loader's and Python's search paths, the JITs'
-# compilers (STEERING), NCCL's plugins, and where epstack reads its pins, locks, reports. Not
-# EP_JIT_CACHE_DIR: its row is checked at every start (the entrypoint moves it off a read-only root).
+# What decides the guard's rows besides the files: what the loader loads (glibc's UNSECURE_ENVVARS,
+# sysdeps/generic/unsecvars.h, the variables it drops for setuid programs because they steer loading,
+# less those that only print, resolve hosts or name temporary and time-zone folders; and
+# LD_ASSUME_KERNEL of ld.so(8)), what Python imports and which bytecode it runs (`python3 --help-env`,
+# and PYTHONUSERBASE of the site module), the JITs' compilers (STEERING), NCCL's plugins, and where
+# epstack reads its pins, locks, reports. Not EP_JIT_CACHE_DIR: its row is checked at every start
+# (the entrypoint moves it off a read-only root).
+LOADER_ENV = (
+    *("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "LD_ASSUME_KERNEL", "LD_BIND_NOT", "LD_DYNAMIC_WEAK"),
+    *("LD_HWCAP_MASK", "LD_ORIGIN_PATH", "LD_PROFILE", "LD_USE_LOAD_BIAS", "GLIBC_TUNABLES"),
+    *("GCONV_PATH", "GETCONF_DIR", "LOCPATH", "NLSPATH"),
+)
+PYTHON_ENV = (
+    *("PYTHONPATH", "PYTHONHOME", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE"),
+    *("PYTHONPYCACHEPREFIX", "PYTHONOPTIMIZE", "PYTHONSTARTUP", "PYTHONBREAKPOINT", "PYTHONWARNINGS"),
+)
 DECIDING_ENV = (
-    *("LD_PRELOAD", "LD_LIBRARY_PATH", "PATH", "VIRTUAL_ENV"),
-    *("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE"),
+    *LOADER_ENV,
+    *("PATH", "VIRTUAL_ENV"),
+    *PYTHON_ENV,
     *STEERING,
     *("NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "NCCL_ENV_PLUGIN"),
     *("EPSTACK_HOME", "EPSTACK_PINS", "EPSTACK_LOCKS", "EPSTACK_REPORTS"),
@@ -49,6 +72,10 @@ DRIVER_LIBRARY = re.compile(
 )
 SKIPPED_FOLDERS = frozenset({"__pycache__"})
 LIBRARY_RESOLUTION = "library resolution"  # the tree of `ldconfig -p` and the folders it names
+BY_CONTENT = "files by content"  # the interpreter and the loader's configuration, by sha256
+# Read by the loader of every process; /etc/ld.so.cache and ld.so.conf.d are not here: a GPU host's
+# runtime rewrites them at start, and `ldconfig -p` (library resolution) says what they resolve.
+LOADER_FILES = ("/etc/ld.so.preload", "/etc/ld.so.conf")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,32 +137,89 @@ def _digest(entries: list[tuple[str, int, int, int]]) -> str:
     return hashlib.sha256(repr(sorted(entries)).encode()).hexdigest()[:16]
 
 
-def _entry(entry: os.DirEntry[str]) -> tuple[str, int, int, int]:
+@dataclass(kw_only=True)
+class Changes:
+    """At start: the files of the walked trees changed in this container (ctime after `since`)."""
+
+    since: float  # the container's first process started (epoch seconds)
+    paths: list[str] = field(default_factory=list)
+
+    def see(self, path: str, info: os.stat_result) -> None:
+        if info.st_ctime > self.since:
+            self.paths.append(path)
+
+    def see_bytecode(self, folder: str, entries: Iterable[os.DirEntry[str]]) -> None:
+        """A __pycache__ folder: a file changed since the start must be bytecode Python checks."""
+        for entry in entries:
+            info = entry.stat(follow_symlinks=False)
+            if info.st_ctime > self.since and not _checked_bytecode(f"{folder}/{entry.name}"):
+                self.paths.append(f"{folder}/{entry.name} (bytecode Python would not check)")
+
+
+def _checked_bytecode(path: str) -> bool:
+    """A .pyc whose header makes Python check it against its source: a timestamp one (flags 0) or a
+    checked-hash one (flags 0b11, PEP 552); not an unchecked-hash one (0b01), not anything else."""
+    try:
+        with open(path, "rb") as pyc:
+            header = pyc.read(8)
+    except OSError:
+        return False
+    return len(header) == 8 and int.from_bytes(header[4:8], "little") in (0, 0b11)
+
+
+def _entry(entry: os.DirEntry[str], folder: str, changes: Changes | None) -> tuple[str, int, int, int]:
     """A folder's entry as its digest sees it; a folder's own size and mtime move whenever anything is
-    written in it, so only its name and mode count (its files are digested on their own)."""
+    written in it, so only its name and mode count (its files are digested on their own). A link to a
+    file counts as the file it names too, wherever that is (Ubuntu's stdlib sitecustomize.py is a link
+    into /etc)."""
     info = entry.stat(follow_symlinks=False)
-    if stat.S_ISDIR(info.st_mode):
+    if stat.S_ISDIR(info.st_mode):  # its ctime moves with every entry added: its names are the digest's
         return (entry.name + "/", 0, 0, info.st_mode)
+    path = f"{folder}/{entry.name}"
+    if changes is not None:
+        changes.see(path, info)
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            target = entry.stat(follow_symlinks=True)
+        except OSError:
+            return (entry.name + " ->", info.st_size, 0, info.st_mode)  # dangling
+        if stat.S_ISREG(target.st_mode):
+            if changes is not None:
+                changes.see(f"{path} -> {os.path.realpath(path)}", target)
+            return (entry.name + " ->", target.st_size, target.st_mtime_ns // 1_000_000_000, info.st_mode)
     return (entry.name, info.st_size, info.st_mtime_ns // 1_000_000_000, info.st_mode)
 
 
-def _scan(folder: str, hidden: frozenset[str]) -> tuple[str, list[str]]:
+def _scan(folder: str, hidden: frozenset[str], changes: Changes | None) -> tuple[str, list[str]]:
     """A folder's digest and its subfolders' names, without `hidden` names. Scanned through a descriptor,
     so each entry's stat resolves one name, not its whole path again (the walk's cost, in overlayfs)."""
     try:
         descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
+        try:  # each entry's stat resolves against the descriptor: keep it open until they are done
             with os.scandir(descriptor) as scan:
-                entries = [_entry(entry) for entry in scan if entry.name not in hidden]
+                listed = list(scan)
+            entries = [_entry(entry, folder, changes) for entry in listed if entry.name not in hidden]
         finally:
             os.close(descriptor)
+        if changes is not None:
+            for name in SKIPPED_FOLDERS.intersection(entry.name for entry in listed):
+                _bytecode(f"{folder}/{name}", changes)
     except OSError as exc:
         return f"unreadable: {exc.strerror}", []
     return _digest(entries), [name[:-1] for name, *_ in entries if name.endswith("/")]
 
 
-def walk(root: Path, skip: Iterable[Path] = ()) -> Tree:
-    """Each folder under `root` (not following links; not __pycache__, not `skip`) and its digest."""
+def _bytecode(folder: str, changes: Changes) -> None:
+    try:
+        with os.scandir(folder) as scan:
+            changes.see_bytecode(folder, list(scan))
+    except OSError:
+        return
+
+
+def walk(root: Path, skip: Iterable[Path] = (), changes: Changes | None = None) -> Tree:
+    """Each folder under `root` (not following links; not __pycache__, not `skip`) and its digest; with
+    `changes`, each file changed since the container started (bytecode in __pycache__ included)."""
     hidden: dict[str, set[str]] = {}
     for path in skip:
         hidden.setdefault(str(path.parent), set()).add(path.name)
@@ -143,14 +227,14 @@ def walk(root: Path, skip: Iterable[Path] = ()) -> Tree:
     pending = [(".", str(root))]
     while pending:
         relative, folder = pending.pop()
-        folders[relative], subfolders = _scan(folder, SKIPPED_FOLDERS | hidden.get(folder, set()))
+        folders[relative], subfolders = _scan(folder, SKIPPED_FOLDERS | hidden.get(folder, set()), changes)
         pending += [
             (name if relative == "." else f"{relative}/{name}", f"{folder}/{name}") for name in subfolders
         ]
     return Tree(root=str(root), folders=folders)
 
 
-def library_tree() -> Tree:
+def library_tree(changes: Changes | None = None) -> Tree:
     """What the loader resolves: `ldconfig -p`'s entries, and the files of each folder they name plus
     the default ones (a library dropped there without ldconfig is found too), driver libraries left out."""
     result = run("ldconfig", "-p", echo=False)
@@ -164,22 +248,48 @@ def library_tree() -> Tree:
         try:
             with os.scandir(folder) as scan:
                 files = [e for e in scan if not DRIVER_LIBRARY.match(e.name) and not e.is_dir()]
-            digests[folder] = _digest([_entry(e) for e in files])
+            digests[folder] = _digest([_entry(e, folder, changes) for e in files])
         except OSError as exc:
             digests[folder] = f"unreadable: {exc.strerror}"
     return Tree(root=LIBRARY_RESOLUTION, folders=digests)
 
 
-def fingerprint(env: Mapping[str, str]) -> tuple[Tree, ...]:
-    """Every tree the record covers, as this container has them."""
+def content_tree() -> Tree:
+    """The interpreter (and its libpython, where it has one) and the loader's own configuration, by
+    sha256: the venv's python is a link to it, and /etc/ld.so.preload is read by every process."""
+    files = [os.path.realpath(sys.executable), *LOADER_FILES]
+    if sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        files.insert(1, f"{sysconfig.get_config_var('LIBDIR')}/{sysconfig.get_config_var('INSTSONAME')}")
+    digests: dict[str, str] = {}
+    for path in files:
+        try:
+            digests[path] = sha256(Path(path))[:16]
+        except FileNotFoundError:
+            digests[path] = "absent"
+        except OSError as exc:
+            digests[path] = f"unreadable: {exc.strerror}"
+    return Tree(root=BY_CONTENT, folders=digests)
+
+
+def fingerprint(env: Mapping[str, str], changes: Changes | None = None) -> tuple[Tree, ...]:
+    """Every tree the record covers, as this container has them; with `changes`, what changed in it."""
     home = Path(env.get("EPSTACK_HOME") or imagepaths.EPSTACK_HOME)
     venv = Path(env.get("VIRTUAL_ENV") or imagepaths.VENV)
     reports = (home / "reports", home / "sbom", reports_folder())
-    trees = [walk(venv), walk(home, skip=(venv, *reports))]
+    trees = [walk(venv, changes=changes), walk(home, skip=(venv, *reports), changes=changes)]
     cuda = Path(os.path.realpath(cuda_home(env)))
     if cuda.is_dir():
-        trees.append(walk(cuda))
-    return (*trees, library_tree())
+        trees.append(walk(cuda, changes=changes))
+    trees.append(walk(Path(sysconfig.get_paths()["stdlib"]), changes=changes))
+    return (*trees, library_tree(changes), content_tree())
+
+
+def container_started() -> float:
+    """When this container's first process started (epoch seconds): /proc/1/stat's start time in clock
+    ticks after boot, plus /proc/stat's boot time."""
+    fields = Path("/proc/1/stat").read_text().rsplit(")", 1)[1].split()
+    boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+    return int(boot.split()[1]) + int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
 def make_record(
@@ -218,15 +328,16 @@ def _tree_change(was: Tree, now: Tree) -> str:
     )
     if not changed:
         return ""
-    first = changed[0] if was.root == LIBRARY_RESOLUTION else os.path.join(was.root, changed[0])
-    what = f"{len(changed)} folder{'s' if len(changed) > 1 else ''}"
+    first = changed[0] if was.root in (LIBRARY_RESOLUTION, BY_CONTENT) else os.path.join(was.root, changed[0])
+    noun = "file" if was.root == BY_CONTENT else "folder"
+    what = f"{len(changed)} {noun}{'s' if len(changed) > 1 else ''}"
     return f"{what} changed in {was.root} since the build (first: {os.path.normpath(first)})"
 
 
-def what_changed(
+def _inputs_change(
     record: GuardRecord, *, layer: str, pins: Path, locks: Path | None, env: Mapping[str, str]
 ) -> str:
-    """The first difference between the record and this container, in words; "" when there is none."""
+    """What the start was asked, the pins and report it reads, and the deciding variables."""
     asked = {"layer": layer, "pins": str(pins), "locks": str(locks or "")}
     recorded = {"layer": record.layer, "pins": record.pins, "locks": record.locks}
     for key, value in asked.items():
@@ -244,7 +355,27 @@ def what_changed(
     for key in sorted(now.keys() | record.env.keys()):
         if now.get(key) != record.env.get(key):
             return f"{key}={now.get(key, '(unset)')}, the build had {record.env.get(key, '(unset)')}"
-    trees = {tree.root: tree for tree in fingerprint(env)}
+    return ""
+
+
+def _files_change(record: GuardRecord, env: Mapping[str, str]) -> str:
+    """The trees against the build's, then any of their files changed since the container started."""
+    changes = Changes(since=container_started())
+    trees = {tree.root: tree for tree in fingerprint(env, changes)}
     if trees.keys() != {tree.root for tree in record.trees}:
         return f"the trees fingerprinted differ: {', '.join(sorted(trees))} now"
-    return next(filter(None, (_tree_change(was, trees[was.root]) for was in record.trees)), "")
+    changed = next(filter(None, (_tree_change(was, trees[was.root]) for was in record.trees)), "")
+    if changed or not changes.paths:
+        return changed
+    count = len(changes.paths)
+    return (
+        f"{count} file{'s' if count > 1 else ''} changed in this container since it started "
+        f"(first: {sorted(changes.paths)[0]}; its ctime is later than the container's first process)"
+    )
+
+
+def what_changed(
+    record: GuardRecord, *, layer: str, pins: Path, locks: Path | None, env: Mapping[str, str]
+) -> str:
+    """The first difference between the record and this container, in words; "" when there is none."""
+    return _inputs_change(record, layer=layer, pins=pins, locks=locks, env=env) or _files_change(record, env)

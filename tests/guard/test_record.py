@@ -6,6 +6,7 @@ difference. Real folders under tmp_path; `ldconfig -p` as it prints."""
 from __future__ import annotations
 
 import os
+import sysconfig
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from epstack.errors import EnvironmentProblem
 from epstack.guard import record as record_module
 from epstack.guard.libraries import LoadedRuntime
 from epstack.guard.record import (
+    BY_CONTENT,
     LIBRARY_RESOLUTION,
     GuardRecord,
     Tree,
@@ -31,6 +33,9 @@ from epstack.guard.record import (
     what_changed,
 )
 from tests.conftest import PINS
+
+STDLIB = sysconfig.get_paths()["stdlib"]  # the interpreter's standard library, walked as the venv is
+LAST = [LIBRARY_RESOLUTION, BY_CONTENT]
 
 
 def tree_of(root: Path) -> dict[str, str]:
@@ -192,12 +197,13 @@ def test_the_fingerprint_covers_the_venv_home_cuda_home_and_library_resolution(
     monkeypatch.setenv("EPSTACK_REPORTS", str(tmp_path / "elsewhere"))
     env = {"EPSTACK_HOME": str(home), "VIRTUAL_ENV": str(venv), "CUDA_HOME": str(tmp_path / "cuda")}
     trees = fingerprint(env)
-    assert [tree.root for tree in trees] == [str(venv), str(home), str(real_cuda), LIBRARY_RESOLUTION]
+    assert [tree.root for tree in trees] == [str(venv), str(home), str(real_cuda), STDLIB, *LAST]
     assert set(trees[1].folders) == {".", "tool"}, "reports and the sbom are written after the record"
     assert [tree.root for tree in fingerprint({**env, "CUDA_HOME": str(tmp_path / "none")})] == [
         str(venv),
         str(home),
-        LIBRARY_RESOLUTION,
+        STDLIB,
+        *LAST,
     ]
 
 
@@ -206,7 +212,7 @@ def test_an_image_without_the_variables_is_fingerprinted_where_the_image_puts_th
 ) -> None:
     monkeypatch.setenv("EPSTACK_REPORTS", str(tmp_path))
     roots = [tree.root for tree in fingerprint({"CUDA_HOME": str(tmp_path / "none")})]
-    assert roots == [str(imagepaths.VENV), str(imagepaths.EPSTACK_HOME), LIBRARY_RESOLUTION]
+    assert roots == [str(imagepaths.VENV), str(imagepaths.EPSTACK_HOME), STDLIB, *LAST]
 
 
 def test_the_record_lives_beside_the_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -297,13 +303,14 @@ def test_another_set_of_trees_or_a_library_folder_changed_is_named(
     assert what_changed(record, layer="sglang", pins=PINS, locks=None, env=env) == (
         f"the trees fingerprinted differ: {', '.join(sorted(tree.root for tree in now))} now"
     )
-    libraries = replace(now[2], folders={**now[2].folders, "/usr/lib": "0" * 16, "/lib": "1" * 16})
-    record = a_record(tmp_path, env=deciding_env(env), trees=(*now[:2], libraries))
+    *walked, loader, by_content = now
+    libraries = replace(loader, folders={**loader.folders, "/usr/lib": "0" * 16, "/lib": "1" * 16})
+    record = a_record(tmp_path, env=deciding_env(env), trees=(*walked, libraries, by_content))
     assert what_changed(record, layer="sglang", pins=PINS, locks=None, env=env) == (
         "2 folders changed in library resolution since the build (first: /lib)"
     )
-    entries = replace(now[2], folders={**now[2].folders, "ldconfig -p": "0" * 16})
-    record = a_record(tmp_path, env=deciding_env(env), trees=(*now[:2], entries))
+    entries = replace(loader, folders={**loader.folders, "ldconfig -p": "0" * 16})
+    record = a_record(tmp_path, env=deciding_env(env), trees=(*walked, entries, by_content))
     assert what_changed(record, layer="sglang", pins=PINS, locks=None, env=env) == (
         "1 folder changed in library resolution since the build (first: ldconfig -p)"
     ), "ldconfig's entries are named as they are, not as a folder under a root"
@@ -343,7 +350,8 @@ def test_a_record_names_what_the_build_had(tmp_path: Path, monkeypatch: pytest.M
     assert [tree.root for tree in record.trees] == [
         str(tmp_path / "venv"),
         str(tmp_path / "home"),
-        LIBRARY_RESOLUTION,
+        STDLIB,
+        *LAST,
     ]
     assert isinstance(record.cuda_runtime, LoadedRuntime)
     assert what_changed(record, layer="deepep", pins=PINS, locks=tmp_path / "locks", env=env) == ""

@@ -6,13 +6,18 @@ path is in tests/image/test_docker_build.py."""
 from __future__ import annotations
 
 import os
+import py_compile
+import shutil
 import subprocess
+import time
 from pathlib import Path
+from py_compile import PycInvalidationMode
 
 import pytest
 
 from epstack.checkrow import Check
 from epstack.cli import main
+from epstack.guard import record as record_module
 from epstack.guard import start
 from epstack.guard.kernelcache import FLASHINFER
 from epstack.guard.libraries import LoadedRuntime, live_cuda_rows
@@ -346,3 +351,99 @@ def test_flashinfers_row_is_checked_now_where_flashinfer_will_look(
         "skipped",
         "sglang",
     )
+
+
+# What the build's fingerprint cannot see, a container's own changes: the kernel's change time
+# (issue 29's cases, on real files; the built image's in tests/image/test_docker_build.py).
+
+
+def started_after_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The container starts once the image is built; what follows happens in it."""
+    started = time.time()
+    monkeypatch.setattr(record_module, "container_started", lambda: started)
+    time.sleep(0.05)  # past the file system's coarse clock, which stamps ctime
+
+
+def test_a_rewrite_in_place_with_size_and_mtime_put_back_is_a_change(
+    image: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library = image / "venv/lib/site-packages/torch/_C.so"
+    library.write_bytes(b"\x7fELF" + b"\0" * 60)
+    build(image)
+    started_after_build(monkeypatch)
+    before = library.stat()
+    library.write_bytes(os.urandom(64))  # same size
+    os.utime(library, ns=(before.st_atime_ns, before.st_mtime_ns))  # touch -r
+    assert change(image) == (
+        f"1 file changed in this container since it started (first: {library}; "
+        "its ctime is later than the container's first process)"
+    )
+
+
+def test_bytecode_python_would_run_unchecked_is_a_change_its_own_is_not(
+    image: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    package = image / "venv/lib/site-packages/torch"
+    build(image)
+    started_after_build(monkeypatch)
+    (package / "__pycache__").mkdir()
+    for mode in (PycInvalidationMode.TIMESTAMP, PycInvalidationMode.CHECKED_HASH):
+        py_compile.compile(
+            str(package / "__init__.py"), cfile=str(tmp_path / "x.pyc"), invalidation_mode=mode
+        )
+        shutil.copy(tmp_path / "x.pyc", package / "__pycache__/__init__.cpython-312.pyc")
+        assert change(image) == "", "Python checks these against their source"
+    py_compile.compile(
+        str(package / "__init__.py"),
+        cfile=str(package / "__pycache__/__init__.cpython-312.pyc"),
+        invalidation_mode=PycInvalidationMode.UNCHECKED_HASH,
+    )
+    assert change(image) == (
+        f"1 file changed in this container since it started (first: {package}/__pycache__/"
+        "__init__.cpython-312.pyc (bytecode Python would not check); its ctime is later than the "
+        "container's first process)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("LD_AUDIT", "/tmp/audit.so"), ("PYTHONPYCACHEPREFIX", "/tmp/pyc"), ("GLIBC_TUNABLES", "x=1")],
+)
+def test_a_variable_that_changes_what_is_loaded_is_a_change(
+    image: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    build(image)
+    monkeypatch.setenv(variable, value)
+    assert change(image) == f"{variable}={value}, the build had (unset)"
+
+
+def test_the_loaders_preload_file_is_checked_by_content(
+    image: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    preload = tmp_path / "ld.so.preload"
+    monkeypatch.setattr(record_module, "LOADER_FILES", (str(preload),))
+    build(image)
+    preload.write_text("/opt/other/libnccl.so.2\n")
+    assert change(image) == f"1 file changed in files by content since the build (first: {preload})"
+
+
+def test_a_link_counts_as_the_file_it_names_outside_the_tree(
+    image: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Ubuntu's /usr/lib/python3.12/sitecustomize.py is a link into /etc: writing through it changes
+    no entry of the tree it is in."""
+    outside = tmp_path / "etc-sitecustomize.py"
+    outside.write_text("# site\n")
+    link = image / "venv/lib/site-packages/sitecustomize.py"
+    link.symlink_to(outside)
+    build(image)
+    outside.write_text("import os  # now\n")
+    site = image / "venv/lib/site-packages"
+    assert change(image) == f"1 folder changed in {image / 'venv'} since the build (first: {site})"
+    outside.write_text("# site\n")
+    build(image)
+    started_after_build(monkeypatch)
+    before = outside.stat()
+    outside.write_text("# evil\n")  # its size
+    os.utime(outside, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert change(image).startswith(f"1 file changed in this container since it started (first: {link} -> ")

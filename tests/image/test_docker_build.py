@@ -638,6 +638,75 @@ def test_a_user_layer_that_installs_something_or_preloads_gets_the_full_guard(
     assert PROVEN not in preloaded.stderr and "guard: ok" in preloaded.stderr
 
 
+# Changes made inside a running container before the entrypoint (issue 29), each of which the record's
+# stat fingerprint alone let through: the start names each and runs the full guard instead of trusting.
+SITE = f"$(ls -d {imagepaths.VENV}/lib/python3*/site-packages)"
+STDLIB = "$(python -c 'import sysconfig; print(sysconfig.get_paths()[\"stdlib\"])')"
+IN_CONTAINER = {
+    "a library rewritten, size and mtime put back": (
+        f'f=$(ls {SITE}/torch/lib/libc10.so); cp -p "$f" /tmp/ref; '
+        'head -c "$(stat -c %s "$f")" /dev/urandom > "$f"; touch -r /tmp/ref "$f"',
+        "changed in this container since it started (first: ",
+    ),
+    "a module edited at its size, mtime put back": (
+        f'f={SITE}/torch/version.py; cp -p "$f" /tmp/ref; sed -i "s/__version__/__verzion__/" "$f"; '
+        'touch -r /tmp/ref "$f"',
+        "torch/version.py; its ctime is later",
+    ),
+    "unchecked-hash bytecode": (
+        'python -c "import glob, importlib.util, py_compile; '
+        f"src = glob.glob('{imagepaths.VENV}/lib/python3*/site-packages/torch/version.py')[0]; "
+        "py_compile.compile(src, cfile=importlib.util.cache_from_source(src), "
+        'invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)"',
+        "(bytecode Python would not check)",
+    ),
+    "the loader's preload file": (
+        "echo /usr/lib/x86_64-linux-gnu/libc.so.6 > /etc/ld.so.preload",
+        "changed in files by content since the build (first: /etc/ld.so.preload)",
+    ),
+    "a sitecustomize in the standard library": (
+        f'echo "import os" > {STDLIB}/sitecustomize.py',
+        "1 folder changed in /usr/lib/python3",
+    ),
+    "the standard library's ctypes appended to": (
+        f'echo "#" >> {STDLIB}/ctypes/__init__.py',
+        "changed in /usr/lib/python3",
+    ),
+    "LD_AUDIT": (
+        "export LD_AUDIT=/nonexistent/audit.so",
+        "LD_AUDIT=/nonexistent/audit.so, the build had (unset)",
+    ),
+    "PYTHONPYCACHEPREFIX": (
+        "export PYTHONPYCACHEPREFIX=/tmp/pyc",
+        "PYTHONPYCACHEPREFIX=/tmp/pyc, the build had",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", IN_CONTAINER)
+def test_a_change_inside_the_container_gets_the_full_guard(
+    built: BuildReport, engine: DockerEngine, case: str
+) -> None:
+    change, named = IN_CONTAINER[case]
+    script = f"set -e; {change}; exec {imagepaths.SCRIPTS}/entrypoint.sh true"
+    started = docker(
+        engine, "run", "--rm", "--entrypoint", "bash", ref(built, "base"), "-c", script, check=False
+    )
+    assert named in started.stderr, started.stderr[-3000:]
+    assert "nothing that decides them changed" not in started.stderr
+    assert ": full guard" in started.stderr
+
+
+def test_a_start_after_other_processes_that_change_nothing_is_trusted(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    """The control: a shell as the first process, Python run before the entrypoint (it may write its
+    own bytecode), and the start still trusts the build."""
+    script = f"python -c 'import json, email.parser'; exec {imagepaths.SCRIPTS}/entrypoint.sh true"
+    started = docker(engine, "run", "--rm", "--entrypoint", "bash", ref(built, "base"), "-c", script)
+    assert "nothing that decides them changed" in started.stderr, started.stderr[-3000:]
+
+
 # ---- the kernels layer (issue 17): DeepEP's kernels shipped over the sglang image ---------------
 
 KEY_SCRIPT = (

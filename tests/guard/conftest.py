@@ -1,0 +1,15 @@
+"""The container of these tests starts when its start is checked, so a file's change time counts only
+where a test says when its container started (record.container_started patched again)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from epstack.guard import record
+
+
+@pytest.fixture(autouse=True)
+def container_starts_when_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(record, "container_started", time.time)
