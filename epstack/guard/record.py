@@ -17,9 +17,9 @@ rewritten in place with its size and mtime put back, the kernel's change time do
 rename or utime sets a file's ctime to now, and nothing in a container with the default capabilities
 can set it back (that needs the clock, CAP_SYS_TIME). So at start any file of those trees whose ctime
 is later than the container's first process started was changed in this container. __pycache__ is
-not fingerprinted (Python writes it under any import), but a bytecode file changed in this container
-must be one Python checks against its source (a timestamp or checked-hash .pyc), never an
-unchecked-hash one, which Python runs whatever the source says.
+not fingerprinted (Python may write it under any import), but the images compile every module and set
+PYTHONDONTWRITEBYTECODE: a bytecode file changed in this container is foreign, and Python would run it
+(an unchecked-hash .pyc whatever its source says; any other whose header matches its source).
 """
 
 from __future__ import annotations
@@ -149,22 +149,12 @@ class Changes:
             self.paths.append(path)
 
     def see_bytecode(self, folder: str, entries: Iterable[os.DirEntry[str]]) -> None:
-        """A __pycache__ folder: a file changed since the start must be bytecode Python checks."""
+        """A __pycache__ folder: the image compiled every module and sets PYTHONDONTWRITEBYTECODE, so
+        Python writes no bytecode in it; one changed since the start is foreign, whatever its header
+        says (a timestamp or checked-hash .pyc is checked against its source's stat or hash, not
+        against the code it holds)."""
         for entry in entries:
-            info = entry.stat(follow_symlinks=False)
-            if info.st_ctime > self.since and not _checked_bytecode(f"{folder}/{entry.name}"):
-                self.paths.append(f"{folder}/{entry.name} (bytecode Python would not check)")
-
-
-def _checked_bytecode(path: str) -> bool:
-    """A .pyc whose header makes Python check it against its source: a timestamp one (flags 0) or a
-    checked-hash one (flags 0b11, PEP 552); not an unchecked-hash one (0b01), not anything else."""
-    try:
-        with open(path, "rb") as pyc:
-            header = pyc.read(8)
-    except OSError:
-        return False
-    return len(header) == 8 and int.from_bytes(header[4:8], "little") in (0, 0b11)
+            self.see(f"{folder}/{entry.name}", entry.stat(follow_symlinks=False))
 
 
 def _entry(entry: os.DirEntry[str], folder: str, changes: Changes | None) -> tuple[str, int, int, int]:

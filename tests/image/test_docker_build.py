@@ -658,7 +658,7 @@ IN_CONTAINER = {
         f"src = glob.glob('{imagepaths.VENV}/lib/python3*/site-packages/torch/version.py')[0]; "
         "py_compile.compile(src, cfile=importlib.util.cache_from_source(src), "
         'invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)"',
-        "(bytecode Python would not check)",
+        "torch/__pycache__/version.cpython-312.pyc; its ctime is later",
     ),
     "the loader's preload file": (
         "echo /usr/lib/x86_64-linux-gnu/libc.so.6 > /etc/ld.so.preload",
