@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from epstack.errors import BadInput
+from epstack.errors import BadInput, shown
 from epstack.inputs import read_text
 
 T = TypeVar("T")
@@ -57,7 +57,7 @@ class Schema(Generic[T]):
         if not isinstance(data, dict) or found != self.id:
             problem = f"no schema, so not {self.what}"
             if isinstance(found, str):
-                problem = f"schema {found!r} unknown"
+                problem = f"schema {shown(found)} unknown"
             raise BadInput(f"{source}: {problem}, this epstack reads {self.id!r}; fix: {self.fix}")
         try:
             return self._adapter.validate_python({k: v for k, v in data.items() if k != SCHEMA_KEY})

@@ -1,5 +1,6 @@
 """One error hierarchy and one exit-code table for every command (the smoke included); errors become
-exit codes only in epstack.commands.common.execute, which every entry point runs through."""
+exit codes only in epstack.commands.common.execute, which every entry point runs through. A user's
+value in a message goes through `shown`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,20 @@ EXIT_CODES: dict[int, str] = {
     ENVIRONMENT: "the environment lacks something (Docker, CUDA, torch, a GPU, the network, disk)",
     INTERRUPTED: "interrupted (Ctrl-C, SIGTERM); what was started was stopped",
 }
+
+
+# How much of a user's value a message shows: a 100 KB value never makes a 100 KB message.
+SHOWN_WHOLE = 160  # a value up to this long is shown whole (an image reference with registry and digest)
+SHOWN_HEAD = 60  # of a longer one, its first characters
+
+
+def shown(value: str, *, quote: bool = True) -> str:
+    """`value` as a message shows it, repr()'d (`quote`) or as it is: whole up to SHOWN_WHOLE
+    characters, else its first SHOWN_HEAD, "..." and its length: 'xxx'... (100000 chars)."""
+    if len(value) <= SHOWN_WHOLE:
+        return repr(value) if quote else value
+    head = value[:SHOWN_HEAD]
+    return f"{repr(head) if quote else head}... ({len(value)} chars)"
 
 
 class EpstackError(Exception):

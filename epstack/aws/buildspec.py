@@ -27,7 +27,7 @@ from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.reader import ReaderError
 
 from epstack.aws.retry import Retry, parse_retry
-from epstack.errors import BadInput
+from epstack.errors import BadInput, shown
 from epstack.inputs import read_text
 
 SCHEMA_PATH = Path(__file__).with_name("buildspec.schema.json")
@@ -170,10 +170,9 @@ class _CheckedConstructor(RoundTripConstructor):
         try:
             return super().construct_non_recursive_object(node, tag)
         except (ValueError, LookupError, ArithmeticError, TypeError):
-            value = str(node.value)
-            shown = value if len(value) <= 40 else value[:40] + "..."
             raise _Refused(
-                f"{shown!r} cannot be read as {str(tag or node.tag).replace('tag:yaml.org,2002:', '!!')}",
+                f"{shown(str(node.value))} cannot be read as "
+                f"{str(tag or node.tag).replace('tag:yaml.org,2002:', '!!')}",
                 node.start_mark,
                 "quote it to keep it a string, or correct the value",
             ) from None
@@ -267,7 +266,7 @@ def _finding(document: Document, error: jsonschema.ValidationError) -> Finding:
         near = difflib.get_close_matches(key, allowed)  # best first
         hint = f"did you mean {near[0]}?" if near else f"expected one of {', '.join(allowed)}"
         return Finding(
-            file=document.path, line=line, message=f"{_where([*path, key])}: unknown key {key!r}; {hint}"
+            file=document.path, line=line, message=f"{_where([*path, key])}: unknown key {shown(key)}; {hint}"
         )
     if "propertyNames" in error.absolute_schema_path and isinstance(error.instance, str):
         path.append(error.instance)  # the offending key itself, not the mapping holding it
@@ -277,12 +276,17 @@ def _finding(document: Document, error: jsonschema.ValidationError) -> Finding:
         return Finding(file=document.path, line=line, message=f"{where}: needs {fix}")
     if error.validator == "enum":  # the schema has no const
         choices: Any = error.validator_value
-        message = f"{where}: {error.instance!r} is not one of {', '.join(map(repr, choices))}"
+        got = shown(repr(error.instance), quote=False)
+        message = f"{where}: {got} is not one of {', '.join(map(repr, choices))}"
     elif error.validator == "not":
-        what = "these keys together" if isinstance(error.instance, dict) else repr(error.instance)
+        what = (
+            "these keys together"
+            if isinstance(error.instance, dict)
+            else shown(repr(error.instance), quote=False)
+        )
         message = f"{where}: {what} not allowed"
     elif error.validator == "type":
-        got = f"{type(error.instance).__name__} {error.instance!r}"
+        got = f"{type(error.instance).__name__} {shown(repr(error.instance), quote=False)}"
         message = f"{where}: expected {error.validator_value}, got {got}"
     else:
         message = f"{where}: {error.message}"

@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 
 from epstack.cmd import output_if_ok
-from epstack.errors import BadInput
+from epstack.errors import BadInput, shown
 
 
 def git(source: Path, *args: str) -> str:
@@ -30,7 +30,7 @@ def revision(source: Path, explicit: str | None) -> str:
         return found
     if explicit:
         raise BadInput(
-            f"--source-version {explicit!r}: not a commit of the checkout {source}; "
+            f"--source-version {shown(explicit)}: not a commit of the checkout {source}; "
             "fix: pass a commit, branch or tag that `git log` shows there"
         )
     raise BadInput("no source version: not a git checkout; fix: --source-version COMMIT")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from epstack.aws.buildspec import FileSet
 from epstack.aws.places import Place
-from epstack.errors import BadInput
+from epstack.errors import BadInput, shown
 
 
 def matched_files(file_set: FileSet, source: Path, *, at: str) -> list[tuple[Path, str]]:
@@ -63,7 +63,7 @@ def _glob(place: Place, base: Path, pattern: str, *, at: str) -> list[Path]:
         return sorted(base.glob(pattern))
     except (ValueError, NotImplementedError, OSError) as exc:
         raise BadInput(
-            f"{at}: {pattern!r} is not a glob epstack can match ({exc}); "
+            f"{at}: {shown(pattern)} is not a glob epstack can match ({exc}); "
             "fix: a relative glob such as 'out/**/*' ('**' only as a whole path segment)"
         ) from None
 

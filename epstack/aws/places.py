@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from epstack.errors import BadInput
+from epstack.errors import BadInput, shown
 
 SOURCE_FIX = (
     "name a path inside the source directory, relative to it (no '..', no absolute path, "
@@ -56,11 +56,11 @@ class Place:
     def leaves(self, path: Path, *, named: str) -> str | None:
         """Why `path` (`named` in the buildspec) is not inside this place; None when it is."""
         if "\0" in str(path):
-            return f"{named!r} holds a NUL byte; fix: {self.fix}"
+            return f"{shown(named)} holds a NUL byte; fix: {self.fix}"
         target = _resolved(path)
         if target.is_relative_to(self.root):
             return None
-        return f"{named!r} leads to {target}, outside {self.name} {self.root}; fix: {self.fix}"
+        return f"{shown(named)} leads to {target}, outside {self.name} {self.root}; fix: {self.fix}"
 
     def hold(self, path: Path, *, named: str, at: str) -> Path:
         """`path` resolved, or BadInput `at: why` (`at`: the buildspec's FILE:LINE: key) when it

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from re import _parser  # type: ignore[attr-defined]  # the stdlib's own regex parser
 from typing import Any
 
+from epstack.errors import shown
+
 DEFAULT_RETRIES = 3
 MAX_RETRIES = 100
 MAX_PATTERN = 256
@@ -55,10 +57,12 @@ def _check_pattern(pattern: str) -> None:
     try:
         re.compile(pattern)
     except re.error as exc:
-        raise ValueError(f"{pattern!r} is not a regular expression ({exc.msg}); fix: correct it") from None
+        raise ValueError(
+            f"{shown(pattern)} is not a regular expression ({exc.msg}); fix: correct it"
+        ) from None
     if _nested_repeat(_parser.parse(pattern), inside=False):
         raise ValueError(
-            f"{pattern!r} repeats a group that itself repeats, which backtracks for minutes on a long "
+            f"{shown(pattern)} repeats a group that itself repeats, which backtracks for minutes on a long "
             "log; fix: drop the inner or the outer quantifier"
         )
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from epstack.aws.clients import Backoff, secrets_client, ssm_client
-from epstack.errors import BadInput
+from epstack.errors import BadInput, shown
 
 if TYPE_CHECKING:
     from mypy_boto3_secretsmanager import SecretsManagerClient
@@ -67,7 +67,7 @@ class AwsSecrets:
             value = json.loads(text)[json_key]
         except (ValueError, KeyError, TypeError):
             raise BadInput(
-                f"secrets-manager: {secret_id} has no JSON key {json_key!r}; fix: check the reference"
+                f"secrets-manager: {secret_id} has no JSON key {shown(json_key)}; fix: check the reference"
             ) from None
         return str(value)
 

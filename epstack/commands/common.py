@@ -21,7 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Literal, TypeAlias
 
-from epstack.errors import INTERRUPTED, OK, BadInput, EpstackError
+from epstack.errors import INTERRUPTED, OK, BadInput, EpstackError, shown
 
 # What add_subparsers() returns: each module's register() adds its commands to it.
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -60,7 +60,7 @@ def one_line(text: str) -> str:
         kind = _NOT_TEXT.get(unicodedata.category(char))
         if kind:
             raise argparse.ArgumentTypeError(
-                f"{text!r} holds {kind} (U+{ord(char):04X}), which would break the generated "
+                f"{shown(text)} holds {kind} (U+{ord(char):04X}), which would break the generated "
                 "script or manifest it is written into; fix: one line of printable text"
             )
     return text
@@ -70,9 +70,9 @@ def _number(text: str, kind: Callable[[str], float]) -> float:
     try:
         value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number") from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a finite number")
     return value
 
 

@@ -25,7 +25,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from epstack.errors import BadInput
+from epstack.errors import BadInput, shown
 
 # Caps, far above the pinned archives (DeepEP, fmt, gdrcopy: at most 151 members and 1.4 MB, unpacking to
 # at most 3.2 MB, 1.8 to 5.6 times their size) and far below what would hurt a builder.
@@ -149,7 +149,7 @@ def _verified_members(tar: tarfile.TarFile, path: Path) -> str:
                 raise BadInput(f"{path}: more than {MAX_MEMBERS} members, not a source archive; {_FIX}")
             problem = _member_problem(member, empty) or ("is given twice" if member.name in names else "")
             if problem:
-                raise BadInput(f"{path}: member {member.name!r} {problem}; {_FIX}")
+                raise BadInput(f"{path}: member {shown(member.name)} {problem}; {_FIX}")
             names.add(member.name)
             if member.issym():
                 symlinks[member.name] = member.linkname
@@ -188,13 +188,16 @@ def _check_links(names: set[str], symlinks: dict[str, str], path: Path) -> None:
     for name in names:
         under = next((str(p) for p in Path(name).parents if str(p) in symlinks), None)
         if under:
-            raise BadInput(f"{path}: member {name!r} lies under the symbolic link {under!r}; {_FIX}")
+            raise BadInput(
+                f"{path}: member {shown(name)} lies under the symbolic link {shown(under)}; {_FIX}"
+            )
     for link, target in symlinks.items():
         walked, through_link = posixpath.dirname(link), False
         for part in target.split("/"):
             if part == ".." and through_link:
                 raise BadInput(
-                    f"{path}: member {link!r} links to {target!r}, climbing out of another link; {_FIX}"
+                    f"{path}: member {shown(link)} links to {shown(target)}, climbing out of another link; "
+                    f"{_FIX}"
                 )
             walked = posixpath.normpath(posixpath.join(walked, part))
             through_link = through_link or walked in symlinks

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 from epstack import __version__, imagepaths
-from epstack.errors import BadInput
+from epstack.errors import BadInput, shown
 from epstack.image.engine import DockerEngine
 from epstack.image.oci import Reference, parse_reference, tag_problem
 from epstack.image.render import templates
@@ -21,7 +21,9 @@ def _reference(image: str) -> Reference:
     try:
         return parse_reference(image)
     except ValueError as exc:
-        raise BadInput(f"--image {image!r}: not an image reference ({exc}); fix: e.g. epstack:TAG") from None
+        raise BadInput(
+            f"--image {shown(image)}: not an image reference ({exc}); fix: e.g. epstack:TAG"
+        ) from None
 
 
 def kernels_tag(image: str, sha256: str) -> str:
@@ -38,7 +40,7 @@ def _one_line(what: str, value: str) -> None:
     """Text from the export lands in the Dockerfile's comments: one line, or it could be an instruction."""
     if not value.isprintable():
         raise BadInput(
-            f"{what} {value!r} is not one line of printable text, so not written into the kernels "
+            f"{what} {shown(value)} is not one line of printable text, so not written into the kernels "
             "layer's Dockerfile; fix: export the kernels again from the image on a GPU"
         )
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from epstack.errors import shown
+
 MAX_TAG = 128
 MAX_NAME = 255
 _HOST = re.compile(
@@ -39,7 +41,8 @@ def tag_problem(tag: str) -> str | None:
         return f"the tag is {len(tag)} characters, over the {MAX_TAG} a registry accepts"
     if not _TAG.fullmatch(tag):
         return (
-            f"tag {tag!r} may hold only letters, digits, '_', '.' and '-' and may not start with '.' or '-'"
+            f"tag {shown(tag)} may hold only letters, digits, '_', '.' and '-' and may not start with "
+            "'.' or '-'"
         )
     return None
 
@@ -51,12 +54,13 @@ def repository_problem(name: str) -> str | None:
     first, slash, rest = name.partition("/")
     is_host = bool(slash) and ("." in first or ":" in first or first == "localhost")
     if is_host and not _HOST.fullmatch(first):
-        return f"{first!r} is not a registry host[:port]"
+        return f"{shown(first)} is not a registry host[:port]"
     path = rest if is_host else name
     bad = next((part for part in path.split("/") if not _PATH_COMPONENT.fullmatch(part)), None)
     if bad is not None:
         return (
-            f"{bad!r} is not a repository path component (lowercase letters and digits, joined by . _ __ -)"
+            f"{shown(bad)} is not a repository path component (lowercase letters and digits, joined by "
+            ". _ __ -)"
         )
     return None
 
@@ -65,7 +69,7 @@ def parse_reference(text: str) -> Reference:
     """Split and check a reference; ValueError says what is wrong."""
     name, at, digest = text.partition("@")
     if at and not _DIGEST.fullmatch(digest):
-        raise ValueError(f"{digest!r} is not sha256:<64 lowercase hex>")
+        raise ValueError(f"{shown(digest)} is not sha256:<64 lowercase hex>")
     head, _, last = name.rpartition("/")
     repository, tag = name, ""
     if ":" in last:

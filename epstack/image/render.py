@@ -26,7 +26,7 @@ import jinja2
 
 from epstack import __version__, imagepaths, resources
 from epstack.cmd import output_if_ok
-from epstack.errors import BadInput
+from epstack.errors import BadInput, shown
 from epstack.fabric import COMMON_IMAGE_ENV, FABRICS
 from epstack.image.sources import context_files as sources_context
 from epstack.image.standin import render_files as standin_files
@@ -80,7 +80,7 @@ def source_date(env: dict[str, str] | None = None, *, repository: Path | None = 
             return datetime.fromtimestamp(int(value), tz=UTC)
         except (ValueError, OverflowError, OSError):
             raise BadInput(
-                f"SOURCE_DATE_EPOCH={value!r} is not a time (seconds since 1970, decimal digits only, "
+                f"SOURCE_DATE_EPOCH={shown(value)} is not a time (seconds since 1970, decimal digits only, "
                 "before the year 10000); fix: set it to e.g. the last commit's `git log -1 --format=%ct`"
             ) from None
     commit_time = _git(repository, "log", "-1", "--format=%ct")

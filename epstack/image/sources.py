@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from epstack.errors import BadInput
+from epstack.errors import BadInput, shown
 from epstack.fabric import FABRICS
 from epstack.image import gitarchive
 
@@ -71,14 +71,14 @@ def parse_patches(value: str) -> tuple[Patch, ...]:
         match = _PATCH.match(member.strip())
         if not match:
             raise ValueError(
-                f"{member.strip()!r} is not a pinned patch; fix: write https://...#sha256=<64 hex>, "
+                f"{shown(member.strip())} is not a pinned patch; fix: write https://...#sha256=<64 hex>, "
                 "comma-separated, or none"
             )
         patches.append(Patch(url=match["url"], sha256=match["sha256"]))
     names = [patch.file for patch in patches]
     for index, name in enumerate(names):
         if name in names[:index]:
-            raise ValueError(f"two patches named {name!r}; fix: list each patch once")
+            raise ValueError(f"two patches named {shown(name)}; fix: list each patch once")
     return tuple(patches)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from epstack.errors import BadInput
+from epstack.errors import BadInput, shown
 from epstack.inputs import read_text
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -130,7 +130,7 @@ def _parse_line(number: int, line: str, comment: str) -> tuple[Entry | None, lis
     key, sep, value = line.partition("=")
     key = key.strip()
     if not sep or not _KEY.match(key):
-        text = f"not a KEY=VALUE line: {line!r}; fix: write KEY=VALUE, KEY in UPPER_SNAKE"
+        text = f"not a KEY=VALUE line: {shown(line)}; fix: write KEY=VALUE, KEY in UPPER_SNAKE"
         return None, [*problems, Problem(line=number, key="", text=text)]
     value = _INLINE_COMMENT.sub("", value).strip()
     quoted = _QUOTED.match(value)
@@ -140,7 +140,7 @@ def _parse_line(number: int, line: str, comment: str) -> tuple[Entry | None, lis
         text = f"{key}: quoted value; fix: write {key}={quoted.group(2)} (values are literal, never unquoted)"
     elif not _VERSION_SPEC.match(value) and (bad := _SHELL.search(value)):
         text = (
-            f"{key} contains shell syntax {bad.group()!r}; "
+            f"{key} contains shell syntax {shown(bad.group())}; "
             "fix: write the literal value, pins.env is never run by a shell"
         )
     else:
@@ -169,6 +169,6 @@ def rewrite(text: str, values: Mapping[str, str]) -> str:
             raise BadInput(f"{key}: no {key}= line to rewrite; fix: add {key} to the pins file first")
         if not value.strip() or not value.isprintable():
             raise BadInput(
-                f"{key}={value!r}: not one line of printable text; fix: give {key} one literal value"
+                f"{key}={shown(value)}: not one line of printable text; fix: give {key} one literal value"
             )
     return "".join(lines)

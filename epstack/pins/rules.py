@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 
 from packaging.version import Version
 
+from epstack.errors import shown
 from epstack.fabric import EFA, FABRICS
 from epstack.image.oci import parse_reference, tag_problem
 from epstack.layers import LAYER_NAMES
@@ -88,7 +89,7 @@ def _one_cuda_major(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
         elif image_os(ref) not in IMAGE_OS_GLIBC:
             yield pins_file.problem(
                 key,
-                f"{key} tag {tag} names OS {image_os(ref)!r}, which epstack has no wheel platform for",
+                f"{key} tag {tag} names OS {shown(image_os(ref))}, which epstack has no wheel platform for",
                 f"use an image for {' or '.join(IMAGE_OS_GLIBC)}",
             )
     if image_os(pins.cuda_devel_image) != image_os(pins.cuda_runtime_image):

@@ -5,12 +5,14 @@ and returns the value, or raises ValueError("what is wrong; fix: how")."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from epstack import fabric
+from epstack.errors import shown
 from epstack.image.oci import parse_reference, repository_problem
 from epstack.image.sources import parse_patches
 from epstack.stack import GPU_ARCHS
@@ -31,15 +33,18 @@ def exact_version(value: str) -> str:
     """One exact version in its one spelling: 2.30.7, never v2.30.7, 2.30.07, 2.30.7.0 or >=2.30.7."""
     if _RANGE.search(value):
         raise ValueError(
-            f"{value!r} is a range, not an exact version; fix: write the version alone, e.g. 1.2.3"
+            f"{shown(value)} is a range, not an exact version; fix: write the version alone, e.g. 1.2.3"
         )
     try:
         version = Version(value)
-    except InvalidVersion:
-        raise ValueError(f"{value!r} is not a version; fix: write an exact version such as 1.2.3") from None
+    except ValueError:  # InvalidVersion, or more digits than Python makes an int of
+        raise ValueError(
+            f"{shown(value)} is not a version; fix: write an exact version such as 1.2.3"
+        ) from None
     if version.local:
         raise ValueError(
-            f"{value!r} carries a local tag; fix: write {version.public} and put the tag in its own key"
+            f"{shown(value)} carries a local tag; fix: write {shown(version.public, quote=False)} and put "
+            "the tag in its own key"
         )
     canonical = str(version)
     release = version.release
@@ -47,29 +52,35 @@ def exact_version(value: str) -> str:
         head = ".".join(map(str, release[:_SIGNIFICANT_PARTS]))
         canonical = head + canonical.removeprefix(".".join(map(str, release)))
     if canonical != value:
-        raise ValueError(f"{value!r} is not written canonically; fix: write {canonical}")
+        raise ValueError(
+            f"{shown(value)} is not written canonically; fix: write {shown(canonical, quote=False)}"
+        )
     return value
 
 
 def debian_version(value: str) -> str:
     if _RANGE.search(value) or not re.match(r"^[0-9][A-Za-z0-9.+~:-]*$", value):
-        raise ValueError(f"{value!r} is not an exact Debian package version; fix: write e.g. 50.0-2ubuntu0.2")
+        raise ValueError(
+            f"{shown(value)} is not an exact Debian package version; fix: write e.g. 50.0-2ubuntu0.2"
+        )
     return value
 
 
 def image_by_digest(value: str) -> str:
     """NAME:TAG@sha256:<64 hex>, NAME with an optional registry host:port."""
     if "@" not in value:
-        raise ValueError(f"{value!r} has no digest; fix: append @sha256:<64 hex> of the image you tested")
+        raise ValueError(
+            f"{shown(value)} has no digest; fix: append @sha256:<64 hex> of the image you tested"
+        )
     try:
         reference = parse_reference(value)
     except ValueError as exc:
         raise ValueError(
-            f"{value!r} is not an image reference ({exc}); fix: write NAME:TAG@sha256:<64 hex>"
+            f"{shown(value)} is not an image reference ({exc}); fix: write NAME:TAG@sha256:<64 hex>"
         ) from None
     if not reference.tag:
         raise ValueError(
-            f"{value!r} has no tag; fix: write NAME:TAG@sha256:<64 hex>, the tag naming the CUDA"
+            f"{shown(value)} has no tag; fix: write NAME:TAG@sha256:<64 hex>, the tag naming the CUDA"
         )
     return value
 
@@ -78,7 +89,7 @@ def repository(value: str) -> str:
     problem = repository_problem(value)
     if problem:
         raise ValueError(
-            f"{value!r}: {problem}; fix: write e.g. epstack or registry.example:5000/team/epstack"
+            f"{shown(value)}: {problem}; fix: write e.g. epstack or registry.example:5000/team/epstack"
         )
     return value
 
@@ -87,7 +98,8 @@ def full_sha(value: str) -> str:
     if not _SHA.match(value):
         kind = "a short hash" if re.match(r"^[0-9a-f]{4,39}$", value) else "a branch or tag name"
         raise ValueError(
-            f"{value!r} is {kind}; fix: write the full 40-hex commit SHA (git rev-parse {value})"
+            f"{shown(value)} is {kind}; fix: write the full 40-hex commit SHA "
+            f"(git rev-parse {shown(value, quote=False)})"
         )
     return value
 
@@ -100,7 +112,7 @@ def snapshot(value: str) -> str:
         datetime.strptime(value, SNAPSHOT_FORMAT)
     except ValueError:
         raise ValueError(
-            f"{value!r} is not a UTC instant YYYYMMDDTHHMMSSZ; fix: write e.g. 20261115T000000Z"
+            f"{shown(value)} is not a UTC instant YYYYMMDDTHHMMSSZ; fix: write e.g. 20261115T000000Z"
         ) from None
     return value
 
@@ -110,11 +122,12 @@ def _members(value: str, what: str) -> tuple[str, ...]:
     members = tuple(member.strip() for member in value.split(","))
     if "" in members:
         raise ValueError(
-            f"{value!r} has an empty member; fix: separate {what} by single commas, none at the ends"
+            f"{shown(value)} has an empty member; fix: separate {what} by single commas, none at the ends"
         )
-    seen = {m for i, m in enumerate(members) if m in members[:i]}
+    seen = sorted(member for member, count in Counter(members).items() if count > 1)
     if seen:
-        raise ValueError(f"{value!r} lists {', '.join(sorted(seen))} twice; fix: name each {what} once")
+        twice = ", ".join(shown(member, quote=False) for member in seen)
+        raise ValueError(f"{shown(value)} lists {twice} twice; fix: name each {what} once")
     return members
 
 
@@ -124,7 +137,7 @@ def arch_list(value: str) -> tuple[str, ...]:
     for arch in archs:
         if not _ARCH.match(arch) or arch not in GPU_ARCHS:
             raise ValueError(
-                f"{arch!r} is not a GPU architecture; fix: write e.g. 9.0a or 10.0a, comma-separated"
+                f"{shown(arch)} is not a GPU architecture; fix: write e.g. 9.0a or 10.0a, comma-separated"
             )
     return archs
 
@@ -133,13 +146,13 @@ def fabric_list(value: str) -> tuple[str, ...]:
     fabrics = _members(value, "fabric")
     for name in fabrics:
         if name not in fabric.FABRICS:
-            raise ValueError(f"{name!r} is not a fabric; fix: use {', '.join(fabric.FABRICS)}")
+            raise ValueError(f"{shown(name)} is not a fabric; fix: use {', '.join(fabric.FABRICS)}")
     return fabrics
 
 
 def fabric_name(value: str) -> str:
     if value not in fabric.FABRICS:
-        raise ValueError(f"{value!r} is not a fabric; fix: use one of {', '.join(fabric.FABRICS)}")
+        raise ValueError(f"{shown(value)} is not a fabric; fix: use one of {', '.join(fabric.FABRICS)}")
     return value
 
 
@@ -154,7 +167,7 @@ def distribution_list(value: str) -> str:
     for name in names(value):
         if not _DISTRIBUTION.match(name):
             raise ValueError(
-                f"{name!r} is not a distribution name; fix: write none, or names like nvidia-cuda-nvcc, "
+                f"{shown(name)} is not a distribution name; fix: write none, or names like nvidia-cuda-nvcc, "
                 "comma-separated"
             )
     return value
@@ -171,7 +184,7 @@ def gin_type(name: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         if value not in choices:
             raise ValueError(
-                f"{value!r} is not a GIN type for {fabric.FABRICS[name].title}; "
+                f"{shown(value)} is not a GIN type for {fabric.FABRICS[name].title}; "
                 f"fix: use one of {', '.join(choices)}"
             )
         return value
@@ -182,7 +195,9 @@ def gin_type(name: str) -> Callable[[str], str]:
 def pattern(regex: str, example: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         if not re.match(regex, value):
-            raise ValueError(f"{value!r} is not of the form {example}; fix: write a value like {example}")
+            raise ValueError(
+                f"{shown(value)} is not of the form {example}; fix: write a value like {example}"
+            )
         return value
 
     return check

@@ -11,6 +11,8 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from epstack.errors import shown
+
 
 @dataclass(frozen=True, kw_only=True)
 class Dist:
@@ -37,7 +39,7 @@ def describe(dist: metadata.Distribution) -> Dist:
     if not version:
         problem = "no METADATA (or no Version in it)"
     elif _invalid(version):
-        problem = f"version {version!r} is not a PEP 440 version"
+        problem = f"version {shown(version)} is not a PEP 440 version"
     else:
         problem = ""
     return Dist(name=name_of(dist), version=version, location=_location(dist), problem=problem)
@@ -70,7 +72,7 @@ def requirements(name: str) -> tuple[list[Requirement], list[str]]:
         try:
             parsed.append(Requirement(line))
         except InvalidRequirement as exc:
-            broken.append(f"{line!r}: {str(exc).splitlines()[0]}")
+            broken.append(f"{shown(line)}: {str(exc).splitlines()[0]}")
     return parsed, broken
 
 

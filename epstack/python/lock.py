@@ -26,7 +26,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from epstack.errors import BadInput, CommandFailed
+from epstack.errors import BadInput, CommandFailed, shown
 from epstack.output import write_file
 from epstack.pins.model import Pins
 from epstack.python.lockcontent import content_problems
@@ -210,7 +210,7 @@ def upgrade_name(upgrade: str) -> str:
     try:
         return str(canonicalize_name(Requirement(upgrade).name))
     except InvalidRequirement:
-        raise BadInput(f"--upgrade {upgrade!r}: not PACKAGE or PACKAGE==VERSION") from None
+        raise BadInput(f"--upgrade {shown(upgrade)}: not PACKAGE or PACKAGE==VERSION") from None
 
 
 def relock(

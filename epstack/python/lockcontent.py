@@ -19,6 +19,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from epstack.errors import shown
 from epstack.python.lockfile import ENTRIES_KEY, LockFile
 from epstack.python.resolve import Pinned, Resolution, parse_compiled
 from epstack.stack import other_cuda_major
@@ -100,7 +101,7 @@ def _entry_problems(entries: list[Entry], major: int, excludes: tuple[str, ...])
         try:
             Version(package.version)
         except InvalidVersion:
-            yield f"{where}: {package.version!r} is not a version"
+            yield f"{where}: {shown(package.version)} is not a version"
         if package.name in seen:
             yield f"{where}: {package.name} is locked twice (also line {seen[package.name]})"
         seen.setdefault(package.name, entry.line)

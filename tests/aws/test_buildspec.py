@@ -420,10 +420,11 @@ def test_plain_keeps_yaml_types_and_strings_lists_keys_and_text_values(buildspec
             "2: nested over 64 levels deep; fix: flatten it (a buildspec needs 8 levels)",
         ),
         (
-            "version: 0.2\nx: !!int " + "9" * 50 + "x\n",
+            "version: 0.2\nx: !!int " + "9" * 200 + "x\n",
             "2: '"
-            + "9" * 40
-            + "...' cannot be read as !!int; fix: quote it to keep it a string, or correct the value",
+            + "9" * 60
+            + "'... (201 chars) cannot be read as !!int; fix: quote it to keep it a string, or correct the "
+            "value",
         ),
         (
             "version: 0.2\nx: !!float abc\n",
@@ -488,17 +489,16 @@ def test_the_node_bound_counts_every_key_value_and_item(buildspec: Write) -> Non
 
 @pytest.mark.parametrize(
     ("value", "shown"),
-    [("x" * 40, "x" * 40), ("x" * 41, "x" * 40 + "..."), ("abc", "abc")],
+    [("x" * 160, repr("x" * 160)), ("x" * 161, repr("x" * 60) + "... (161 chars)"), ("abc", "'abc'")],
 )
-def test_a_value_its_tag_cannot_read_is_shown_up_to_40_characters(
+def test_a_value_its_tag_cannot_read_is_shown_whole_up_to_160_characters(
     buildspec: Write, value: str, shown: str
 ) -> None:
     path = buildspec(f"version: 0.2\nx: !!int {value}\n")
     with pytest.raises(BadInput) as raised:
         load_document(path)
     assert str(raised.value) == (
-        f"{path}:2: {shown!r} cannot be read as !!int; fix: quote it to keep it a string, or correct "
-        "the value"
+        f"{path}:2: {shown} cannot be read as !!int; fix: quote it to keep it a string, or correct the value"
     )
 
 

@@ -82,6 +82,43 @@ def test_bad_value_names_file_line_and_fix(tmp_path: Path, key: str, value: str,
         assert word in message
 
 
+LONG = 100_000
+LONG_VALUES = [
+    ("SGLANG_VERSION", "x" * LONG),
+    ("SGLANG_VERSION", "00" + ".1" * (LONG // 2)),  # the fix, written canonically, is as long
+    ("NCCL_VERSION", "2.30." + "9" * LONG),  # more digits than Python turns into an int
+    ("DEEPEP_REF", "a" * LONG),  # a branch name: the fix names `git rev-parse` of it
+    ("IMAGE_REPOSITORY", "r" * LONG),
+    ("CUDA_DEVEL_IMAGE", "n" * LONG),
+    ("UBUNTU_SNAPSHOT", "2" * LONG),
+    ("ARCH_HOPPER", "9" * LONG),
+    ("FABRICS", ",".join(["i" * LONG] * 2)),  # the member named twice
+    ("DEEPEP_PATCHES_EFA", "h" * LONG),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), LONG_VALUES, ids=[f"{k}={v[:8]}..." for k, v in LONG_VALUES])
+def test_a_100_kb_value_is_cut_in_its_one_line_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str, value: str
+) -> None:
+    pins_variant(tmp_path, **{key: value})
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BadInput) as caught:
+        load_pins(Path("pins.env"))
+    (line,) = str(caught.value).splitlines()
+    assert line.startswith(f"pins.env:{line_of(tmp_path / 'pins.env', key)}: {key}") and "; fix: " in line
+    assert f"'... ({len(value)} chars)" in line and len(line) < 300, line
+
+
+def test_a_100_kb_line_is_cut_in_its_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, "y" * LONG + "\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BadInput) as caught:
+        load_pins(Path("pins.env"))
+    (line,) = str(caught.value).splitlines()
+    assert f"not a KEY=VALUE line: '{'y' * 60}'... ({LONG} chars); fix: " in line and len(line) < 300
+
+
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "pins.env"
     path.write_text(PINS.read_text() + text)
