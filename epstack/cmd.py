@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 import shlex
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +33,23 @@ def _start(args: Sequence[str]) -> None:
     print("+ " + shlex.join(args), file=sys.stderr, flush=True)
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with(parent: int) -> Callable[[], None] | None:
+    """What a child runs between fork and exec: SIGKILL when `parent` dies (Linux); None elsewhere."""
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    if prctl is None:
+        return None
+
+    def set_death_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return set_death_signal
+
+
 def run(
     *args: str | Path,
     env: Mapping[str, str] | None = None,
@@ -38,18 +58,28 @@ def run(
     echo: bool = True,
     timeout: float | None = None,
     stdin: bytes | None = None,
+    own_group: bool = False,
 ) -> Completed:
     """Run a command and return how it ended, without judging the exit code.
 
     A missing program is an EnvironmentProblem; a command still running after `timeout` seconds is
     killed and raised as CommandFailed. `stdin` is written to the command's standard input (a
-    password never goes on the command line)."""
+    password never goes on the command line). `own_group`: in a process group of its own, killed
+    when this process dies, even by SIGKILL (a resolver a killed command must not leave running)."""
     argv = tuple(str(a) for a in args)
     if echo:
         _start(argv)
     try:
         result = subprocess.run(
-            argv, env=env, cwd=cwd, capture_output=capture, input=stdin, check=False, timeout=timeout
+            argv,
+            env=env,
+            cwd=cwd,
+            capture_output=capture,
+            input=stdin,
+            check=False,
+            timeout=timeout,
+            start_new_session=own_group,
+            preexec_fn=die_with(os.getpid()) if own_group else None,
         )
     except FileNotFoundError:
         raise EnvironmentProblem(f"{argv[0]}: command not found") from None

@@ -135,7 +135,7 @@ def _check_output(value: str, *, checkout: Path, inputs: Sequence[Path]) -> Path
 
 
 @contextlib.contextmanager
-def _parent_lock(parent: Path) -> Iterator[None]:
+def parent_lock(parent: Path) -> Iterator[None]:
     """One writer at a time per parent directory (flock on the directory itself; nothing left behind)."""
     fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -197,7 +197,7 @@ def _write_tree(root: Path, files: Mapping[str, bytes], executable: Sequence[str
             path.chmod(executable_mode)
 
 
-def _cannot_write(out: Path, exc: OSError) -> BadInput | EnvironmentProblem:
+def cannot_write(out: Path, exc: OSError) -> BadInput | EnvironmentProblem:
     """A path the user chose that cannot hold a directory is bad input; a full disk is the machine's."""
     if exc.errno in _BAD_PATH:
         return BadInput(f"{out}: cannot write there ({exc.strerror}); fix: choose a writable path")
@@ -211,7 +211,7 @@ def staging_beside(out: Path, *, prefix: str) -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=prefix, dir=out.parent))
     except OSError as exc:
-        raise _cannot_write(out, exc) from None
+        raise cannot_write(out, exc) from None
 
 
 def install_output(staging: Path, out: Path) -> None:
@@ -221,7 +221,7 @@ def install_output(staging: Path, out: Path) -> None:
         _mark_output(staging, tree(staging))
         _move_into_place(staging, out)
     except OSError as exc:
-        raise _cannot_write(out, exc) from None
+        raise cannot_write(out, exc) from None
 
 
 def replace_output(out: Path, files: Mapping[str, bytes], *, executable: Sequence[str] = ()) -> None:
@@ -233,7 +233,7 @@ def replace_output(out: Path, files: Mapping[str, bytes], *, executable: Sequenc
         raise BadInput(
             f"{out}: cannot create {parent} ({exc.strerror}); fix: choose a writable path"
         ) from None
-    with _parent_lock(parent):
+    with parent_lock(parent):
         for stale in parent.glob(f".{out.name}{_STAGING}*"):
             if _is_stale_staging(stale):
                 _remove_staging(stale)
@@ -242,16 +242,16 @@ def replace_output(out: Path, files: Mapping[str, bytes], *, executable: Sequenc
             _write_tree(staging, files, executable)
             _move_into_place(staging, out)
         except OSError as exc:
-            raise _cannot_write(out, exc) from None
+            raise cannot_write(out, exc) from None
         finally:
             _remove_staging(staging)
 
 
 def write_file(path: Path, text: str | bytes, *, what: str) -> None:
     """A file the user named (--json, --report, --out FILE), written whole: a new or regular file gets a
-    sibling swapped in (readers see the old text or the new), a device such as /dev/stdout is written
-    to. A directory, a FIFO nobody reads or a path that cannot hold a file is BadInput naming `what`;
-    a full disk is an EnvironmentProblem."""
+    sibling swapped in (readers see the old text or the new; a file replaced keeps its mode), a device
+    such as /dev/stdout is written to. A directory, a FIFO nobody reads or a path that cannot hold a
+    file is BadInput naming `what`; a full disk is an EnvironmentProblem."""
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -272,13 +272,22 @@ def write_file(path: Path, text: str | bytes, *, what: str) -> None:
         try:
             with os.fdopen(fd, "wb") as file:
                 file.write(_encoded(text))
-            os.chmod(staging, 0o666 & ~_umask())
+            os.chmod(staging, replacement_mode(target))
             os.replace(staging, target)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(staging)
     except OSError as exc:
-        raise _cannot_write(path, exc) from None
+        raise cannot_write(path, exc) from None
+
+
+def replacement_mode(target: Path) -> int:
+    """The mode of a file that replaces `target`: the one it has (read-only stays read-only), else a new
+    file's (0666 less the umask)."""
+    try:
+        return stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
 
 
 def _encoded(text: str | bytes) -> bytes:

@@ -461,6 +461,17 @@ def test_write_file_writes_a_new_file_whole(tmp_path: Path, umask_022: None) -> 
     assert [p.name for p in path.parent.iterdir()] == ["r.json"], "no temporary file left"
 
 
+@pytest.mark.parametrize("mode", [0o444, 0o600, 0o755])
+def test_write_file_keeps_the_mode_of_the_file_it_replaces(
+    tmp_path: Path, umask_022: None, mode: int
+) -> None:
+    path = tmp_path / "pins.env"
+    path.write_text("old")
+    path.chmod(mode)
+    write_file(path, "new", what="the pins file")
+    assert path.read_text() == "new" and stat.S_IMODE(path.stat().st_mode) == mode
+
+
 def test_write_file_through_a_link_writes_its_target(tmp_path: Path) -> None:
     target = tmp_path / "target.json"
     target.write_text("old")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -18,6 +19,7 @@ from rich.table import Table
 from epstack.commands.common import LOCKS, PINS, SubParsers, path_arg, pins_path, positive_int
 from epstack.commands.lock import moves_table
 from epstack.errors import BadInput, EnvironmentProblem
+from epstack.journal import staging
 from epstack.layers import LAYER_NAMES
 from epstack.output import check_writable, write_file
 from epstack.pins.bump import apply_bump, plan_bump
@@ -29,6 +31,7 @@ from epstack.python.lock import stale_locks
 from epstack.python.lockfile import locks_dir
 from epstack.python.predict import predict_locks, predict_pins
 from epstack.python.releases import index_url
+from epstack.python.resolve import check_installable, compile_requirements
 from epstack.suggest import did_you_mean
 
 
@@ -122,22 +125,31 @@ def cmd_pins_bump(args: argparse.Namespace, console: Console) -> int:
     if args.summary:
         reads = [path, directory, *([args.build_report] if args.build_report else [])]
         check_writable(args.summary, what="the summary", inputs=reads)
-    bump = plan_bump(path, directory, args.assignments, build_report=args.build_report)
-    for section in sections(bump):
-        console.print(_table(section))
-    for line in verdict(bump):
-        _print(console, line, "red" if bump.refusals else "green")
-    if args.summary:
-        write_file(args.summary, markdown(bump), what="the summary")
-        console.print(f"summary: {escape(str(args.summary))}")
-    if bump.refusals:
-        _print(console, f"{path} and {directory}: untouched", "red")
-        return 1
-    if args.dry_run:
-        _print(console, f"--dry-run: {path} and {directory} untouched", "green")
-        return 0
-    for written in apply_bump(bump):
-        console.print(f"{escape(str(written))}: written")
+    with staging(path) as folder:  # uv works there too: a killed bump's files go with its staging
+        bump = plan_bump(
+            path,
+            directory,
+            args.assignments,
+            staging=folder,
+            resolver=partial(compile_requirements, workdir=folder),
+            installable=partial(check_installable, workdir=folder),
+            build_report=args.build_report,
+        )
+        for section in sections(bump):
+            console.print(_table(section))
+        for line in verdict(bump):
+            _print(console, line, "red" if bump.refusals else "green")
+        if args.summary:
+            write_file(args.summary, markdown(bump), what="the summary")
+            console.print(f"summary: {escape(str(args.summary))}")
+        if bump.refusals:
+            _print(console, f"{path} and {directory}: untouched", "red")
+            return 1
+        if args.dry_run:
+            _print(console, f"--dry-run: {path} and {directory} untouched", "green")
+            return 0
+        for written in apply_bump(bump, folder):
+            console.print(f"{escape(str(written))}: written")
     return 0
 
 

@@ -1,10 +1,12 @@
 """`epstack pins bump KEY=VALUE...`: what moving some pins means, proven before anything is written.
 
 The pins file is rewritten in memory (pins.file.rewrite: every comment and line kept) into a staging
-folder beside a copy of the locks; there every pins rule runs, `epstack lock`'s relock resolves only
-the locks the change makes stale (the others stay byte-identical), `pins predict` asks whether a plain
-install of SGLang would move a base pin, and the build context is rendered. Only a bump that passes
-all of it is applied: each lock, then the pins file, swapped in whole (epstack.output.write_file).
+folder beside it (epstack.journal.staging), with a copy of the locks; there every pins rule runs,
+`epstack lock`'s relock resolves only the locks the change makes stale (the others stay
+byte-identical), `pins predict` asks whether a plain install of SGLang would move a base pin, and the
+build context is rendered. Only a bump that passes all of it is applied: the locks and the pins file
+replaced as one commit (epstack.journal.commit), so a kill at any moment leaves the old pins and locks
+or the new ones, and its uv runs die with it.
 What it costs and changes is derived, nothing run: the bytes a node pulls from the sizes in the last
 build report (`epstack build --report`), the guard rows from the pins and locks that move.
 """
@@ -12,18 +14,17 @@ build report (`epstack build --report`), the guard rows from the pins and locks 
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from epstack.errors import BadInput
+from epstack.errors import BadInput, shown
 from epstack.image.build import BUILD_REPORT, BuildReport
 from epstack.image.render import plan_checkout, write_plan
 from epstack.inputs import read_text
+from epstack.journal import commit
 from epstack.layers import GUARD_SCOPES, LAYER_NAMES, LAYERS, layer_named, venv_locks
-from epstack.output import write_file
 from epstack.pins.file import rewrite
 from epstack.pins.load import load_pins
 from epstack.pins.model import Pins
@@ -107,14 +108,14 @@ def parse_assignments(assignments: Sequence[str], pins: Pins, path: Path) -> dic
     for assignment in assignments:
         key, sep, value = assignment.partition("=")
         if not sep or not key:
-            raise BadInput(f"{assignment!r}: not KEY=VALUE; fix: write e.g. SGLANG_VERSION=0.5.24")
+            raise BadInput(f"{shown(assignment)}: not KEY=VALUE; fix: write e.g. SGLANG_VERSION=0.5.24")
         if key not in known:
             hint = did_you_mean(key, known) or "see the pins reference in README.md"
             raise BadInput(f"{key}: not a key of {path}; fix: {hint}")
         if key in values:
             raise BadInput(f"{key} is given twice; fix: bump each key once")
         if known[key] == value:
-            raise BadInput(f"{key} is already {value} in {path}; fix: give a new value")
+            raise BadInput(f"{key} is already {shown(value, quote=False)} in {path}; fix: give a new value")
         values[key] = value
     return values
 
@@ -124,50 +125,51 @@ def plan_bump(
     locks: Path,
     assignments: Sequence[str],
     *,
+    staging: Path,
     resolver: Resolver = compile_requirements,
     installable: Installable = check_installable,
     build_report: Path | None = None,
 ) -> Bump:
-    """Prove the bump in a staging folder. BadInput (nothing written anywhere) for an unknown key, a
-    value no rule accepts, a release the index does not have or a build report that is not one;
-    Unresolvable when the bumped pins do not resolve together."""
+    """Prove the bump in `staging` (epstack.journal.staging). BadInput (nothing written outside it) for
+    an unknown key, a value no rule accepts, a release the index does not have or a build report that
+    is not one; Unresolvable when the bumped pins do not resolve together."""
     report = BUILD_REPORT.read(build_report) if build_report else None
     before = load_pins(path)
     values = parse_assignments(assignments, before, path)
     text = rewrite(read_text(path, what="a pins file"), values)
-    with tempfile.TemporaryDirectory(prefix="epstack-bump-") as tmp:
-        staged = Path(tmp) / "pins.env"
-        staged.write_text(text)
-        after = _load_staged(staged, path)
-        read_back = after.as_env()
-        for key, value in values.items():
-            if read_back[key] != value:
-                raise BadInput(
-                    f"{key}={value!r} reads back as {read_back[key]!r}; fix: write {key}={read_back[key]}"
-                )
-        staged_locks = Path(tmp) / "locks"
-        staged_locks.mkdir()
-        for spec in lock_specs(before):
-            if lock_path(locks, spec.name).is_file():
-                shutil.copy2(lock_path(locks, spec.name), lock_path(staged_locks, spec.name))
-        seconds: dict[str, float] = {}
-        start = time.monotonic()
-        try:
-            run = relock(after, staged_locks, resolver=resolver, installable=installable)
-        except Unresolvable as exc:
-            raise _missing(after, values, str(exc)) or Unresolvable(
-                f"the bumped pins do not resolve, nothing written: {exc}"
-            ) from None
-        write_locks(run, staged_locks)
-        seconds["lock"] = time.monotonic() - start
-        start = time.monotonic()
-        prediction = predict_pins(after, staged_locks, resolver)
-        seconds["predict"] = time.monotonic() - start
-        start = time.monotonic()
-        plan = plan_checkout(after, path, locks=staged_locks)
-        write_plan(plan, Path(tmp) / "render")
-        seconds["render"] = time.monotonic() - start
-        stale = stale_locks(after, staged_locks)
+    staged = staging / "pins.env"
+    staged.write_text(text)
+    after = _load_staged(staged, path)
+    read_back = after.as_env()
+    for key, value in values.items():
+        if read_back[key] != value:
+            raise BadInput(
+                f"{key}={shown(value)} reads back as {shown(read_back[key])}; "
+                f"fix: write {key}={shown(read_back[key], quote=False)}"
+            )
+    staged_locks = staging / "locks"
+    staged_locks.mkdir()
+    for spec in lock_specs(before):
+        if lock_path(locks, spec.name).is_file():
+            shutil.copy2(lock_path(locks, spec.name), lock_path(staged_locks, spec.name))
+    seconds: dict[str, float] = {}
+    start = time.monotonic()
+    try:
+        run = relock(after, staged_locks, resolver=resolver, installable=installable)
+    except Unresolvable as exc:
+        raise _missing(after, values, str(exc)) or Unresolvable(
+            f"the bumped pins do not resolve, nothing written: {exc}"
+        ) from None
+    write_locks(run, staged_locks)
+    seconds["lock"] = time.monotonic() - start
+    start = time.monotonic()
+    prediction = predict_pins(after, staged_locks, resolver)
+    seconds["predict"] = time.monotonic() - start
+    start = time.monotonic()
+    plan = plan_checkout(after, path, locks=staged_locks)
+    write_plan(plan, staging / "render")
+    seconds["render"] = time.monotonic() - start
+    stale = stale_locks(after, staged_locks)
     if stale:  # relock leaves none; a lock it could not make fresh is a bug, said plainly
         raise AssertionError(f"after relock: {'; '.join(map(str, stale))}")
     images = _images(before, after)
@@ -289,11 +291,7 @@ def _lock_rows(moves: Sequence[Move]) -> tuple[LockRows, ...]:
     return tuple(rows)
 
 
-def apply_bump(bump: Bump) -> list[Path]:
-    """Write the relocked locks, then the pins file, each swapped in whole; the files written."""
-    written = []
-    for name, lock in bump.locks.items():
-        write_file(lock_path(bump.locks_dir, name), lock.text, what=f"the {name} lock")
-        written.append(lock_path(bump.locks_dir, name))
-    write_file(bump.path, bump.text, what="the pins file")
-    return [*written, bump.path]
+def apply_bump(bump: Bump, staging: Path) -> list[Path]:
+    """The relocked locks and the pins file, replaced as one commit through `staging`; the files."""
+    locks = {lock_path(bump.locks_dir, name): lock.text for name, lock in bump.locks.items()}
+    return commit(staging, {**locks, bump.path: bump.text})

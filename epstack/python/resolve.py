@@ -150,13 +150,14 @@ def compile_requirements(
     name: str = "requirements",
     offline: bool = False,
     timeout: float = TIMEOUT_S,
+    workdir: Path | None = None,
 ) -> Resolution:
     """Resolve `requirements` for `target`; Unresolvable with uv's reason, EnvironmentProblem offline.
 
     `preferences`: a previous output (a lock); uv keeps its versions wherever they still hold, except
     for the `upgrade` packages (NAME or NAME==VERSION). The input files are named after `name`
     (`-r NAME.in`), as the `# via` lines of the output say. `offline`: from uv's cache alone (what it
-    lacks is Unresolvable)."""
+    lacks is Unresolvable). `workdir`: where uv's files are made (default TMPDIR)."""
     files: Mapping[str, Sequence[str]] = {
         f"{name}.in": requirements,
         "constraints.txt": constraints,
@@ -164,7 +165,7 @@ def compile_requirements(
         "excludes.txt": excludes,
     }
     flags = {"constraints.txt": "--constraint", "overrides.txt": "--override", "excludes.txt": "--excludes"}
-    with tempfile.TemporaryDirectory(prefix="epstack-resolve-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="epstack-resolve-", dir=workdir) as tmp:
         argv: list[str | Path] = [uv_bin(), "pip", "compile", "--quiet", "--no-header",
                                   "--annotation-style", "line", "--python-version", target.python_version,
                                   "--python-platform", target.platform, *RESOLVE_FLAGS]  # fmt: skip
@@ -178,7 +179,7 @@ def compile_requirements(
         output = Path(tmp) / f"{name}.txt"
         output.write_text(preferences)
         argv += ["--output-file", output.name]
-        result = run(*argv, env=_environment(), cwd=Path(tmp), timeout=timeout)
+        result = run(*argv, env=_environment(), cwd=Path(tmp), timeout=timeout, own_group=True)
         text = output.read_text() if result.returncode == 0 else ""
     if result.returncode == 0:
         return parse_compiled(text)
@@ -189,15 +190,18 @@ def compile_requirements(
     raise CommandFailed(f"uv could not resolve {', '.join(requirements)}: {explanation(result.stderr)}")
 
 
-def check_installable(lock_text: str, target: ImageTarget, *, timeout: float = TIMEOUT_S) -> None:
+def check_installable(
+    lock_text: str, target: ImageTarget, *, timeout: float = TIMEOUT_S, workdir: Path | None = None
+) -> None:
     """`uv pip install --dry-run` of a lock with the images' INSTALL_FLAGS, for `target`, into an empty
-    folder: every entry has hashes and a wheel for the image. CommandFailed with uv's reason if not."""
-    with tempfile.TemporaryDirectory(prefix="epstack-install-") as tmp:
+    folder (in `workdir`, default TMPDIR): every entry has hashes and a wheel for the image.
+    CommandFailed with uv's reason if not."""
+    with tempfile.TemporaryDirectory(prefix="epstack-install-", dir=workdir) as tmp:
         lock = Path(tmp) / "lock.txt"
         lock.write_text(lock_text)
         result = run(uv_bin(), "pip", "install", "--dry-run", "--quiet", *INSTALL_FLAGS,
                      "--python-version", target.python_version, "--python-platform", target.platform,
                      "--target", Path(tmp) / "target", "--requirement", lock,
-                     env=_environment(), timeout=timeout)  # fmt: skip
+                     env=_environment(), timeout=timeout, own_group=True)  # fmt: skip
     if result.returncode != 0:
         raise CommandFailed(f"the images could not install this lock: {explanation(result.stderr)}")

@@ -11,16 +11,16 @@ supervisor, which can clean up nothing, leaves no rank holding GPUs.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from epstack.cmd import die_with
 from epstack.smoke.stage import read_stage
 
 
@@ -75,23 +75,6 @@ def group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with(parent: int) -> Callable[[], None] | None:
-    """What a rank runs between fork and exec: SIGKILL when `parent` dies (Linux); None elsewhere."""
-    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
-    if prctl is None:
-        return None
-
-    def set_death_signal() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the supervisor died before prctl took effect
-            os._exit(1)
-
-    return set_death_signal
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

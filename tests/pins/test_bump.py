@@ -4,7 +4,14 @@ a refused or bad one leaves every file byte-identical."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -216,6 +223,131 @@ def test_a_base_pin_bump_pulls_the_whole_base_image_and_a_bad_report_is_refused(
     (line,) = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("+ ")]
     assert f"{report}: not JSON" in line and "fix:" in line, line
     assert snapshot(checkout) == before
+
+
+def bump_argv(root: Path, *assignments: str) -> list[str]:
+    return ["pins", "bump", "--pins", str(root / "pins.env"), "--locks", str(root / "locks"), *assignments]
+
+
+# `epstack ARGS...` in a fresh Python, SIGKILLed as it enters its Nth os.replace (argv[1]; 0: never).
+_KILLED_AT_REPLACE = """import os, signal, sys
+from epstack.cli import main
+calls, replace = 0, os.replace
+def replace_or_die(*args, **kwargs):
+    global calls
+    calls += 1
+    if calls == int(sys.argv[1]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return replace(*args, **kwargs)
+os.replace = replace_or_die
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def left_behind(root: Path) -> list[str]:
+    """What a bump leaves beside the pins file and the locks, besides them."""
+    kept = {"pins.env", "locks", "uv-cache", "tmp", *(p.name for p in (root / "locks").iterdir())}
+    return sorted(p.name for folder in (root, root / "locks") for p in folder.iterdir() if p.name not in kept)
+
+
+def test_a_bump_killed_at_any_step_leaves_the_old_pins_and_locks_or_the_new(
+    locked: Path, tmp_path: Path, index: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL at each os.replace the bump makes, proving or applying; the next bump, refused at its
+    first argument, finds the old pins and locks or the new ones, and nothing else beside them."""
+    old = snapshot(locked)
+    new_root = tmp_path / "new"
+    shutil.copytree(locked, new_root)
+    use_index(monkeypatch, index, new_root / "uv-cache")
+    assert bump(new_root, "SGLANG_VERSION=0.5.24") == 0
+    new = snapshot(new_root)
+    for step in range(1, 20):
+        root = tmp_path / f"killed-{step}"
+        shutil.copytree(locked, root)
+        use_index(monkeypatch, index, root / "uv-cache")
+        argv = [
+            sys.executable,
+            "-c",
+            _KILLED_AT_REPLACE,
+            str(step),
+            *bump_argv(root, "SGLANG_VERSION=0.5.24"),
+        ]
+        killed = subprocess.run(argv, capture_output=True, check=False).returncode == -signal.SIGKILL
+        assert main(bump_argv(root, "NOT_A_PIN=1")) == 2
+        assert snapshot(root) in (old, new), f"killed at os.replace {step}"
+        assert left_behind(root) == [], f"killed at os.replace {step}"
+        if not killed:
+            assert snapshot(root) == new
+            break
+    else:
+        pytest.fail("the bump never ran to its end")
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.name.isdigit() and int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_killed_bump_takes_uv_with_it_and_the_next_run_removes_its_staging(
+    checkout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uv waits on an index that never answers; SIGKILL of the bump kills it; the next bump removes the
+    staging the killed one left (beside the pins file or in TMPDIR)."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    monkeypatch.setenv("UV_DEFAULT_INDEX", f"http://127.0.0.1:{silent.getsockname()[1]}/simple")
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("TMPDIR", str(checkout / "tmp"))
+    (checkout / "tmp").mkdir()
+    before = snapshot(checkout)
+    command = [sys.executable, "-m", "epstack", *bump_argv(checkout, "SGLANG_VERSION=0.5.24")]
+    with silent, subprocess.Popen(command, stderr=subprocess.DEVNULL) as running:
+        uv: list[int] = []
+        try:
+            for _ in range(200):
+                uv = _children(running.pid)
+                if uv:
+                    break
+                time.sleep(0.05)
+            assert uv, "bump started no uv"
+            running.kill()
+            running.wait()
+            for _ in range(100):
+                if not any(map(_alive, uv)):
+                    break
+                time.sleep(0.05)
+            assert not any(map(_alive, uv)), "uv outlived the bump"
+        finally:
+            for pid in filter(_alive, uv):
+                os.kill(pid, signal.SIGKILL)
+    assert main(bump_argv(checkout, "NOT_A_PIN=1")) == 2
+    assert snapshot(checkout) == before
+    assert left_behind(checkout) == [] and [p.name for p in (checkout / "tmp").iterdir()] == []
+
+
+def test_a_bump_keeps_the_mode_of_the_pins_file_and_the_locks(checkout: Path) -> None:
+    (checkout / "pins.env").chmod(0o444)
+    (checkout / "locks" / "sglang.txt").chmod(0o640)
+    assert bump(checkout, "SGLANG_VERSION=0.5.24") == 0
+    assert b"SGLANG_VERSION=0.5.24" in (checkout / "pins.env").read_bytes()
+    assert stat.S_IMODE((checkout / "pins.env").stat().st_mode) == 0o444
+    assert stat.S_IMODE((checkout / "locks" / "sglang.txt").stat().st_mode) == 0o640
 
 
 def test_rewrite_keeps_comments_order_tails_and_line_endings() -> None:

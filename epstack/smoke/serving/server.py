@@ -21,15 +21,16 @@ from pathlib import Path
 
 from epstack.cluster.profiles import ServePlan
 from epstack.cluster.serve import HTTP_PORT, SGLANG_ENTRY, serve_env, sglang_args
-from epstack.errors import EpstackError
+from epstack.cmd import die_with
+from epstack.errors import BadInput, EpstackError
 from epstack.smoke.classify import Finding, classify_server_log
 from epstack.smoke.serving.client import Endpoint
-from epstack.smoke.supervise import die_with
 
 # What the `sglang` console script runs, for a Python whose scripts are not on PATH (pip --target).
 _CONSOLE_SCRIPT = "import sys; from sglang.cli.main import main; sys.argv[0] = 'sglang'; sys.exit(main())"
 STOP_GRACE_S = 10.0
 LOG_TAIL_LINES = 12
+MAX_PORT = 65535
 
 
 class ServerFailed(EpstackError):
@@ -49,14 +50,21 @@ def entry() -> list[str]:
     return [found] if found else [sys.executable, "-c", _CONSOLE_SCRIPT]
 
 
+def _port(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= MAX_PORT:
+        raise BadInput(f"--port {text!r} is not a TCP port (1-{MAX_PORT}); fix: --sglang-arg=--port=30000")
+    return int(text)
+
+
 def port_of(argv: list[str]) -> int:
-    """The port the server listens on: the last --port in argv (argparse keeps the last), else HTTP_PORT."""
+    """The port the server listens on: the last --port in argv (argparse keeps the last), else HTTP_PORT;
+    BadInput when that is not a TCP port."""
     port = HTTP_PORT
     for index, arg in enumerate(argv):
         if arg == "--port" and index + 1 < len(argv):
-            port = int(argv[index + 1])
+            port = _port(argv[index + 1])
         elif arg.startswith("--port="):
-            port = int(arg.split("=", 1)[1])
+            port = _port(arg.split("=", 1)[1])
     return port
 
 
