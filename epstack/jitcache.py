@@ -21,6 +21,7 @@ import re
 import shutil
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -29,13 +30,17 @@ from pathlib import Path, PurePosixPath
 from epstack import imagepaths
 from epstack.cmd import run
 from epstack.document import Schema
-from epstack.errors import BadInput, EpstackError
+from epstack.errors import BadInput, EpstackError, shown
 from epstack.image.deepepmanifest import DEEPEP_MANIFEST, manifest_path
 
 TOOL = "deep_ep"
 SHIPPED = Path(imagepaths.JIT) / TOOL  # the kernels, as DeepEP lays them out under its cache dir
 MANIFEST_NAME = "manifest.json"
-MAX_ARCHIVE_BYTES = 256 << 20  # an export of two presets is ~0.4 MB
+# Caps on an export, far above real caches (the H200 export: 26 files, 273,070 bytes, the largest 160 KB;
+# FlashInfer's largest JIT module, 6.3 MB) and far below what would hurt an image build.
+MAX_MEMBER_BYTES = 16 << 20  # one file, and one tar header
+MAX_UNPACKED_BYTES = 64 << 20  # the tar inside the gzip, headers included
+MAX_ARCHIVE_BYTES = MAX_UNPACKED_BYTES  # the file, held in memory: a larger one unpacks past the cap
 # A kernel file as DeepEP names it, a plain name in cache/kernel.<name>.<hash>/ (never "..").
 _KERNEL_FILE = re.compile(r"cache/kernel\.[A-Za-z0-9_]+\.[0-9a-f]+/[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _NVCC_RELEASE = re.compile(r"release (\d+\.\d+)")
@@ -137,22 +142,73 @@ def pack(cache_dir: Path, key: CacheKey) -> tuple[bytes, KernelCache]:
     return gzip.compress(raw.getvalue(), mtime=0), manifest
 
 
+class _TarStream(io.BufferedIOBase):
+    """The tar inside an export's gzip as tarfile reads it: no read larger than a file may be (tarfile
+    reads a pax or long-name header whole), nothing past MAX_UNPACKED_BYTES."""
+
+    def __init__(self, unzipped: gzip.GzipFile, archive: Path) -> None:
+        super().__init__()
+        self._unzipped = unzipped
+        self._archive = archive
+
+    def _check(self, end: int) -> None:
+        if end > MAX_UNPACKED_BYTES:
+            raise BadInput(
+                f"{self._archive}: its tar unpacks to over {MAX_UNPACKED_BYTES:,} bytes; fix: export it again"
+            )
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or not 0 <= size <= MAX_MEMBER_BYTES:
+            raise BadInput(
+                f"{self._archive}: a tar header of over {MAX_MEMBER_BYTES:,} bytes; fix: export it again"
+            )
+        self._check(self.tell() + size)
+        return self._unzipped.read(size)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence != io.SEEK_SET:  # tarfile seeks to absolute offsets only
+            raise io.UnsupportedOperation("seek relative")
+        self._check(offset)
+        return self._unzipped.seek(offset)
+
+    def tell(self) -> int:
+        return self._unzipped.tell()
+
+
+def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo, archive: Path) -> bytes:
+    """A regular file's bytes, read only once its header says they fit the caps."""
+    if not member.isfile():
+        raise BadInput(f"{archive}: {shown(member.name)} is not a regular file; fix: export it again")
+    if member.size > MAX_MEMBER_BYTES:
+        raise BadInput(
+            f"{archive}: {shown(member.name)} unpacks to {member.size:,} bytes, over the "
+            f"{MAX_MEMBER_BYTES:,} a kernel file may be; fix: export it again"
+        )
+    if member.offset_data + member.size > MAX_UNPACKED_BYTES:
+        raise BadInput(
+            f"{archive}: {shown(member.name)} ends past byte {MAX_UNPACKED_BYTES:,} of its tar, the most an "
+            "export unpacks to; fix: export it again"
+        )
+    with tar.extractfile(member) as file:  # type: ignore[union-attr]
+        return file.read()
+
+
 def unpack(archive: Path, data: bytes, sha256: str) -> tuple[KernelCache, dict[str, bytes]]:
     """The manifest and files of an export whose sha256 is `sha256`; BadInput for anything else:
-    another digest, a member the manifest does not list or whose bytes differ, a link, a device."""
+    another digest, a member the manifest does not list or whose bytes differ, a link, a device, a
+    file or a tar past the caps (refused by its header, before it is read)."""
     if sha256_hex(data) != sha256:
         raise BadInput(
             f"{archive}: sha256 {sha256_hex(data)}, not the {sha256} asked for; fix: name the "
             "export's own digest (printed by the export and in its .sha256 file)"
         )
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            members = tar.getmembers()
-            if any(not m.isfile() for m in members):
-                bad = next(m for m in members if not m.isfile())
-                raise BadInput(f"{archive}: {bad.name!r} is not a regular file; fix: export it again")
-            blobs = {m.name: tar.extractfile(m).read() for m in members}  # type: ignore[union-attr]
-    except (tarfile.TarError, OSError, EOFError) as exc:
+        with (
+            gzip.GzipFile(fileobj=io.BytesIO(data)) as unzipped,
+            tarfile.TarFile(fileobj=_TarStream(unzipped, archive)) as tar,
+        ):
+            blobs = {member.name: _member_bytes(tar, member, archive) for member in tar}
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise BadInput(f"{archive}: not a kernel cache export ({exc}); fix: export it again") from None
     if MANIFEST_NAME not in blobs:
         raise BadInput(
@@ -165,15 +221,17 @@ def unpack(archive: Path, data: bytes, sha256: str) -> tuple[KernelCache, dict[s
     for name, blob in blobs.items():
         entry = listed.get(name)
         if entry is None or not _KERNEL_FILE.fullmatch(entry.path):
-            raise BadInput(f"{archive}: {name!r} is not a kernel its manifest lists; fix: export it again")
+            raise BadInput(
+                f"{archive}: {shown(name)} is not a kernel its manifest lists; fix: export it again"
+            )
         if sha256_hex(blob) != entry.sha256 or len(blob) != entry.bytes:
             raise BadInput(
-                f"{archive}: {name!r} differs from its manifest's sha256 or size; fix: export it again"
+                f"{archive}: {shown(name)} differs from its manifest's sha256 or size; fix: export it again"
             )
     missing = sorted(set(listed) - set(blobs))
     if missing:
         raise BadInput(
-            f"{archive}: {missing[0]!r} is in its manifest, not in the archive; fix: export it again"
+            f"{archive}: {shown(missing[0])} is in its manifest, not in the archive; fix: export it again"
         )
     return manifest, {name.removeprefix(f"{TOOL}/"): blob for name, blob in blobs.items()}
 

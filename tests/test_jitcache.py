@@ -12,6 +12,7 @@ import importlib
 import io
 import os
 import stat
+import subprocess
 import tarfile
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -258,6 +259,19 @@ def test_unpack_refuses_another_sha256_before_reading_it() -> None:
         unpack(ARCHIVE, data, "0" * 64)
 
 
+def test_unpack_refuses_files_that_pass_the_cap_together_naming_the_one_that_crosses_it() -> None:
+    """Five files of 15 MiB of zeros (a 75 KB export), each under the cap on one file: the fifth ends
+    past the cap on the whole tar, and is refused by its header."""
+    names = [f"{TOOL}/cache/kernel.k{i}.{'a' * 32}/kernel.cubin" for i in range(5)]
+    data = tar_gz({MANIFEST_NAME: b"{}", **dict.fromkeys(names, bytes(15 << 20))})
+    with pytest.raises(BadInput) as refused:
+        unpack(ARCHIVE, data, sha256(data))
+    assert str(refused.value) == (
+        f"{ARCHIVE}: {names[4]!r} ends past byte 67,108,864 of its tar, the most an export unpacks to; "
+        "fix: export it again"
+    )
+
+
 @given(
     name=st.text(min_size=1).filter(
         lambda n: "\0" not in n and n.rstrip("/") not in (MANIFEST_NAME, f"{TOOL}/{KERNEL}")
@@ -372,6 +386,38 @@ def test_install_refuses_a_folder_that_exists(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match=rf"^{into}: already holds kernels; fix: "):
         install(manifest, files, into)
     assert list(into.iterdir()) == [] and not manifest_beside(into).exists()
+
+
+# ---- the entrypoint's copy (scripts/image/jit-caches.sh) ----
+
+
+@pytest.mark.parametrize(
+    ("variable", "shipped", "fallback"),
+    [
+        ("EP_JIT_CACHE_DIR", None, "deep_ep"),
+        ("FLASHINFER_WORKSPACE_BASE", "flashinfer/.cache", "flashinfer"),
+        ("TRITON_CACHE_DIR", "triton", "triton"),
+    ],
+)
+def test_the_entrypoint_stops_in_one_line_where_neither_a_cache_nor_tmpdir_can_be_written(
+    tmp_path: Path, variable: str, shipped: str | None, fallback: str
+) -> None:
+    """Folders under a file cannot be made by any user, root included (as on a read-only root)."""
+    (tmp_path / "file").write_text("")
+    home, cache, tmpdir = tmp_path / "opt", tmp_path / "file" / "cache", tmp_path / "file" / "tmp"
+    if shipped:
+        (home / "jit" / shipped).mkdir(parents=True)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "EPSTACK_HOME": str(home),
+           "EPSTACK_GUARD": "off", "TMPDIR": str(tmpdir), variable: str(cache)}  # fmt: skip
+    entrypoint = REPO / "scripts" / "image" / "entrypoint.sh"
+    result = subprocess.run(
+        [entrypoint, "echo", "started"], env=env, capture_output=True, text=True, check=False
+    )
+    assert (result.returncode, result.stdout) == (3, "")
+    assert result.stderr == (
+        f"epstack: {variable}={cache} cannot be written (a read-only root?), nor TMPDIR={tmpdir} "
+        f"({tmpdir}/epstack/{fallback}); fix: set TMPDIR or {variable} to a writable folder\n"
+    )
 
 
 # ---- the nvcc DeepEP runs ----

@@ -10,7 +10,11 @@ for epstack_folder in ${LD_LIBRARY_PATH:+${LD_LIBRARY_PATH//:/ }}; do
   if [ -e "${epstack_folder}/libcuda.so.1" ]; then epstack_driver=1; fi
 done
 if [ -e "${epstack_stub}" ] && [ "${epstack_driver}" = 0 ]; then
-  epstack_shim=$(mktemp -d)
+  if ! epstack_shim=$(mktemp -d 2>/dev/null); then
+    echo "epstack: TMPDIR=${TMPDIR:-/tmp} cannot be written, and the CUDA driver stub is linked from a" \
+      "folder there (no NVIDIA driver here); fix: set TMPDIR to a writable folder" >&2
+    exit 3
+  fi
   ln -s "${epstack_stub}" "${epstack_shim}/libcuda.so.1"
   export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+${LD_LIBRARY_PATH}:}${epstack_shim}"
   export EPSTACK_CUDA_STUB="${epstack_stub}"

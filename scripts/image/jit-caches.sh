@@ -7,15 +7,25 @@
 # DeepEP does, so a process starting beside this one never reads half a kernel; one already there is
 # kept. A cache folder that cannot be written (a read-only root, as enroot mounts it by default) moves to
 # ${TMPDIR:-/tmp}/epstack/deep_ep, said on stderr.
+# The folder under ${TMPDIR:-/tmp}/epstack a cache moves to ($1: its variable, $2: its folder, $3: the
+# name there), in $epstack_tmp; where TMPDIR cannot be written either, the start stops in one line
+# (exit 3: the environment lacks something).
+epstack_fallback() {
+  epstack_tmp=${TMPDIR:-/tmp}/epstack/$3
+  if ! { mkdir -p "${epstack_tmp}" 2>/dev/null && [ -w "${epstack_tmp}" ]; }; then
+    echo "epstack: $1=$2 cannot be written (a read-only root?), nor TMPDIR=${TMPDIR:-/tmp}" \
+      "(${epstack_tmp}); fix: set TMPDIR or $1 to a writable folder" >&2
+    exit 3
+  fi
+}
 jit_shipped=${EPSTACK_HOME}/jit/deep_ep
 jit_cache=${EP_JIT_CACHE_DIR:-${HOME}/.deep_ep}
 if ! { mkdir -p "${jit_cache}" 2>/dev/null && [ -w "${jit_cache}" ]; }; then
-  jit_fallback=${TMPDIR:-/tmp}/epstack/deep_ep
+  epstack_fallback EP_JIT_CACHE_DIR "${jit_cache}" deep_ep
   echo "epstack: EP_JIT_CACHE_DIR=${jit_cache} cannot be written (a read-only root?);" \
-    "DeepEP's kernels compile into ${jit_fallback}" >&2
-  mkdir -p "${jit_fallback}"
-  export EP_JIT_CACHE_DIR=${jit_fallback}
-  jit_cache=${jit_fallback}
+    "DeepEP's kernels compile into ${epstack_tmp}" >&2
+  export EP_JIT_CACHE_DIR=${epstack_tmp}
+  jit_cache=${epstack_tmp}
 fi
 if [ -d "${jit_shipped}/cache" ]; then
   mkdir -p "${jit_cache}/cache" "${jit_cache}/tmp"
@@ -36,11 +46,10 @@ fi_shipped=${EPSTACK_HOME}/jit/flashinfer
 if [ -d "${fi_shipped}/.cache" ]; then
   fi_base=${FLASHINFER_WORKSPACE_BASE:-${HOME}}
   if ! { mkdir -p "${fi_base}" 2>/dev/null && [ -w "${fi_base}" ]; }; then
-    fi_fallback=${TMPDIR:-/tmp}/epstack/flashinfer
+    epstack_fallback FLASHINFER_WORKSPACE_BASE "${fi_base}" flashinfer
     echo "epstack: FLASHINFER_WORKSPACE_BASE=${fi_base} cannot be written (a read-only root?);" \
-      "FlashInfer's modules compile into ${fi_fallback} at first use" >&2
-    mkdir -p "${fi_fallback}"
-    export FLASHINFER_WORKSPACE_BASE=${fi_fallback}
+      "FlashInfer's modules compile into ${epstack_tmp} at first use" >&2
+    export FLASHINFER_WORKSPACE_BASE=${epstack_tmp}
   else
     for fi_module in "${fi_shipped}"/.cache/flashinfer/*/*/*/*/; do
       fi_target=${fi_base}/${fi_module#"${fi_shipped}/"}
@@ -63,12 +72,11 @@ tr_shipped=${EPSTACK_HOME}/jit/triton
 if [ -d "${tr_shipped}" ]; then
   tr_cache=${TRITON_CACHE_DIR:-${HOME}/.triton/cache}
   if ! { mkdir -p "${tr_cache}" 2>/dev/null && [ -w "${tr_cache}" ]; }; then
-    tr_fallback=${TMPDIR:-/tmp}/epstack/triton
+    epstack_fallback TRITON_CACHE_DIR "${tr_cache}" triton
     echo "epstack: TRITON_CACHE_DIR=${tr_cache} cannot be written (a read-only root?);" \
-      "Triton's launcher and kernels go to ${tr_fallback}" >&2
-    mkdir -p "${tr_fallback}"
-    export TRITON_CACHE_DIR=${tr_fallback}
-    tr_cache=${tr_fallback}
+      "Triton's launcher and kernels go to ${epstack_tmp}" >&2
+    export TRITON_CACHE_DIR=${epstack_tmp}
+    tr_cache=${epstack_tmp}
   fi
   for tr_key in "${tr_shipped}"/*/; do
     tr_target=${tr_cache}/$(basename "${tr_key}")

@@ -4,6 +4,10 @@ line, exit 2, and nothing written."""
 
 from __future__ import annotations
 
+import gzip
+import subprocess
+import sys
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +16,7 @@ import pytest
 from epstack.cli import main
 from epstack.errors import BAD_INPUT, OK
 from epstack.jitcache import KERNEL_CACHE, TOOL, CacheKey, manifest_beside
-from tests.test_jitcache import export_of, fake_install, h200_kernels, sha256
+from tests.test_jitcache import KERNEL, export_of, fake_install, h200_kernels, sha256
 
 
 def write_export(folder: Path, key: CacheKey) -> tuple[Path, str]:
@@ -102,3 +106,42 @@ def test_a_sha256_that_is_not_64_lowercase_hex_is_refused_by_the_parser(
     assert unpack(tmp_path / "absent.tar.gz", digest, into) == BAD_INPUT
     assert f"{digest!r} is not a sha256 (64 lowercase hex)" in capsys.readouterr().err
     assert not into.exists()
+
+
+# Peak memory of `jit unpack` in a fresh Python, past what it held once epstack was imported (KiB).
+_PEAK = """import resource, sys
+from epstack.cli import main
+start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+code = main(sys.argv[1:])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize(
+    ("kind", "words"),
+    [
+        (tarfile.REGTYPE, f"'{TOOL}/{KERNEL}' unpacks to 209,715,200 bytes, over the 16,777,216"),
+        (tarfile.XHDTYPE, "a tar header of over 16,777,216 bytes"),
+    ],
+    ids=["a member", "a pax header"],
+)
+def test_a_gzip_bomb_is_refused_in_one_line_before_it_is_read(
+    tmp_path: Path, kind: bytes, words: str
+) -> None:
+    """200 MB of zeros in a 200 KB export: refused by the size its header gives, exit 2, nothing
+    written, and the command's memory grows by a fraction of it."""
+    bomb = tmp_path / "bomb.tar.gz"
+    with gzip.open(bomb, "wb") as packed, tarfile.open(fileobj=packed, mode="w") as tar:
+        member = tarfile.TarInfo(f"{TOOL}/{KERNEL}")
+        member.size, member.type = 200 << 20, kind
+        with open("/dev/zero", "rb") as zeros:
+            tar.addfile(member, zeros)
+    into = tmp_path / "jit" / TOOL
+    args = ["jit", "unpack", str(bomb), "--sha256", sha256(bomb.read_bytes()), "--into", str(into)]
+    result = subprocess.run([sys.executable, "-c", _PEAK, *args], capture_output=True, text=True, check=False)
+    assert result.returncode == BAD_INPUT
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {bomb}: {words}") and "; fix: " in line
+    assert int(result.stdout) < 64 << 10, "KiB: the 200 MB member was read"
+    assert not into.exists() and not into.parent.exists()

@@ -152,6 +152,20 @@ def test_the_base_image_runs_its_guard_at_start(built: BuildReport, engine: Dock
     assert "guard: ok" in result.stderr
 
 
+def test_a_start_whose_tmpdir_cannot_be_written_stops_in_one_line(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    """Without a driver the stub is linked from a folder made in TMPDIR; one under a file cannot be made,
+    by root either: the start names it and exits 3 (the environment), not with mktemp's own error."""
+    base = ref(built, "base")
+    result = docker(engine, "run", "--rm", "-e", "TMPDIR=/etc/passwd/x", base, "echo", "started", check=False)
+    assert (result.returncode, result.stdout) == (3, "")
+    assert result.stderr == (
+        "epstack: TMPDIR=/etc/passwd/x cannot be written, and the CUDA driver stub is linked from a folder "
+        "there (no NVIDIA driver here); fix: set TMPDIR to a writable folder\n"
+    )
+
+
 def test_the_runtime_base_is_smaller_than_devel(built: BuildReport) -> None:
     sizes = {image.stage: image.size for image in built.built}
     assert sizes["base"] < sizes["devel"]
