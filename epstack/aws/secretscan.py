@@ -10,7 +10,8 @@ regex plugins for the rest (private keys, JWTs, Stripe, Twilio, SendGrid, OpenAI
 values whose Shannon entropy passes detect-secrets' Base64 limit (4.5 bits a character, 20
 characters at least) less its heuristic filters (UUIDs, sequences, templates, `$REFERENCES`).
 By name: a variable named like a secret (DOCKERHUB_PASS, DB_PASSWORD, API_KEY) that holds a literal.
-A number, a boolean, a path, an ARN or a reference is no secret (TOKEN_TTL_SECONDS: 3600), and a
+A number, a boolean, a path, an ARN, a reference or a command substitution is no secret
+(TOKEN_TTL_SECONDS: 3600, TOKEN=$(aws secretsmanager get-secret-value ...)), and a
 name whose last word says what it holds about the secret is not one (PASSWORD_MIN_LENGTH, TOKEN_FILE,
 SECRET_ARN, AWS_ACCESS_KEY_ID: its value is checked by shape). NAME=VALUE in a command is read the
 same way.
@@ -51,14 +52,21 @@ ABOUT_A_SECRET = re.compile(
     re.IGNORECASE,
 )
 SHELL_NAMES = frozenset({"PWD", "OLDPWD"})  # the shell's working directories, named like a password
+# A command substitution, $(...) (parentheses nested three deep) or `...`: what the build reads when it
+# runs (`aws secretsmanager get-secret-value ...`), not a value written in the buildspec.
+SUBSTITUTION = r"\$\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)|`[^`]*`"
 NOT_A_SECRET = re.compile(
     r"(?:[-+]?\d+(?:\.\d+)?[smhd]?|true|false|yes|no|on|off|none|null"  # numbers, booleans
     r"|\.{0,2}/\S*|~/\S*|arn:\S+"  # paths and ARNs
-    r"|\$\w+|\$\{[^}]*\}|\$\(.*\))",  # references, command substitutions
-    re.IGNORECASE | re.DOTALL,
+    rf"|\$\w+|\$\{{[^}}]*\}}|{SUBSTITUTION})",  # references, command substitutions
+    re.IGNORECASE,
 )
-# NAME=VALUE in a command: `export NAME=VALUE`, `NAME=VALUE cmd`, `--build-arg NAME=VALUE`.
-ASSIGNMENT = re.compile(r"(?:^|[\s;&|(])([A-Za-z_][A-Za-z0-9_]*)=(\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s;&|)]+)")
+# NAME=VALUE in a command: `export NAME=VALUE`, `NAME=VALUE cmd`, `--build-arg NAME=VALUE`; an unquoted
+# VALUE is one word, command substitutions (spaces and all) included.
+ASSIGNMENT = re.compile(
+    r"(?:^|[\s;&|(])([A-Za-z_][A-Za-z0-9_]*)="
+    rf"(\"(?:[^\"\\]|\\.)*\"|'[^']*'|(?:{SUBSTITUTION}|[^\s;&|()`])+)"
+)
 ENTROPY_LIMIT = 4.5  # detect-secrets' default for Base64HighEntropyString
 ENTROPY_LENGTH = 20
 

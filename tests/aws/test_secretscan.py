@@ -6,6 +6,7 @@ this file for a leak: the prefix a vendor publishes and a random body of the pub
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -137,6 +138,48 @@ def test_values_that_only_look_like_secrets_pass(buildspec: Write, pins: Pins) -
         """
     )
     assert lint([path], pins, source=path.parent) == []
+
+
+FROM_A_STORE = "aws secretsmanager get-secret-value --secret-id ci/token --query SecretString --output text"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        f'"$({FROM_A_STORE})"',
+        f"$({FROM_A_STORE})",
+        f"`{FROM_A_STORE}`",
+        "$(aws ssm get-parameter --name /ci/token --with-decryption --query 'Parameter.Value' --output text)",
+        "$(jq -r '.token | select(length > 0)' \"$(mktemp)\")",
+        "$CI_TOKEN",
+        "${CI_TOKEN}",
+        '"${CI_TOKEN}"',
+    ],
+)
+@pytest.mark.parametrize(
+    "command", ["TOKEN={value}", "export API_KEY={value}", "DB_PASSWORD={value} ./migrate"]
+)
+def test_a_variable_assigned_from_a_store_or_another_variable_in_a_command_is_no_secret(
+    buildspec: Write, pins: Pins, command: str, value: str
+) -> None:
+    """A command substitution or a variable reference is what the build reads at run time, not a secret
+    written in the buildspec."""
+    line = command.format(value=value)
+    path = buildspec(f"version: 0.2\nphases:\n  build:\n    commands:\n      - {json.dumps(line)}\n")
+    assert lint([path], pins, source=path.parent) == []
+
+
+@pytest.mark.parametrize("value", ["hunter2hunter2", f'"{GITHUB_CLASSIC}"', f"$(echo {GITHUB_CLASSIC})"])
+@pytest.mark.parametrize(
+    "command", ["TOKEN={value}", "export API_KEY={value}", "DB_PASSWORD={value} ./migrate"]
+)
+def test_a_literal_secret_in_the_same_place_is_still_found(
+    buildspec: Write, pins: Pins, command: str, value: str
+) -> None:
+    line = command.format(value=value)
+    path = buildspec(f"version: 0.2\nphases:\n  build:\n    commands:\n      - {json.dumps(line)}\n")
+    (finding,) = lint([path], pins, source=path.parent)
+    assert finding.line == 5 and finding.message.endswith(f"in plain text; fix: {SECRET_FIX}")
 
 
 @pytest.mark.parametrize(
