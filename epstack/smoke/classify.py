@@ -18,7 +18,7 @@ class Finding:
     key: str
     summary: str  # what went wrong, in words
     fix: str
-    environment: bool  # True: the stack or the host is wrong (exit 2), not DeepEP's results
+    environment: bool  # True: the stack or the host is wrong (exit 3), not DeepEP's results
 
 
 @dataclass(frozen=True, kw_only=True)

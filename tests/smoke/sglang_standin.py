@@ -1,8 +1,15 @@
 """A stand-in for `sglang serve` (standard library only) speaking the HTTP API the serve smoke uses:
 /health_generate, /server_info, /generate by token ids, streamed as SGLang streams it (what
 sglang.benchmark.serving reads). STANDIN names a behaviour: ok, die, hang, wrong-backend, malformed,
-slow, short, diverge-none. It forks a child (as SGLang forks its scheduler) and writes both pids to
-STANDIN_PIDS, so a test can check that nothing is left running."""
+slow, short, diverge-none, tie-none. It forks a child (as SGLang forks its scheduler) and appends both
+pids as one line to STANDIN_PIDS (one line per server started), so a test can check that nothing is
+left running.
+
+die exits before it is healthy with SGLang 0.5.23's own refusal of the DeepEP V2 token budget, the
+traceback as a real H200 run printed it (benchmarks/serve/results/serve-budget-fail.console).
+diverge-none and tie-none change the greedy output of the --moe-a2a-backend none server: diverge-none
+from the first token on, with tokens outside each other's top 5; tie-none parts at token TIE_AT at a
+near tie, each run's token the other's second candidate."""
 
 from __future__ import annotations
 
@@ -17,6 +24,25 @@ from typing import Any
 
 MODE = os.environ.get("STANDIN", "ok")
 VOCAB = 151936
+TIE_AT = 3
+# The end of what SGLang 0.5.23 printed on an H200 when --cuda-graph-max-bs-decode=1024 exceeded the
+# token budget (its moe_hook.py validate_deepep_v2_dispatch_token_budget), then exited 1.
+BUDGET_REFUSAL = """\
+Traceback (most recent call last):
+  File "/opt/sgl/sglang/launch_server.py", line 29, in run_server
+    server_args.resolve_once()
+  File "/opt/sgl/sglang/srt/server_args.py", line 277, in resolve_once
+    run_resolution_pipeline(self)
+  File "/opt/sgl/sglang/srt/arg_groups/pipeline.py", line 375, in run_resolution_pipeline
+    run_hook(validate_deepep_v2_dispatch_token_budget, server_args)
+  File "/opt/sgl/sglang/srt/arg_groups/resolution_hooks.py", line 139, in run_hook
+    step(server_args)
+  File "/opt/sgl/sglang/srt/arg_groups/moe_hook.py", line 700, in validate_deepep_v2_dispatch_token_budget
+    raise ValueError(
+ValueError: DeepEP v2 per-rank decode CUDA graph exceeds SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK: \
+required=1024, capacity=512 (requests=1024, tokens/request=1). Raise the environment value or lower \
+--cuda-graph-max-bs-decode.
+"""
 
 
 def _args() -> argparse.Namespace:
@@ -35,21 +61,36 @@ ARGS = _args()
 STARTED = time.monotonic()
 
 
+def _reference() -> bool:
+    return str(ARGS.moe_a2a_backend) == "none"
+
+
 def tokens(prompt: list[int], count: int) -> list[int]:
-    """Greedy output: a function of the prompt (and, for diverge-none, of the backend)."""
-    salt = 7919 if MODE == "diverge-none" and ARGS.moe_a2a_backend == "none" else 0
+    """Greedy output: a function of the prompt (and, for diverge-none and tie-none, of the backend)."""
+    salt = 7919 if MODE == "diverge-none" and _reference() else 0
     state = (sum(prompt) * 31 + len(prompt) + salt) % VOCAB
     out = []
-    for _ in range(count):
+    for k in range(count):
         state = (state * 1103515245 + 12345) % VOCAB
+        if MODE == "tie-none" and _reference() and k == TIE_AT:
+            state = (state + 1) % VOCAB  # the other run's second candidate; later tokens follow it
         out.append(state)
     return out
+
+
+def candidates(ids: list[int]) -> list[list[list[Any]]]:
+    """Top logprobs per position: the chosen token, then its neighbour (at a tie, the token it beat)."""
+    top = [[[-1.0, i, None], [-1.5, (i + 1) % VOCAB, None]] for i in ids]
+    if MODE == "tie-none" and _reference() and len(ids) > TIE_AT:
+        chosen = ids[TIE_AT]
+        top[TIE_AT] = [[-1.0, chosen, None], [-1.02, (chosen - 1) % VOCAB, None]]
+    return top
 
 
 def answer(prompt: list[int], params: dict[str, Any]) -> dict[str, Any]:
     count = int(params["max_new_tokens"]) - (1 if MODE == "short" else 0)
     ids = tokens(prompt, count)
-    top = [[[-1.0, i, None], [-1.5, (i + 1) % VOCAB, None]] for i in ids]
+    top = candidates(ids)
     return {
         "text": " ".join(f"t{i}" for i in ids),
         "output_ids": ids,
@@ -128,15 +169,11 @@ class Handler(BaseHTTPRequestHandler):
 def main() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     if os.environ.get("STANDIN_PIDS"):
-        with open(os.environ["STANDIN_PIDS"], "w") as f:
+        with open(os.environ["STANDIN_PIDS"], "a") as f:
             f.write(f"{os.getpid()} {child.pid}\n")
     print(f"standin {MODE} on {ARGS.port}: {' '.join(sys.argv[1:])}", flush=True)
     if MODE == "die":
-        print(
-            "ValueError: DeepEP v2 per-rank prefill budget exceeds "
-            "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK: required=512, capacity=128.",
-            flush=True,
-        )
+        sys.stderr.write(BUDGET_REFUSAL)
         sys.exit(1)
     if ARGS.moe_a2a_backend == "deepep_v2":
         print(

@@ -1,4 +1,5 @@
-"""Known failures named from their real texts; libstdc++ interposition found with real nm output."""
+"""Known failures named from their real texts (DeepEP's, SGLang's server logs); libstdc++ interposition
+found with real nm output."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from epstack.guard.loaded import defined_symbols, interposed_symbols
-from epstack.smoke.classify import classify
+from epstack.smoke.classify import classify, classify_server_log
 
 # Texts as DeepEP d4f41e4 (EPException: "<name> exception (<file>:<line>): <#cond>"), its Python
 # checks, the dynamic loader and epstack's own worker print them.
@@ -71,6 +72,97 @@ def test_a_finding_says_what_went_wrong_and_the_fix(key: str, text: str) -> None
 def test_unknown_failures_stay_unclassified() -> None:
     assert classify("RuntimeError: CUDA error: an illegal memory access was encountered") is None
     assert classify("AssertionError: Diff: 0.0012") is None
+
+
+# SGLang 0.5.23's texts as its server log shows them: the raise sites' messages with their values
+# filled in (sglang/srt/arg_groups/moe_hook.py, sglang/srt/model_executor/pool_configurator.py), torch's
+# OutOfMemoryError, and DeepEP's NCCL_CHECK in the format of its other exceptions above.
+SERVER_TEXTS = {
+    # a real H200 run with --cuda-graph-max-bs-decode=1024 (benchmarks/serve/results/serve-budget-fail)
+    "deepep-v2-token-budget": "ValueError: DeepEP v2 per-rank decode CUDA graph exceeds "
+    "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK: required=1024, capacity=512 (requests=1024, "
+    "tokens/request=1). Raise the environment value or lower --cuda-graph-max-bs-decode.",
+    "deepep-v2-architecture": "ValueError: DeepEP v2 MoE is not validated for 'LlamaForCausalLM'. The "
+    "model package must register its architecture with register_deepep_v2_model, because its combine "
+    "and post-expert reduction semantics must be validated first.",
+    "deepep-v2-runner": "ValueError: DeepEP v2 MoE currently supports only --moe-runner-backend deep_gemm. "
+    "Got 'triton'. Add a runner adapter before enabling DeepEP v2 with other MoE runners.",
+    "cuda-out-of-memory": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
+    "has a total capacity of 139.81 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this "
+    "process has 138.74 GiB memory in use.",
+    "nccl-cumem": "RuntimeError: NCCL exception (/opt/src/DeepEP/csrc/kernels/comm/symmetric.hpp:131): "
+    "unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+    "import-error": "ModuleNotFoundError: No module named 'deep_ep'",
+}
+# A healthy start, in SGLang's words: none of it is a failure.
+HEALTHY_LOG = """\
+[2026-02-03 10:00:01] server_args=ServerArgs(model_path='/tmp/tiny-qwen3-moe', moe_a2a_backend='deepep_v2')
+[2026-02-03 10:00:02] DeepEP v2 MoE: resolved --moe-runner-backend auto -> deep_gemm.
+[2026-02-03 10:00:09] Load weight end. elapsed=0.41 s, type=Qwen3MoeForCausalLM, avail mem=137.12 GB, \
+mem usage=0.52 GB.
+[2026-02-03 10:00:10] Initialized DeepEP v2 ElasticBuffer: world_size=1 hidden_size=2048 num_topk=8 \
+max_dispatch_tokens_per_rank=512 use_fp8_dispatch=False allow_hybrid_mode=False num_bytes=1073741824
+[2026-02-03 10:00:31] The server is fired up and ready to roll!
+"""
+
+
+def _log(*lines: str) -> str:
+    """A server log: the healthy start's first lines, then a traceback ending in `lines`."""
+    head = HEALTHY_LOG.splitlines()[:3]
+    return "\n".join(
+        [*head, "Traceback (most recent call last):", '  File "x.py", line 1, in <module>', *lines]
+    )
+
+
+@pytest.mark.parametrize(("key", "text"), sorted(SERVER_TEXTS.items()))
+def test_server_log_rules(key: str, text: str) -> None:
+    finding = classify_server_log(_log(text))
+    assert finding is not None and finding.key == key and finding.environment and finding.fix
+
+
+def test_the_token_budget_rule_names_both_of_sglangs_refusals() -> None:
+    prefill = (
+        "ValueError: DeepEP v2 per-rank prefill budget exceeds "
+        "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK: required=1024, capacity=512. "
+        "Raise the environment value or lower --chunked-prefill-size/--max-prefill-tokens."
+    )
+    finding = classify_server_log(_log(prefill))
+    assert finding is not None and finding.key == "deepep-v2-token-budget"
+    assert "required=" in finding.fix and "epstack cluster render" in finding.fix
+
+
+def test_sglangs_memory_message_is_out_of_memory() -> None:
+    text = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: "
+    finding = classify_server_log(_log(text + "mem_fraction_static=0.88"))
+    assert finding is not None and finding.key == "cuda-out-of-memory"
+
+
+def test_an_import_error_names_the_module_it_could_not_load() -> None:
+    finding = classify_server_log(_log("ImportError: libcudart.so.13: cannot open shared object file"))
+    assert finding is not None and finding.key == "import-error"
+    assert finding.summary.endswith(": ImportError: libcudart.so.13: cannot open shared object file")
+
+
+def test_deepeps_own_text_wins_over_the_import_error_it_causes() -> None:
+    """A deep_ep that fails to load on an old NCCL is nccl-too-old, not a generic import error."""
+    text = "ImportError: /opt/deep_ep/_C.cpython-312-x86_64-linux-gnu.so: undefined symbol: ncclDevCommCreate"
+    finding = classify_server_log(_log(text))
+    assert finding is not None and finding.key == "nccl-too-old"
+
+
+def test_sglangs_refusal_wins_over_deepeps_texts_in_one_log() -> None:
+    log = _log(SERVER_TEXTS["deepep-v2-token-budget"]) + "\n" + REAL_TEXTS["nvcc-missing"]
+    finding = classify_server_log(log)
+    assert finding is not None and finding.key == "deepep-v2-token-budget"
+
+
+def test_a_healthy_server_log_is_no_failure() -> None:
+    assert classify_server_log(HEALTHY_LOG) is None
+    assert classify_server_log("") is None
+    assert (
+        classify_server_log(_log("RuntimeError: CUDA error: an illegal memory access was encountered"))
+        is None
+    )
 
 
 NM_SAMPLE = """\

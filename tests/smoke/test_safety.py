@@ -21,7 +21,7 @@ from epstack.smoke.preflight import Found, require
 from epstack.smoke.result import RANK_RESULT
 from epstack.smoke.stage import HANG_RANK_ENV, HANG_STAGE_ENV
 from tests.conftest import REPO
-from tests.smoke.test_supervise import _gone
+from tests.smoke.processes import gone
 
 RUN = ["elastic", "--nproc-per-node", "2", "--timeout", "20"]
 
@@ -160,8 +160,8 @@ def test_ranks_die_with_a_sigkilled_supervisor(stub: Path, tmp_path: Path) -> No
     supervisor.send_signal(signal.SIGKILL)
     supervisor.wait()
     try:
-        assert all(_gone(pid) for pid in pids), "a rank outlived its SIGKILLed supervisor"
+        assert all(gone(pid) for pid in pids), "a rank outlived its SIGKILLed supervisor"
     finally:
         for pid in pids:
-            if not _gone(pid, 0):
+            if not gone(pid, 0):
                 os.kill(pid, signal.SIGKILL)

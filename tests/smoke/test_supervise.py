@@ -16,6 +16,7 @@ import pytest
 from epstack.smoke.__main__ import main as smoke_main
 from epstack.smoke.stage import HANG_RANK_ENV, HANG_STAGE_ENV, STAGES, StageWriter
 from epstack.smoke.supervise import RankCommand, group_alive, supervise
+from tests.smoke.processes import gone
 
 
 def _commands(stub: Path, run_dir: Path, n: int, **env: str) -> list[RankCommand]:
@@ -26,26 +27,6 @@ def _commands(stub: Path, run_dir: Path, n: int, **env: str) -> list[RankCommand
         )
         for r in range(n)
     ]
-
-
-def _dead(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    # a zombie still answers kill(0); it is dead once its state says so
-    status = Path(f"/proc/{pid}/status")
-    return not status.exists() or "zombie" in status.read_text()
-
-
-def _gone(pid: int, within_s: float = 5.0) -> bool:
-    """SIGKILL is delivered asynchronously: give the kernel a moment."""
-    deadline = time.monotonic() + within_s
-    while not _dead(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def test_a_rank_that_never_leaves_dispatch_ends_every_rank(stub: Path, tmp_path: Path) -> None:
@@ -62,7 +43,7 @@ def test_a_rank_that_never_leaves_dispatch_ends_every_rank(stub: Path, tmp_path:
     assert not by_rank[0].killed and by_rank[0].stage == "done"
     for o in result.outcomes:
         pid = int((run_dir / f"grandchild{o.rank}.pid").read_text())
-        assert _gone(pid), f"rank {o.rank}'s grandchild {pid} survived"
+        assert gone(pid), f"rank {o.rank}'s grandchild {pid} survived"
     assert not any(
         group_alive(p) for p in (int((run_dir / f"grandchild{r}.pid").read_text()) for r in range(3))
     )

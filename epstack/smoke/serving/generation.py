@@ -43,8 +43,20 @@ class Generation:
     top: list[dict[int, float]]  # per output position: the top-N token ids and their logprobs
 
 
+def _entry(e: object) -> bool:
+    """[logprob, token id, ...] as SGLang sends it: a number, then an int (JSON has no other kinds)."""
+    return (
+        isinstance(e, list)
+        and len(e) >= 2
+        and isinstance(e[0], int | float)
+        and isinstance(e[1], int)
+        and not isinstance(e[0], bool)
+        and not isinstance(e[1], bool)
+    )
+
+
 def _entries(value: object, what: str) -> list[list[Any]]:
-    if not isinstance(value, list) or not all(isinstance(e, list) and len(e) >= 2 for e in value):
+    if not isinstance(value, list) or not all(_entry(e) for e in value):
         raise RequestFailed(f"/generate: malformed answer: meta_info.{what} is not a list of [logprob, id]")
     return value
 

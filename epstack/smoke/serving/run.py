@@ -259,6 +259,8 @@ def _failure(exc: Exception) -> Failure:
 def run(settings: Settings, out: Printer, *, clock: Callable[[], float] = time.monotonic) -> int:
     """The smoke; writes the report (pass or fail) and returns the exit code."""
     start = clock()
+    if not settings.url:
+        server.port_of(settings.extra_args)  # a --port that is no port is bad input: found before any start
     check_writable(settings.report, what="the serve smoke's --json report")
     work = settings.run_dir or Path(tempfile.mkdtemp(prefix="epstack-serve-"))
     work.mkdir(parents=True, exist_ok=True)
