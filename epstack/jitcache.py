@@ -28,6 +28,7 @@ from importlib import metadata
 from pathlib import Path, PurePosixPath
 
 from epstack import imagepaths
+from epstack.boundedtar import BoundedTar
 from epstack.cmd import run
 from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError, shown
@@ -142,39 +143,6 @@ def pack(cache_dir: Path, key: CacheKey) -> tuple[bytes, KernelCache]:
     return gzip.compress(raw.getvalue(), mtime=0), manifest
 
 
-class _TarStream(io.BufferedIOBase):
-    """The tar inside an export's gzip as tarfile reads it: no read larger than a file may be (tarfile
-    reads a pax or long-name header whole), nothing past MAX_UNPACKED_BYTES."""
-
-    def __init__(self, unzipped: gzip.GzipFile, archive: Path) -> None:
-        super().__init__()
-        self._unzipped = unzipped
-        self._archive = archive
-
-    def _check(self, end: int) -> None:
-        if end > MAX_UNPACKED_BYTES:
-            raise BadInput(
-                f"{self._archive}: its tar unpacks to over {MAX_UNPACKED_BYTES:,} bytes; fix: export it again"
-            )
-
-    def read(self, size: int | None = -1) -> bytes:
-        if size is None or not 0 <= size <= MAX_MEMBER_BYTES:
-            raise BadInput(
-                f"{self._archive}: a tar header of over {MAX_MEMBER_BYTES:,} bytes; fix: export it again"
-            )
-        self._check(self.tell() + size)
-        return self._unzipped.read(size)
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence != io.SEEK_SET:  # tarfile seeks to absolute offsets only
-            raise io.UnsupportedOperation("seek relative")
-        self._check(offset)
-        return self._unzipped.seek(offset)
-
-    def tell(self) -> int:
-        return self._unzipped.tell()
-
-
 def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo, archive: Path) -> bytes:
     """A regular file's bytes, read only once its header says they fit the caps."""
     if not member.isfile():
@@ -205,7 +173,17 @@ def unpack(archive: Path, data: bytes, sha256: str) -> tuple[KernelCache, dict[s
     try:
         with (
             gzip.GzipFile(fileobj=io.BytesIO(data)) as unzipped,
-            tarfile.TarFile(fileobj=_TarStream(unzipped, archive)) as tar,
+            tarfile.TarFile(
+                fileobj=BoundedTar(
+                    unzipped,
+                    limit=MAX_UNPACKED_BYTES,
+                    max_read=MAX_MEMBER_BYTES,
+                    past_limit=f"{archive}: its tar unpacks to over {MAX_UNPACKED_BYTES:,} bytes; "
+                    "fix: export it again",
+                    long_read=f"{archive}: a tar header of over {MAX_MEMBER_BYTES:,} bytes; "
+                    "fix: export it again",
+                )
+            ) as tar,
         ):
             blobs = {member.name: _member_bytes(tar, member, archive) for member in tar}
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:

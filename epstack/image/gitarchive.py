@@ -25,6 +25,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from epstack.boundedtar import BoundedTar
 from epstack.errors import BadInput, shown
 
 # Caps, far above the pinned archives (DeepEP, fmt, gdrcopy: at most 151 members and 1.4 MB, unpacking to
@@ -69,7 +70,15 @@ def read(path: Path) -> GitArchive:
     data = _file_bytes(path)
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as unzipped:
-            stream = _TarStream(unzipped, path, len(data))
+            limit = min(MAX_UNPACKED_BYTES, max(RATIO_FLOOR, MAX_RATIO * len(data)))
+            stream = BoundedTar(
+                unzipped,
+                limit=limit,
+                max_read=MAX_READ,
+                past_limit=f"{path}: unpacks to more than {limit} bytes (the cap: {MAX_RATIO} times its "
+                f"{len(data)} bytes, at least {RATIO_FLOOR}, at most {MAX_UNPACKED_BYTES}); {_FIX}",
+                long_read=f"{path}: a tar header of more than {MAX_READ} bytes; {_FIX}",
+            )
             with tarfile.TarFile(fileobj=stream) as tar:
                 commit = _verified_members(tar, path)
                 _check_end(tar, stream, path)
@@ -98,42 +107,6 @@ def _file_bytes(path: Path) -> bytes:
     if status.st_size > MAX_ARCHIVE_BYTES or len(data) > MAX_ARCHIVE_BYTES:
         raise BadInput(f"{path}: more than {MAX_ARCHIVE_BYTES} bytes, not a source archive; {_FIX}")
     return data
-
-
-class _TarStream(io.BufferedIOBase):
-    """The tar inside the gzip as tarfile reads it: refused past the caps before it is read."""
-
-    last: bytes  # the block that ended tarfile's listing, once it has ended
-
-    def __init__(self, unzipped: gzip.GzipFile, path: Path, packed: int) -> None:
-        super().__init__()
-        self._unzipped = unzipped
-        self._path = path
-        self._packed = packed
-        self._limit = min(MAX_UNPACKED_BYTES, max(RATIO_FLOOR, MAX_RATIO * packed))
-
-    def _check(self, end: int) -> None:
-        if end > self._limit:
-            raise BadInput(
-                f"{self._path}: unpacks to more than {self._limit} bytes (the cap: {MAX_RATIO} times its "
-                f"{self._packed} bytes, at least {RATIO_FLOOR}, at most {MAX_UNPACKED_BYTES}); {_FIX}"
-            )
-
-    def read(self, size: int | None = -1) -> bytes:
-        if size is None or not 0 <= size <= MAX_READ:
-            raise BadInput(f"{self._path}: a tar header of more than {MAX_READ} bytes; {_FIX}")
-        self._check(self.tell() + size)
-        self.last = self._unzipped.read(size)
-        return self.last
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence != io.SEEK_SET:  # tarfile seeks to absolute offsets only
-            raise io.UnsupportedOperation("seek relative")
-        self._check(offset)
-        return self._unzipped.seek(offset)
-
-    def tell(self) -> int:
-        return self._unzipped.tell()
 
 
 def _verified_members(tar: tarfile.TarFile, path: Path) -> str:
@@ -203,7 +176,7 @@ def _check_links(names: set[str], symlinks: dict[str, str], path: Path) -> None:
             through_link = through_link or walked in symlinks
 
 
-def _check_end(tar: tarfile.TarFile, stream: _TarStream, path: Path) -> None:
+def _check_end(tar: tarfile.TarFile, stream: BoundedTar, path: Path) -> None:
     """The listing ended at an end-of-archive block, and zeros follow it to the end of the gzip."""
     ended = stream.tell() == tar.offset + tarfile.BLOCKSIZE and not stream.last.strip(b"\0")
     if not ended:

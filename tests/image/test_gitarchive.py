@@ -247,21 +247,6 @@ def test_a_device_or_other_kind_of_file_is_named_and_never_opened(
     )
 
 
-def test_the_stream_refuses_relative_seeks_and_unbounded_reads(tmp_path: Path) -> None:
-    """The caps count absolute offsets and bounded reads, the only ones tarfile makes."""
-    path = tmp_path / "a.tar.gz"
-    with gzip.GzipFile(fileobj=io.BytesIO(gzip.compress(bytes(1024)))) as unzipped:
-        stream = gitarchive._TarStream(unzipped, path, 100)
-        assert stream.seek(512) == 512 and stream.read(0) == b"" and stream.tell() == 512
-        with pytest.raises(io.UnsupportedOperation, match=r"^seek relative$"):
-            stream.seek(0, io.SEEK_CUR)
-        for size in (None, -1, gitarchive.MAX_READ + 1):
-            with pytest.raises(
-                BadInput, match=f"^{path}: a tar header of more than {gitarchive.MAX_READ} bytes"
-            ):
-                stream.read(size)
-
-
 def test_a_second_commit_header_is_refused(tmp_path: Path) -> None:
     tar = without_end(tar_bytes(*GOOD)) + tar_bytes(member("DeepEP/x"), commit="d" * 40)
     path = write(tmp_path / "two.tar.gz", tar)
