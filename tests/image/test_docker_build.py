@@ -686,6 +686,11 @@ IN_CONTAINER = {
         f'echo "#" >> {STDLIB}/ctypes/__init__.py',
         "changed in /usr/lib/python3",
     ),
+    "a byte of a shipped JIT cache, mtime put back": (
+        f'f=$(find {imagepaths.JIT} -type f -name "*.so" | sort | head -n 1); cp -p "$f" /tmp/ref; '
+        'printf x | dd of="$f" bs=1 seek=64 conv=notrunc status=none; touch -r /tmp/ref "$f"',
+        f"changed in this container since it started (first: {imagepaths.JIT}/",
+    ),
     "LD_AUDIT": (
         "export LD_AUDIT=/nonexistent/audit.so",
         "LD_AUDIT=/nonexistent/audit.so, the build had (unset)",
