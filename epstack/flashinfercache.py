@@ -26,7 +26,7 @@ from epstack import imagepaths
 from epstack.cmd import run
 from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
-from epstack.jitcache import CacheFile, install_folder, manifest_beside, sha256_hex
+from epstack.jit.shipped import CacheFile, install_folder, manifest_beside, sha256_hex
 
 SHIPPED = Path(imagepaths.JIT) / "flashinfer"  # the workspace's .cache/flashinfer tree, read-only
 WORKSPACE = Path(imagepaths.JIT_CACHES) / "flashinfer"  # the image's FLASHINFER_WORKSPACE_BASE
@@ -126,7 +126,7 @@ def ship(base: Path, key: ModulesKey, into: Path = SHIPPED) -> ShippedModules:
             target.chmod(0o755 if target.stat().st_mode & 0o111 else 0o644)
 
     refusal = "already holds FlashInfer modules; fix: ship into a new image layer or folder"
-    install_folder(into, FLASHINFER_CACHE.dumps(manifest), fill, refusal=refusal)
+    install_folder(into, FLASHINFER_CACHE.dumps(manifest), manifest.files, fill, refusal=refusal)
     shutil.rmtree(base / ".cache", ignore_errors=True)
     return manifest
 

@@ -25,7 +25,7 @@ from epstack.cmd import run
 from epstack.document import Schema
 from epstack.errors import EpstackError
 from epstack.guard.jittoolchains import epstack_python
-from epstack.jitcache import CacheFile, install_folder, manifest_beside, sha256_hex
+from epstack.jit.shipped import CacheFile, install_folder, manifest_beside, sha256_hex
 
 SHIPPED = Path(imagepaths.JIT) / "triton"
 # Where a container sees libcuda.so.1 on GPU nodes, as Triton names the folder:
@@ -141,7 +141,8 @@ def ship(cache: Path, launchers: list[Launcher], into: Path = SHIPPED) -> Shippe
             target.chmod(0o755)
 
     refusal = "already holds Triton launchers; fix: ship into a new image layer"
-    install_folder(into, TRITON_LAUNCHERS.dumps(manifest), fill, refusal=refusal)
+    files = {launcher.file.path: launcher.file for launcher in launchers}.values()
+    install_folder(into, TRITON_LAUNCHERS.dumps(manifest), files, fill, refusal=refusal)
     return manifest
 
 

@@ -20,7 +20,7 @@ import pytest
 from epstack import flashinfercache
 from epstack.errors import BadInput
 from epstack.flashinfercache import FLASHINFER_CACHE, ModulesKey, module_dirs, pending, ship
-from epstack.jitcache import changed_files, manifest_beside
+from epstack.jit.shipped import changed_files, manifest_beside
 
 JIT_CACHES = Path(__file__).resolve().parents[1] / "scripts" / "image" / "jit-caches.sh"
 VERSION, ARCH = "0.7.2", "90a"

@@ -25,11 +25,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from epstack.errors import BadInput
+from epstack.jit.export import MANIFEST_NAME
+from epstack.jit.shipped import CacheFile, manifest_beside
 from epstack.jitcache import (
     KERNEL_CACHE,
-    MANIFEST_NAME,
     TOOL,
-    CacheFile,
     CacheKey,
     KernelCache,
     arch_difference,
@@ -37,7 +37,6 @@ from epstack.jitcache import (
     image_key,
     install,
     key_differences,
-    manifest_beside,
     nvcc_release,
     nvcc_version,
     pack,
@@ -229,9 +228,9 @@ def _refusals() -> Iterator[tuple[str, bytes, str]]:
     plain = io.BytesIO()
     with tarfile.open(fileobj=plain, mode="w") as tar:
         tar.addfile(tarfile.TarInfo(MANIFEST_NAME))
-    yield "plain tar", plain.getvalue(), "not a kernel cache export"
-    yield "text", b"#!/bin/sh\nrm -rf /\n", "not a kernel cache export"
-    yield "truncated", tar_gz({MANIFEST_NAME: manifest})[:40], "not a kernel cache export"
+    yield "plain tar", plain.getvalue(), "not a JIT cache export"
+    yield "text", b"#!/bin/sh\nrm -rf /\n", "not a JIT cache export"
+    yield "truncated", tar_gz({MANIFEST_NAME: manifest})[:40], "not a JIT cache export"
     for outside in ("../x", "cache/evil", "/etc/passwd", f"cache/kernel.x.{'a' * 32}/..",
                     f"cache/kernel.x.{'a' * 32}/sub/kernel.cubin", "cache/kernel.x.NOTHEX/kernel.cubin",
                     f"tmp/kernel.x.{'a' * 32}/kernel.cubin"):  # fmt: skip
@@ -280,7 +279,7 @@ def test_unpack_refuses_files_that_pass_the_cap_together_naming_the_one_that_cro
 @example(name=f"{TOOL}/{KERNEL}\nerror: all kernels verified")
 def test_unpack_refuses_any_member_the_manifest_does_not_list(name: str) -> None:
     data = tar_gz({MANIFEST_NAME: _manifest(GOOD), f"{TOOL}/{KERNEL}": GOOD[KERNEL], name: b"x"})
-    with pytest.raises(BadInput, match="is not a kernel its manifest lists") as refused:
+    with pytest.raises(BadInput, match="is not a file its manifest lists") as refused:
         unpack(ARCHIVE, data, sha256(data))
     assert "\n" not in str(refused.value)
 
@@ -344,7 +343,7 @@ def test_every_differing_field_is_named_at_once() -> None:
     ],
 )
 def test_arch_difference(arch: str, archs: list[str], difference: str) -> None:
-    assert arch_difference(replace(KEY, arch=arch), archs) == difference
+    assert arch_difference(arch, archs) == difference
 
 
 def test_image_key_reads_this_install(site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from epstack import tritoncache
 from epstack.errors import BadInput, EpstackError
-from epstack.jitcache import changed_files, manifest_beside
+from epstack.jit.shipped import changed_files, manifest_beside
 from epstack.tritoncache import LIBCUDA_DIRS, TRITON_LAUNCHERS, build, libcuda_dirs, ship
 
 JIT_CACHES = Path(__file__).resolve().parents[1] / "scripts" / "image" / "jit-caches.sh"

@@ -7,31 +7,28 @@ import argparse
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack import flashinfercache, imagepaths, tritoncache
+from epstack import flashinfercache, imagepaths, jitcache, tritoncache
 from epstack.commands.common import SubParsers, path_arg, seconds
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.guard.jitprobe import TIMEOUT_S, TOOLCHAINS, JitReport, probe_layer, report_path
 from epstack.image.engine import DockerEngine
-from epstack.image.kernels import build_kernels_layer, kernels_tag
+from epstack.image.kernels import LayerExport, build_kernels_layer, kernels_tag
 from epstack.inputs import read_bytes
-from epstack.jitcache import (
-    MAX_ARCHIVE_BYTES,
-    SHIPPED,
-    install,
-    install_differences,
-    sha256_hex,
-    unpack,
-)
+from epstack.jit import deepgemm, export
+from epstack.jit.shipped import sha256_hex
 from epstack.layers import LAYER_NAMES
 from epstack.output import check_writable, write_file
 from epstack.pins.load import read_layer_pins
+from epstack.smoke.export import TOOLCHAINS as EXPORTED
 from epstack.smoke.export import export as export_cache
 from epstack.stack import GPU_ARCHS
 
@@ -142,51 +139,82 @@ def _ship_flashinfer(report: JitReport, base: Path, console: Console) -> None:
 
 
 def _read_export(path: Path) -> bytes:
-    return read_bytes(path, what="a kernel cache export", limit=MAX_ARCHIVE_BYTES)
+    return read_bytes(path, what="a JIT cache export", limit=export.MAX_ARCHIVE_BYTES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unpacked:
+    """An export's toolchain as `jit unpack` installs it."""
+
+    name: str  # in messages
+    shipped: Path  # where its kernels go
+    differences: Callable[[Any, Sequence[str], Mapping[str, str]], list[str]]  # what keeps them from loading
+    install: Callable[[Any, Mapping[str, bytes], Path], None]
+    again: str  # how to make them again
+
+
+UNPACKED = {
+    jitcache.TOOL: Unpacked(
+        name="DeepEP", shipped=jitcache.SHIPPED, differences=jitcache.install_differences,
+        install=jitcache.install, again="`epstack smoke elastic --export-jit-cache FILE`",
+    ),
+    deepgemm.TOOL: Unpacked(
+        name="DeepGEMM", shipped=deepgemm.SHIPPED, differences=deepgemm.install_differences,
+        install=deepgemm.install, again="`epstack jit export --toolchain deepgemm` after a serve run",
+    ),
+}  # fmt: skip
+KINDS = (jitcache.KIND, deepgemm.KIND)
 
 
 def cmd_unpack(args: argparse.Namespace, console: Console) -> int:
     """In the image: the export's kernels, if made for this install, into the image's kernel folder."""
-    manifest, files = unpack(args.export, _read_export(args.export), args.sha256)
-    differences = install_differences(manifest.key, _archs(None), os.environ)
+    kind, manifest, files = export.unpack(args.export, _read_export(args.export), args.sha256, KINDS)
+    tool = UNPACKED[kind.tool]
+    differences = tool.differences(manifest.key, _archs(None), os.environ)
     if differences:
         raise BadInput(
-            f"{args.export}: its kernels were made for another install ({'; '.join(differences)}), so DeepEP "
-            "here would compile each again; fix: export them from this image on a GPU "
-            "(`epstack smoke elastic --export-jit-cache FILE`)"
+            f"{args.export}: its kernels were made for another install ({'; '.join(differences)}), so "
+            f"{tool.name} here would compile each again; fix: export them from this image on a GPU "
+            f"({tool.again})"
         )
-    install(manifest, files, args.into)
+    into = args.into or tool.shipped
+    tool.install(manifest, files, into)
     console.print(
-        f"jit unpack: {manifest.kernels} DeepEP kernels ({manifest.bytes:,} bytes) "
-        f"into {escape(str(args.into))}"
+        f"jit unpack: {manifest.kernels} {tool.name} kernels ({manifest.bytes:,} bytes) "
+        f"into {escape(str(into))}"
     )
     return 0
 
 
 def cmd_export(args: argparse.Namespace, console: Console) -> int:
-    """On a GPU, after any run that compiled DeepEP's kernels: pack them for `jit layer`."""
+    """On a GPU, after any run that compiled the toolchain's kernels: pack them for `jit layer`."""
     check_writable(args.out, what="--out")
-    export = export_cache(args.out, os.environ)
+    made = export_cache(args.out, os.environ, args.toolchain)
+    name = {"deepep": "DeepEP", "deepgemm": "DeepGEMM"}[args.toolchain]
     console.print(
-        f"jit export: {export['kernels']} DeepEP kernels ({export['bytes']:,} bytes) to "
-        f"{escape(export['path'])}, sha256 {export['sha256']}"
+        f"jit export: {made['kernels']} {name} kernels ({made['bytes']:,} bytes) to "
+        f"{escape(made['path'])}, sha256 {made['sha256']}"
     )
     return 0
 
 
 def cmd_layer(args: argparse.Namespace, console: Console) -> int:
     """Here, with Docker: the kernels layer over a built image."""
-    data = _read_export(args.export)
-    sha256 = sha256_hex(data)
-    manifest, _ = unpack(args.export, data, args.sha256 or sha256)
+    if args.sha256 and len(args.sha256) != len(args.export):
+        raise BadInput(
+            f"--sha256 given {len(args.sha256)} times for {len(args.export)} --export; fix: one per export"
+        )
+    exports = []
+    for index, path in enumerate(args.export):
+        data = _read_export(path)
+        sha256 = sha256_hex(data)
+        kind, manifest, _ = export.unpack(path, data, args.sha256[index] if args.sha256 else sha256, KINDS)
+        exports.append(LayerExport(tool=kind.tool, manifest=manifest, data=data, sha256=sha256))
     engine = DockerEngine.find()
-    tag = args.tag or kernels_tag(args.image, sha256)
-    image_id = build_kernels_layer(
-        engine, image=args.image, manifest=manifest, data=data, sha256=sha256, tag=tag
-    )
-    console.print(
-        f"jit layer: {escape(tag)} ({image_id}), {manifest.kernels} DeepEP kernels over {escape(args.image)}"
-    )
+    tag = args.tag or kernels_tag(args.image, [e.sha256 for e in exports])
+    image_id = build_kernels_layer(engine, image=args.image, exports=exports, tag=tag)
+    kernels = ", ".join(f"{e.manifest.kernels} {UNPACKED[e.tool].name} kernels" for e in exports)
+    console.print(f"jit layer: {escape(tag)} ({image_id}), {kernels} over {escape(args.image)}")
     return 0
 
 
@@ -222,21 +250,41 @@ def register(subparsers: SubParsers) -> None:
     )
     probe.set_defaults(func=cmd_probe)
     unpack_p = actions.add_parser(
-        "unpack", help="in an image: unpack DeepEP kernels exported on a GPU, checked by their sha256"
+        "unpack",
+        help="in an image: unpack kernels exported on a GPU (DeepEP, DeepGEMM), checked by their sha256",
     )
-    unpack_p.add_argument("export", type=path_arg, help="the `smoke elastic --export-jit-cache` file")
+    unpack_p.add_argument("export", type=path_arg, help="the `jit export` (or `--export-jit-cache`) file")
     unpack_p.add_argument("--sha256", type=_sha256_hex, required=True, help="the export's digest")
-    unpack_p.add_argument("--into", type=path_arg, default=SHIPPED, help=f"default {SHIPPED}")
+    unpack_p.add_argument(
+        "--into", type=path_arg, help=f"default {imagepaths.JIT}/<toolchain> (deep_ep, deep_gemm)"
+    )
     unpack_p.set_defaults(func=cmd_unpack)
     export_p = actions.add_parser(
         "export",
-        help="on a GPU: pack the DeepEP kernels in $EP_JIT_CACHE_DIR (after a smoke or a serve warm-up)",
+        help="on a GPU: pack a JIT's kernels (after a smoke or a serve run) for `jit layer`",
     )
     export_p.add_argument("--out", type=path_arg, required=True, help="the tar.gz (and OUT.sha256) to write")
+    export_p.add_argument(
+        "--toolchain",
+        choices=EXPORTED,
+        default="deepep",
+        help="deepep: $EP_JIT_CACHE_DIR (default); deepgemm: SGLang's $SGLANG_DG_CACHE_DIR",
+    )
     export_p.set_defaults(func=cmd_export)
     layer = actions.add_parser("layer", help="build the kernels layer over a built sglang image (Docker)")
     layer.add_argument("--image", required=True, help="the image the kernels were exported from")
-    layer.add_argument("--export", type=path_arg, required=True, help="the `--export-jit-cache` file")
-    layer.add_argument("--sha256", type=_sha256_hex, help="refuse an export with another digest")
+    layer.add_argument(
+        "--export",
+        type=path_arg,
+        action="append",
+        required=True,
+        help="a `jit export` or `--export-jit-cache` file (repeatable: DeepEP's and DeepGEMM's)",
+    )
+    layer.add_argument(
+        "--sha256",
+        type=_sha256_hex,
+        action="append",
+        help="refuse an export with another digest (one per --export, in order)",
+    )
     layer.add_argument("--tag", help="default: the image's tag + -kernels-<12 hex of the export>")
     layer.set_defaults(func=cmd_layer)

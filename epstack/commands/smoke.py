@@ -383,17 +383,30 @@ class _ServePrinter(serving_run.Printer):
 def _register_plot(smoke: Any) -> None:
     p = smoke.add_parser(
         "plot",
-        help="a serve smoke report's sweep as a PNG (needs the plot extra: matplotlib)",
+        help="a serve report's sweep, or reports' start-ups, as a PNG (needs the plot extra: matplotlib)",
         description=serving_plot.__doc__,
     )
-    p.add_argument("report", type=path_arg, help="the report `epstack smoke serve --json` wrote")
+    p.add_argument(
+        "report",
+        type=path_arg,
+        nargs="+",
+        help="the report `epstack smoke serve --json` wrote (--startup: several)",
+    )
+    p.add_argument("--startup", action="store_true", help="each report's server start-up, one timeline each")
     p.add_argument("--out", type=path_arg, required=True, help="the PNG to write")
     p.set_defaults(func=cmd_plot)
 
 
 def cmd_plot(args: argparse.Namespace, console: Console) -> int:
-    check_writable(args.out, what="the sweep's plot", inputs=[args.report])
-    serving_plot.plot(serving_run.SERVE_REPORT.read(args.report), args.report, args.out)
+    what = "the start-up plot" if args.startup else "the sweep's plot"
+    check_writable(args.out, what=what, inputs=args.report)
+    reports = [(serving_run.SERVE_REPORT.read(path), path) for path in args.report]
+    if args.startup:
+        serving_plot.plot_startup(reports, args.out)
+    elif len(reports) > 1:
+        raise BadInput(f"{len(reports)} reports for one sweep's plot; fix: name one, or plot --startup")
+    else:
+        serving_plot.plot(*reports[0], args.out)
     console.print(f"plot: {escape(str(args.out))}", highlight=False)
     return OK
 

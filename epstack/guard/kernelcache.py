@@ -1,7 +1,7 @@
-"""The guard's rows for the JIT caches an image ships: DeepEP's kernels (epstack.jitcache),
-FlashInfer's modules (epstack.flashinfercache) and Triton's launcher (epstack.tritoncache), each
-present and intact, made for this image (its versions, nvcc, archs and paths), with their count and
-bytes."""
+"""The guard's rows for the JIT caches an image ships: DeepEP's kernels (epstack.jitcache), DeepGEMM's
+(epstack.jit.deepgemm), FlashInfer's modules (epstack.flashinfercache) and Triton's launcher
+(epstack.tritoncache), each present and intact, made for this image (its versions, nvcc, archs and
+paths), with their count and bytes."""
 
 from __future__ import annotations
 
@@ -12,13 +12,9 @@ from pathlib import Path
 from epstack import flashinfercache, tritoncache
 from epstack.checkrow import Check
 from epstack.guard import jitprobe
-from epstack.jitcache import (
-    KERNEL_CACHE,
-    SHIPPED,
-    changed_files,
-    install_differences,
-    manifest_beside,
-)
+from epstack.jit import deepgemm
+from epstack.jit.shipped import changed_files, manifest_beside
+from epstack.jitcache import KERNEL_CACHE, SHIPPED, install_differences
 
 COMPONENT = "JIT cache DeepEP"
 FIX_EXPORT = (
@@ -73,6 +69,82 @@ def kernel_cache_rows(env: Mapping[str, str], archs: Sequence[str], folder: Path
             )
         ]
     return [Check(component=COMPONENT, expected=expected, found=found, verdict="ok", detail=str(folder))]
+
+
+DEEPGEMM = "JIT cache DeepGEMM"
+FIX_DEEPGEMM = (
+    "on a GPU, serve once in this image, `epstack jit export --toolchain deepgemm --out FILE`, then "
+    "`epstack jit layer --image IMAGE --export FILE`"
+)
+
+
+def deepgemm_cache_rows(
+    env: Mapping[str, str], archs: Sequence[str], folder: Path = deepgemm.SHIPPED, verify_bytes: bool = True
+) -> list[Check]:
+    """DeepGEMM's shipped kernels: intact (`verify_bytes`; the start trusts the build's record for
+    them), made for this install, and in the cache SGLang points DeepGEMM at (copied there at start)."""
+    manifest = deepgemm.read_manifest(folder)
+    expected = f"DeepGEMM kernels for {' '.join(archs) or 'the image'}"
+    if manifest is None:
+        return [
+            Check(
+                component=DEEPGEMM,
+                expected=expected,
+                found="none shipped",
+                verdict="skipped",
+                detail=f"SGLang's deep_gemm runner compiles them before it serves ({deepgemm.COLD_S})",
+                fix=FIX_DEEPGEMM,
+            )
+        ]
+    key = manifest.key
+    row = Check(
+        component=DEEPGEMM,
+        expected=expected,
+        found=f"{manifest.kernels} kernels, {manifest.bytes:,} bytes; deep_gemm {key.deep_gemm}, "
+        f"sm {key.arch} ({key.device}, {key.sm_count} SMs), nvcc {key.nvcc}",
+        verdict="ok",
+    )
+    broken = changed_files(folder, manifest.files) if verify_bytes else []
+    if broken:
+        return [
+            replace(
+                row,
+                expected=f"{expected}, as {manifest_beside(folder).name} lists them",
+                verdict="mismatch",
+                detail=f"{len(broken)} missing or changed, e.g. {broken[0]}",
+                fix=f"rebuild the layer; {FIX_DEEPGEMM}",
+            )
+        ]
+    differences = deepgemm.install_differences(key, archs, env)
+    if differences:
+        return [
+            replace(
+                row,
+                expected=f"{expected}, made in this image",
+                verdict="mismatch",
+                detail=f"made for another install ({'; '.join(differences)}): DeepGEMM would compile "
+                "every kernel again, never load these",
+                fix=FIX_DEEPGEMM,
+            )
+        ]
+    cache = deepgemm.cache_dir(env)
+    entries = {Path(f.path).parent.name for f in manifest.files}
+    missing = [
+        name for name in sorted(entries) if not (cache / "cache" / name / deepgemm.COMMITTED).is_file()
+    ]
+    if len(missing) == len(entries):
+        return [replace(row, detail=f"{folder}; the entrypoint copies them into {cache} at start")]
+    if missing:
+        return [
+            replace(
+                row,
+                verdict="warn",
+                detail=f"{len(missing)} of {len(entries)} not in {cache}, e.g. {missing[0]}: DeepGEMM "
+                "compiles them at start",
+                fix="start through the image's entrypoint, which copies them there",
+            )
+        ]
+    return [replace(row, detail=f"in {cache}")]
 
 
 FLASHINFER = "JIT cache FlashInfer"

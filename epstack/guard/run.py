@@ -36,7 +36,12 @@ from epstack.guard.distributions import (
 )
 from epstack.guard.expected import Expected, load_expected
 from epstack.guard.jitprobe import layer_rows as jit_rows
-from epstack.guard.kernelcache import flashinfer_cache_rows, kernel_cache_rows, triton_launcher_rows
+from epstack.guard.kernelcache import (
+    deepgemm_cache_rows,
+    flashinfer_cache_rows,
+    kernel_cache_rows,
+    triton_launcher_rows,
+)
 from epstack.guard.libraries import check_cuda, check_nccl_loaded, try_import
 from epstack.guard.onecuda import cuda_home, cuda_home_checks, other_major_check, release_wheel_checks
 from epstack.guard.report import GuardReport
@@ -106,6 +111,7 @@ def sglang_checks(pins: Expected) -> list[Check]:
         *check_requirements("sglang", pins.base_packages),
         *jit_rows("sglang", os.environ),
         *kernel_cache_rows(os.environ, pins.torch_cuda_arch_list.split()),
+        *deepgemm_cache_rows(os.environ, pins.torch_cuda_arch_list.split()),
         *flashinfer_cache_rows(os.environ, pins.torch_cuda_arch_list.split()),
     ]
 

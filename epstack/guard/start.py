@@ -3,10 +3,10 @@ decides it changed (guard.record), and checks now only what can change after the
 
 Checked now, without importing torch: the NVIDIA driver the runtime mounted (libcuda.so.1 through
 ctypes, against the pinned CUDA as check_cuda judges it), DeepEP's JIT cache, writable by this user
-on this file system, FlashInfer's shipped modules where FlashInfer looks for them, and Triton's
-shipped launcher against the folder of the driver mounted now (their bytes are the build's: the
-record covers the image's files). Every other row is the build report's,
-marked proven at build.
+on this file system, DeepGEMM's shipped kernels and FlashInfer's modules where each looks for them,
+and Triton's shipped launcher against the folder of the driver mounted now (their bytes are the
+build's: the record covers the image's files). Every other row is the build report's, marked proven
+at build.
 """
 
 from __future__ import annotations
@@ -18,7 +18,14 @@ from pathlib import Path
 from epstack.checkrow import Check
 from epstack.guard.deepep import JIT_CACHE, check_jit_cache
 from epstack.guard.expected import load_expected
-from epstack.guard.kernelcache import FLASHINFER, TRITON, flashinfer_cache_rows, triton_launcher_rows
+from epstack.guard.kernelcache import (
+    DEEPGEMM,
+    FLASHINFER,
+    TRITON,
+    deepgemm_cache_rows,
+    flashinfer_cache_rows,
+    triton_launcher_rows,
+)
 from epstack.guard.libraries import CUDA_DRIVER, CUDA_RUNTIME, CUDA_SKIPPED, live_cuda_rows
 from epstack.guard.record import read_record, what_changed
 from epstack.guard.report import GUARD_REPORT, GuardReport
@@ -57,6 +64,8 @@ def trusted_report(pins: Path, layer: str, locks: Path | None, env: Mapping[str,
             now = [check_jit_cache(env)]
         elif row.component == FLASHINFER:
             now = flashinfer_cache_rows(env, expected.torch_cuda_arch_list.split(), verify_bytes=False)
+        elif row.component == DEEPGEMM:
+            now = deepgemm_cache_rows(env, expected.torch_cuda_arch_list.split(), verify_bytes=False)
         elif row.component == TRITON:
             now = triton_launcher_rows(env, verify_bytes=False)
         else:

@@ -1,20 +1,37 @@
-"""The kernels layer: a built sglang image plus DeepEP's kernels exported on a GPU (epstack.jitcache),
-unpacked by their sha256 and guarded (images/kernels/Dockerfile.j2, `epstack jit layer`)."""
+"""The kernels layer: a built sglang image plus the kernels exported on a GPU (DeepEP's, epstack.jitcache;
+DeepGEMM's, epstack.jit.deepgemm), each unpacked by its sha256, then guarded (images/kernels/Dockerfile.j2,
+`epstack jit layer`)."""
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from epstack import __version__, imagepaths
 from epstack.errors import BadInput, shown
 from epstack.image.engine import DockerEngine
 from epstack.image.oci import Reference, parse_reference, tag_problem
 from epstack.image.render import templates
-from epstack.jitcache import KernelCache
 
 STAGE = "kernels"
-ARCHIVE = "deep_ep-kernels.tar.gz"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerExport:
+    """One export the layer unpacks: its toolchain's folder name, manifest, bytes and digest."""
+
+    tool: str  # deep_ep, deep_gemm
+    manifest: Any  # jitcache.KernelCache or deepgemm.DeepGemmCache: a key, files, kernels, bytes
+    data: bytes
+    sha256: str
+
+    @property
+    def archive(self) -> str:
+        return f"{self.tool}-kernels.tar.gz"
 
 
 def _reference(image: str) -> Reference:
@@ -26,10 +43,16 @@ def _reference(image: str) -> Reference:
         ) from None
 
 
-def kernels_tag(image: str, sha256: str) -> str:
-    """The image's repository, its tag + `-kernels-<12 hex of the export>` (a digest ref: that tag alone)."""
+def exports_digest(sha256s: Sequence[str]) -> str:
+    """The exports' digest: one export's own, or the sha256 of their digests in order."""
+    return sha256s[0] if len(sha256s) == 1 else hashlib.sha256(" ".join(sha256s).encode()).hexdigest()
+
+
+def kernels_tag(image: str, sha256s: Sequence[str]) -> str:
+    """The image's repository, its tag + `-kernels-<12 hex of the exports' digest>` (a digest ref: that
+    tag alone)."""
     reference = _reference(image)
-    tag = f"{reference.tag + '-' if reference.tag else ''}kernels-{sha256[:12]}"
+    tag = f"{reference.tag + '-' if reference.tag else ''}kernels-{exports_digest(sha256s)[:12]}"
     problem = tag_problem(tag)
     if problem:
         raise BadInput(f"--image {image}: the kernels layer's tag {tag}: {problem}; fix: name one with --tag")
@@ -45,39 +68,39 @@ def _one_line(what: str, value: str) -> None:
         )
 
 
-def dockerfile(*, image: str, image_id: str, manifest: KernelCache, sha256: str) -> str:
+def dockerfile(*, image: str, image_id: str, exports: Sequence[LayerExport]) -> str:
     _reference(image)
-    for what, value in (
-        ("the export's device", manifest.key.device),
-        ("the export's arch", manifest.key.arch),
-        ("the export's nvcc", manifest.key.nvcc),
-    ):
-        _one_line(what, value)
+    tools = [e.tool for e in exports]
+    if len(set(tools)) != len(tools):
+        raise BadInput(f"two exports of {tools[0]}'s kernels; fix: one --export per toolchain")
+    for item in exports:
+        for what, value in (
+            ("the export's device", item.manifest.key.device),
+            ("the export's arch", item.manifest.key.arch),
+            ("the export's nvcc", item.manifest.key.nvcc),
+        ):
+            _one_line(what, value)
     return (
         templates()
         .get_template(f"{STAGE}/Dockerfile.j2")
         .render(
             image=image,
             image_id=image_id,
-            manifest=manifest,
-            sha256=sha256,
-            archive=ARCHIVE,
+            exports=exports,
+            sha256=exports_digest([e.sha256 for e in exports]),
             paths=imagepaths,
             epstack_version=__version__,
         )
     )
 
 
-def build_kernels_layer(
-    engine: DockerEngine, *, image: str, manifest: KernelCache, data: bytes, sha256: str, tag: str
-) -> str:
+def build_kernels_layer(engine: DockerEngine, *, image: str, exports: Sequence[LayerExport], tag: str) -> str:
     """Build the layer over `image` as `tag`; its image ID."""
     with tempfile.TemporaryDirectory(prefix="epstack-kernels-") as folder:
         context = Path(folder)
         image_id = engine.image_id(image)
-        (context / "Dockerfile").write_text(
-            dockerfile(image=image, image_id=image_id, manifest=manifest, sha256=sha256)
-        )
-        (context / ARCHIVE).write_bytes(data)
+        (context / "Dockerfile").write_text(dockerfile(image=image, image_id=image_id, exports=exports))
+        for item in exports:
+            (context / item.archive).write_bytes(item.data)
         engine.build(context=context, dockerfile="Dockerfile", stage=STAGE, tag=tag, args={}, labels={})
     return engine.image_id(tag)

@@ -1,7 +1,8 @@
-"""`smoke elastic --export-jit-cache FILE`: after a passing run, the DeepEP kernels it compiled into
-$EP_JIT_CACHE_DIR, packed with the key they were compiled under (epstack.jitcache), for a layer over
-the image (`epstack jit layer`). The key's device half (arch, SM count) is read in the ranks' Python,
-in a child process, as the preflight is: the supervisor never touches the GPU."""
+"""`smoke elastic --export-jit-cache FILE` and `jit export`: after a passing run, the kernels a JIT
+compiled (DeepEP's in $EP_JIT_CACHE_DIR, epstack.jitcache; DeepGEMM's in SGLang's DeepGEMM cache,
+epstack.jit.deepgemm), packed with the key they were compiled under, for a layer over the image (`epstack
+jit layer`). The key's device half (arch, SM count) is read in the ranks' Python, in a child process,
+as the preflight is: the supervisor never touches the GPU."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from epstack import jitcache
 from epstack.cmd import run
 from epstack.errors import EnvironmentProblem
-from epstack.jitcache import CacheKey, image_key, pack, sha256_hex
+from epstack.jit import deepgemm
+from epstack.jit.shipped import sha256_hex
 from epstack.output import write_file
 
 TIMEOUT_S = 300.0
@@ -39,16 +42,24 @@ def device_here() -> dict[str, Any]:
     }
 
 
-def export(out: Path, env: Mapping[str, str]) -> dict[str, Any]:
-    """Write the export and <out>.sha256; what the report says of it."""
+def _pack(toolchain: str, env: Mapping[str, str], device: dict[str, Any]) -> tuple[bytes, Any]:
+    if toolchain == "deepgemm":
+        return deepgemm.pack(deepgemm.cache_dir(env), replace(deepgemm.image_key(env), **device))
+    return jitcache.pack(cache_dir(env), replace(jitcache.image_key(env), **device))
+
+
+TOOLCHAINS = ("deepep", "deepgemm")  # what `jit export --toolchain` names
+
+
+def export(out: Path, env: Mapping[str, str], toolchain: str = "deepep") -> dict[str, Any]:
+    """Write the export of `toolchain`'s cache and <out>.sha256; what the report says of it."""
     result = run(*DEVICE_PROBE, echo=False, timeout=TIMEOUT_S)
     try:
         device = json.loads(result.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         detail = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
         raise EnvironmentProblem(f"could not read the GPU's properties for the export ({detail})") from None
-    key: CacheKey = replace(image_key(env), **device)
-    data, manifest = pack(cache_dir(env), key)
+    data, manifest = _pack(toolchain, env, device)
     digest = sha256_hex(data)
     write_file(out, data, what="--export-jit-cache")
     write_file(
@@ -61,7 +72,7 @@ def export(out: Path, env: Mapping[str, str]) -> dict[str, Any]:
         "files": len(manifest.files),
         "bytes": manifest.bytes,
         "archive_bytes": len(data),
-        "key": asdict(key),
+        "key": asdict(manifest.key),
     }
 
 

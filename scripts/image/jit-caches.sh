@@ -1,89 +1,90 @@
 #!/usr/bin/env bash
-# Sourced by the entrypoint before the guard: the JIT caches the image ships, into writable folders.
-# DeepEP's kernels (`epstack jit layer`, read-only under $EPSTACK_HOME/jit/deep_ep) copied into the
-# writable $EP_JIT_CACHE_DIR, where DeepEP finds them by name (cache/kernel.<name>.<hash>) and compiles
-# any other kernel beside them. Copies, not links: a cache a node shares between pods of other images
-# holds no link into this one. Each kernel is staged in the cache's tmp/ and renamed into place, as
-# DeepEP does, so a process starting beside this one never reads half a kernel; one already there is
-# kept. A cache folder that cannot be written (a read-only root, as enroot mounts it by default) moves to
-# ${TMPDIR:-/tmp}/epstack/deep_ep, said on stderr.
-# The folder under ${TMPDIR:-/tmp}/epstack a cache moves to ($1: its variable, $2: its folder, $3: the
-# name there), in $epstack_tmp; where TMPDIR cannot be written either, the start stops in one line
-# (exit 3: the environment lacks something).
-epstack_fallback() {
-  epstack_tmp=${TMPDIR:-/tmp}/epstack/$3
-  if ! { mkdir -p "${epstack_tmp}" 2>/dev/null && [ -w "${epstack_tmp}" ]; }; then
+# Sourced by the entrypoint before the guard: the JIT caches the image ships into the writable ones.
+# Each shipped cache is a read-only folder $EPSTACK_HOME/jit/<tool> with its sha256sum list beside it
+# (<tool>.sha256, written with its manifest: epstack.jit.shipped). Only the files that list names are
+# copied, into a staging folder beside the writable cache, and checked there against the list: a cache
+# whose bytes differ is not copied, said on stderr (the guard then names the change). Each entry (a
+# kernel, a module, a key's folder) is then renamed from staging into its place, so a process starting
+# beside this one never reads half of one; one already there is kept. Copies, not links: a cache a node
+# shares between pods of other images holds no link into this one. A cache folder that cannot be
+# written (a read-only root, as enroot mounts it by default) moves to ${TMPDIR:-/tmp}/epstack/<tool>,
+# said on stderr; where TMPDIR cannot be written either, the start stops in one line (exit 3).
+
+# epstack_cache VARIABLE FOLDER NAME WHAT: the writable cache in $epstack_cache, FOLDER or, when it
+# cannot be written, ${TMPDIR:-/tmp}/epstack/NAME, VARIABLE exported to it and WHAT said.
+epstack_cache() {
+  epstack_cache=$2
+  if mkdir -p "${epstack_cache}" 2>/dev/null && [ -w "${epstack_cache}" ]; then
+    return 0
+  fi
+  epstack_cache=${TMPDIR:-/tmp}/epstack/$3
+  if ! { mkdir -p "${epstack_cache}" 2>/dev/null && [ -w "${epstack_cache}" ]; }; then
     echo "epstack: $1=$2 cannot be written (a read-only root?), nor TMPDIR=${TMPDIR:-/tmp}" \
-      "(${epstack_tmp}); fix: set TMPDIR or $1 to a writable folder" >&2
+      "(${epstack_cache}); fix: set TMPDIR or $1 to a writable folder" >&2
     exit 3
   fi
+  echo "epstack: $1=$2 cannot be written (a read-only root?); $4 ${epstack_cache}" >&2
+  export "$1=${epstack_cache}"
+  return 1
 }
-jit_shipped=${EPSTACK_HOME}/jit/deep_ep
-jit_cache=${EP_JIT_CACHE_DIR:-${HOME}/.deep_ep}
-if ! { mkdir -p "${jit_cache}" 2>/dev/null && [ -w "${jit_cache}" ]; }; then
-  epstack_fallback EP_JIT_CACHE_DIR "${jit_cache}" deep_ep
-  echo "epstack: EP_JIT_CACHE_DIR=${jit_cache} cannot be written (a read-only root?);" \
-    "DeepEP's kernels compile into ${epstack_tmp}" >&2
-  export EP_JIT_CACHE_DIR=${epstack_tmp}
-  jit_cache=${epstack_tmp}
-fi
-if [ -d "${jit_shipped}/cache" ]; then
-  mkdir -p "${jit_cache}/cache" "${jit_cache}/tmp"
-  jit_staged=$(mktemp -d "${jit_cache}/tmp/epstack.XXXXXX")
-  cp -r "${jit_shipped}/cache/." "${jit_staged}/"
-  for jit_kernel in "${jit_staged}"/kernel.*; do
-    mv -T "${jit_kernel}" "${jit_cache}/cache/${jit_kernel##*/}" 2>/dev/null || true
-  done
-  rm -rf "${jit_staged}"
-fi
-# FlashInfer's modules the image ships (`epstack jit probe --ship`, under $EPSTACK_HOME/jit/flashinfer)
-# copied into $FLASHINFER_WORKSPACE_BASE, the folder they were built in, with their timestamps: ninja,
-# which FlashInfer runs before it loads a module, then has nothing to do. Each module's folder is staged
-# and renamed into place; one already there is kept. Where that folder cannot be written, FlashInfer's
-# workspace moves to ${TMPDIR:-/tmp}/epstack/flashinfer, where its modules compile at first use (their
-# objects are named by absolute path), said on stderr.
-fi_shipped=${EPSTACK_HOME}/jit/flashinfer
-if [ -d "${fi_shipped}/.cache" ]; then
-  fi_base=${FLASHINFER_WORKSPACE_BASE:-${HOME}}
-  if ! { mkdir -p "${fi_base}" 2>/dev/null && [ -w "${fi_base}" ]; }; then
-    epstack_fallback FLASHINFER_WORKSPACE_BASE "${fi_base}" flashinfer
-    echo "epstack: FLASHINFER_WORKSPACE_BASE=${fi_base} cannot be written (a read-only root?);" \
-      "FlashInfer's modules compile into ${epstack_tmp} at first use" >&2
-    export FLASHINFER_WORKSPACE_BASE=${epstack_tmp}
-  else
-    for fi_module in "${fi_shipped}"/.cache/flashinfer/*/*/*/*/; do
-      fi_target=${fi_base}/${fi_module#"${fi_shipped}/"}
-      fi_target=${fi_target%/}
-      [ -e "${fi_target}" ] && continue
-      mkdir -p "${fi_target%/*}"
-      fi_staged=$(mktemp -d "${fi_target%/*}/.epstack.XXXXXX")
-      cp -r --preserve=timestamps "${fi_module}." "${fi_staged}/"
-      chmod 755 "${fi_staged}"  # mktemp's 0700 would hide the module from other users of the cache
-      mv -T "${fi_staged}" "${fi_target}" 2>/dev/null || rm -rf "${fi_staged}"
+
+# epstack_copy SHIPPED CACHE ENTRIES...: the files SHIPPED's list names, copied with their timestamps
+# (ninja reads FlashInfer's) into a staging folder in CACHE and checked there; then the entries each
+# glob names (relative to the cache, e.g. 'cache/kernel.*'), renamed into CACHE where none is yet.
+epstack_copy() {
+  local shipped=$1 cache=$2 staged pattern parent
+  shift 2
+  staged=$(mktemp -d "${cache}/.epstack.XXXXXX")
+  if ! { [ -f "${shipped}.sha256" ] &&
+    (cd "${shipped}" && cut -c67- "${shipped}.sha256" | xargs -r cp --parents --preserve=timestamps -t "${staged}") &&
+    (cd "${staged}" && sha256sum --quiet --strict --check "${shipped}.sha256" >/dev/null 2>&1); }; then
+    echo "epstack: ${shipped} differs from its sha256 list ${shipped}.sha256, so it is not copied into" \
+      "${cache}; the guard names the change" >&2
+    rm -rf "${staged}"
+    return 0
+  fi
+  chmod -R a+rX "${staged}"  # mktemp's 0700 and the umask would hide entries from other users
+  for pattern in "$@"; do
+    case "${pattern}" in */*) ;; *) pattern=./${pattern} ;; esac
+    for parent in "${staged}"/${pattern%/*}; do
+      [ -d "${parent}" ] || continue
+      mkdir -p "${cache}/${parent#"${staged}/"}"
+      # one rename per entry, none over one already there (-n); the leaf is a glob
+      # shellcheck disable=SC2086
+      mv -n -t "${cache}/${parent#"${staged}/"}" "${parent}"/${pattern##*/} 2>/dev/null || true
     done
-  fi
-fi
-# Triton's launchers the image ships (`epstack jit probe --ship`, one per folder GPU nodes mount the
-# driver in, under $EPSTACK_HOME/jit/triton) copied into the writable $TRITON_CACHE_DIR, where a
-# process's first kernel launch finds the one its node's key names. Each key's folder is staged and
-# renamed into place; one already there is kept. A cache that cannot be written moves to
-# ${TMPDIR:-/tmp}/epstack/triton (Triton writes every kernel there), said on stderr.
-tr_shipped=${EPSTACK_HOME}/jit/triton
-if [ -d "${tr_shipped}" ]; then
-  tr_cache=${TRITON_CACHE_DIR:-${HOME}/.triton/cache}
-  if ! { mkdir -p "${tr_cache}" 2>/dev/null && [ -w "${tr_cache}" ]; }; then
-    epstack_fallback TRITON_CACHE_DIR "${tr_cache}" triton
-    echo "epstack: TRITON_CACHE_DIR=${tr_cache} cannot be written (a read-only root?);" \
-      "Triton's launcher and kernels go to ${epstack_tmp}" >&2
-    export TRITON_CACHE_DIR=${epstack_tmp}
-    tr_cache=${epstack_tmp}
-  fi
-  for tr_key in "${tr_shipped}"/*/; do
-    tr_target=${tr_cache}/$(basename "${tr_key}")
-    [ -e "${tr_target}" ] && continue
-    tr_staged=$(mktemp -d "${tr_cache}/.epstack.XXXXXX")
-    cp -r "${tr_key}." "${tr_staged}/"
-    chmod 755 "${tr_staged}"
-    mv -T "${tr_staged}" "${tr_target}" 2>/dev/null || rm -rf "${tr_staged}"
   done
+  rm -rf "${staged}"
+}
+
+jit_shipped=${EPSTACK_HOME}/jit
+# DeepEP's kernels (`epstack jit layer`): DeepEP finds each by name (cache/kernel.<name>.<hash>) in
+# $EP_JIT_CACHE_DIR and compiles any other beside them.
+# Its cache moves to TMPDIR where it cannot be written, kernels shipped or not: DeepEP compiles there.
+epstack_cache EP_JIT_CACHE_DIR "${EP_JIT_CACHE_DIR:-${HOME}/.deep_ep}" deep_ep "DeepEP's kernels compile into" || true
+if [ -d "${jit_shipped}/deep_ep" ]; then
+  epstack_copy "${jit_shipped}/deep_ep" "${epstack_cache}" 'cache/kernel.*'
+fi
+# DeepGEMM's kernels (`epstack jit layer`): SGLang points DeepGEMM at $SGLANG_DG_CACHE_DIR, where it
+# finds each by its digest (cache/<tag>.<digest>/.committed) and compiles any other beside them.
+if [ -d "${jit_shipped}/deep_gemm" ]; then
+  epstack_cache SGLANG_DG_CACHE_DIR "${SGLANG_DG_CACHE_DIR:-${SGLANG_CACHE_DIR:-${HOME}/.cache/sglang}/deep_gemm}" \
+    deep_gemm "DeepGEMM's kernels go to" || true
+  epstack_copy "${jit_shipped}/deep_gemm" "${epstack_cache}" 'cache/*.*'
+fi
+# FlashInfer's modules (`epstack jit probe --ship`) into $FLASHINFER_WORKSPACE_BASE, the folder they were
+# built in, with their timestamps: ninja, which FlashInfer runs before it loads a module, then has
+# nothing to do. Moved to TMPDIR, the workspace gets no copy: its objects are named by absolute path,
+# so its modules compile there at first use.
+if [ -d "${jit_shipped}/flashinfer/.cache" ] &&
+  epstack_cache FLASHINFER_WORKSPACE_BASE "${FLASHINFER_WORKSPACE_BASE:-${HOME}}" flashinfer \
+    "FlashInfer's modules compile at first use into"; then
+  epstack_copy "${jit_shipped}/flashinfer" "${epstack_cache}" '.cache/flashinfer/*/*/*/*'
+fi
+# Triton's launchers (`epstack jit probe --ship`, one per folder GPU nodes mount the driver in) into
+# $TRITON_CACHE_DIR, where a process's first kernel launch finds the one its node's key names.
+if [ -d "${jit_shipped}/triton" ]; then
+  epstack_cache TRITON_CACHE_DIR "${TRITON_CACHE_DIR:-${HOME}/.triton/cache}" triton \
+    "Triton's launcher and kernels go to" || true
+  epstack_copy "${jit_shipped}/triton" "${epstack_cache}" '*'
 fi

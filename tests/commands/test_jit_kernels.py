@@ -15,7 +15,8 @@ import pytest
 
 from epstack.cli import main
 from epstack.errors import BAD_INPUT, OK
-from epstack.jitcache import KERNEL_CACHE, TOOL, CacheKey, manifest_beside
+from epstack.jit.shipped import manifest_beside
+from epstack.jitcache import KERNEL_CACHE, TOOL, CacheKey
 from tests.test_jitcache import KERNEL, export_of, fake_install, h200_kernels, sha256
 
 

@@ -1,0 +1,187 @@
+"""A cold serving start with the image's shipped JIT caches against one with empty caches, same host,
+same flags (issue: "A cold serving pod answers in seconds"), on a GPU host with the pinned stack
+(benchmarks/serve/README.md says how it gets there).
+
+    python -m benchmarks.serve.cold_start start     # detached: the whole run, under WORK (/tmp/cold)
+    python -m benchmarks.serve.cold_start wait      # up to WAIT_S s, then the results to $OUT
+
+The run: `epstack smoke serve --profile tiny --no-sweep --no-compare` with every cache empty; then
+`epstack jit export` of what it compiled (DeepEP's kernels, DeepGEMM's), unpacked as the kernels layer
+does (`epstack jit unpack`, read-only under $EPSTACK_HOME/jit) and copied by the entrypoint's own
+scripts/image/jit-caches.sh into new, empty caches; the same serve smoke again. Triton's kernels and
+SGLang's other caches start empty both times (the image does not ship them). What each start compiled
+is counted in its caches afterwards. One JSON (`cold-start.json`) with `launch_to_first_answer_s`
+under `empty` and `shipped`, each start's phases from its log, and the exports' sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from epstack.jit import deepgemm
+from epstack.jitcache import cache_files as deepep_files
+
+WORK = Path(os.environ.get("WORK", "/tmp/cold"))
+SERVE = ("--profile", "tiny", "--no-sweep", "--no-compare", "--sglang-arg=--attention-backend=triton")
+EXPORTS = {"deepep": "deep_ep", "deepgemm": "deep_gemm"}  # jit export's toolchain: the shipped folder
+
+
+def caches(root: Path) -> dict[str, str]:
+    """Every JIT cache a serve start writes, empty, under `root` (SGLang's own under SGLANG_CACHE_DIR)."""
+    sglang = root / "sglang"
+    env = {
+        "SGLANG_CACHE_DIR": str(sglang),
+        "SGLANG_DG_CACHE_DIR": str(sglang / "deep_gemm"),
+        "TRITON_CACHE_DIR": str(sglang / "triton"),
+        "FLASHINFER_WORKSPACE_BASE": str(sglang),
+        "TORCHINDUCTOR_CACHE_DIR": str(sglang / "inductor"),
+        "CUDA_CACHE_PATH": str(sglang / "nv"),
+        "EP_JIT_CACHE_DIR": str(root / "deep_ep"),
+    }
+    for folder in env.values():
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def step(log: Any, what: str, *argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    began = time.monotonic()
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    log.write(f"+ {' '.join(argv)}\n{result.stdout}{result.stderr}[{what}: exit {result.returncode}, "
+              f"{time.monotonic() - began:.1f} s]\n")  # fmt: skip
+    log.flush()
+    return result
+
+
+def serve(log: Any, name: str, env: dict[str, str]) -> dict[str, Any]:
+    report = WORK / f"{name}.json"
+    began = time.monotonic()
+    result = step(log, f"serve {name}", sys.executable, "-m", "epstack", "smoke", "serve", *SERVE,
+                  "--run-dir", str(WORK / name / "run"), "--json", str(report), env=env)  # fmt: skip
+    data = json.loads(report.read_text()) if report.is_file() else {}
+    run = (data.get("runs") or [{}])[0]
+    return {
+        "exit": result.returncode,
+        "verdict": data.get("verdict"),
+        "wall_s": round(time.monotonic() - began, 1),
+        "launch_to_first_answer_s": run.get("launch_to_healthy_s"),
+        "startup": run.get("startup"),
+        "report": report.name,
+    }
+
+
+def compiled(env: dict[str, str], shipped: Path | None) -> dict[str, int]:
+    """What the start compiled into its caches: DeepGEMM's committed entries and DeepEP's kernels not
+    shipped, and the folders Triton's cache holds."""
+    manifest = deepgemm.read_manifest(shipped / "deep_gemm") if shipped else None
+    dg = deepgemm.compiled_since(Path(env["SGLANG_DG_CACHE_DIR"]), manifest)
+    ep_shipped = (
+        set(deepep_files(shipped / "deep_ep")) if shipped and (shipped / "deep_ep").is_dir() else set()
+    )
+    ep = {Path(p).parent.name for p in deepep_files(Path(env["EP_JIT_CACHE_DIR"])) if p not in ep_shipped}
+    triton = [p for p in Path(env["TRITON_CACHE_DIR"]).iterdir() if p.is_dir() and not p.name.startswith(".")]
+    return {"deepgemm_kernels": len(dg), "deepep_kernels": len(ep), "triton_cache_entries": len(triton)}
+
+
+def run() -> None:
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    base = {k: v for k, v in os.environ.items() if k not in ("CC", "CXX", "CUDAHOSTCXX")}
+    result: dict[str, Any] = {"schema": "cold-start/1", "flags": list(SERVE)}
+    with (WORK / "run.log").open("w") as log:
+        empty = base | caches(WORK / "empty")
+        result["empty"] = serve(log, "empty", empty) | {"compiled": compiled(empty, None)}
+        home = WORK / "home"
+        result["exports"] = {}
+        for toolchain, folder in EXPORTS.items():
+            out = WORK / "exports" / f"{folder}-kernels.tar.gz"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            made = step(log, f"export {toolchain}", sys.executable, "-m", "epstack", "jit", "export",
+                        "--toolchain", toolchain, "--out", str(out), env=empty)  # fmt: skip
+            if made.returncode != 0:
+                continue
+            sha256 = out.with_name(f"{out.name}.sha256").read_text().split()[0]
+            step(log, f"unpack {toolchain}", sys.executable, "-m", "epstack", "jit", "unpack", str(out),
+                 "--sha256", sha256, "--into", str(home / "jit" / folder), env=empty)  # fmt: skip
+            result["exports"][toolchain] = {"bytes": out.stat().st_size, "sha256": sha256}
+        for folder in (home / "jit").iterdir():
+            for path in [folder, *folder.rglob("*")]:  # read-only, as in the image
+                path.chmod(0o555 if path.is_dir() else 0o444)
+        shipped = base | caches(WORK / "shipped") | {"EPSTACK_HOME": str(home)}
+        began = time.monotonic()
+        step(
+            log,
+            "entrypoint copy",
+            "bash",
+            "-euo",
+            "pipefail",
+            "-c",
+            ". scripts/image/jit-caches.sh",
+            env=shipped,
+        )
+        result["entrypoint_copy_s"] = round(time.monotonic() - began, 3)
+        result["shipped"] = serve(log, "shipped", shipped) | {"compiled": compiled(shipped, home / "jit")}
+    empty_s, shipped_s = (
+        result["empty"]["launch_to_first_answer_s"],
+        result["shipped"]["launch_to_first_answer_s"],
+    )
+    result["launch_to_first_answer_s"] = {"empty": empty_s, "shipped": shipped_s}
+    if empty_s and shipped_s:
+        result["shipped_over_empty"] = round(shipped_s / empty_s, 3)
+    (WORK / "cold-start.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie no init has reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def main() -> int:
+    action = sys.argv[1] if len(sys.argv) > 1 else ""
+    if action == "run":
+        run()
+        return 0
+    if action == "start":
+        WORK.parent.mkdir(parents=True, exist_ok=True)
+        console = open(f"{WORK}.console", "w")  # noqa: SIM115 (the detached child's)
+        argv = [sys.executable, "-m", "benchmarks.serve.cold_start", "run"]
+        child = subprocess.Popen(argv, stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
+        Path(f"{WORK}.pid").write_text(str(child.pid))
+        print(f"cold_start: detached as pid {child.pid}; `wait` for its results")
+        return 0
+    if action == "wait":
+        pid = int(Path(f"{WORK}.pid").read_text())
+        deadline = time.monotonic() + float(os.environ.get("WAIT_S", "540"))
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(3)
+        out = Path(os.environ.get("OUT", "out"))
+        out.mkdir(parents=True, exist_ok=True)
+        for path in [
+            Path(f"{WORK}.console"),
+            *WORK.glob("*.json"),
+            WORK / "run.log",
+            *WORK.glob("*/run/server-*.log"),
+        ]:
+            if path.is_file():
+                name = (
+                    f"{path.parent.parent.name}-{path.name}" if path.name.startswith("server-") else path.name
+                )
+                shutil.copy(path, out / name)
+        print(Path(f"{WORK}.console").read_text()[-3000:])
+        print("still running" if alive(pid) else "finished")
+        return 0
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
