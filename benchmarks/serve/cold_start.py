@@ -43,6 +43,9 @@ def caches(root: Path) -> dict[str, str]:
         "FLASHINFER_WORKSPACE_BASE": str(sglang),
         "TORCHINDUCTOR_CACHE_DIR": str(sglang / "inductor"),
         "CUDA_CACHE_PATH": str(sglang / "nv"),
+        "SGLANG_JIT_CACHE_DIR": str(
+            sglang / "jit"
+        ),  # else ~/.cache/sglang/jit, whatever SGLANG_CACHE_DIR says
         "EP_JIT_CACHE_DIR": str(root / "deep_ep"),
     }
     for folder in env.values():
@@ -86,7 +89,25 @@ def compiled(env: dict[str, str], shipped: Path | None) -> dict[str, int]:
     )
     ep = {Path(p).parent.name for p in deepep_files(Path(env["EP_JIT_CACHE_DIR"])) if p not in ep_shipped}
     triton = [p for p in Path(env["TRITON_CACHE_DIR"]).iterdir() if p.is_dir() and not p.name.startswith(".")]
-    return {"deepgemm_kernels": len(dg), "deepep_kernels": len(ep), "triton_cache_entries": len(triton)}
+    flashinfer = sorted(
+        p.name for p in Path(env["FLASHINFER_WORKSPACE_BASE"]).glob(".cache/flashinfer/*/*/cached_ops/*")
+    )
+    return {
+        "deepgemm_kernels": len(dg),
+        "deepep_kernels": len(ep),
+        "triton_cache_entries": len(triton),
+        "flashinfer_modules": flashinfer,
+    }
+
+
+def folder_bytes(root: Path) -> dict[str, int]:
+    """Each folder's bytes under a start's caches (hidden ones too: FlashInfer's .cache)."""
+    folders = [*root.iterdir(), *(root / "sglang").iterdir()]
+    return {
+        str(folder): sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+        for folder in folders
+        if folder.is_dir()
+    }
 
 
 def run() -> None:
@@ -97,6 +118,7 @@ def run() -> None:
     with (WORK / "run.log").open("w") as log:
         empty = base | caches(WORK / "empty")
         result["empty"] = serve(log, "empty", empty) | {"compiled": compiled(empty, None)}
+        result["empty"]["cache_bytes"] = folder_bytes(WORK / "empty")
         home = WORK / "home"
         result["exports"] = {}
         for toolchain, folder in EXPORTS.items():
@@ -127,6 +149,7 @@ def run() -> None:
         )
         result["entrypoint_copy_s"] = round(time.monotonic() - began, 3)
         result["shipped"] = serve(log, "shipped", shipped) | {"compiled": compiled(shipped, home / "jit")}
+        result["shipped"]["cache_bytes"] = folder_bytes(WORK / "shipped")
     empty_s, shipped_s = (
         result["empty"]["launch_to_first_answer_s"],
         result["shipped"]["launch_to_first_answer_s"],

