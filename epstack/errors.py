@@ -55,9 +55,3 @@ class CommandFailed(EpstackError):
     """An external command ran and failed."""
 
     exit_code = CHECK_FAILED
-
-
-class Interrupted(EpstackError):
-    """The user interrupted a command (Ctrl-C); what it started was stopped."""
-
-    exit_code = INTERRUPTED

@@ -29,7 +29,6 @@ from epstack.errors import BadInput, EpstackError
 from epstack.jit.shipped import CacheFile, install_folder, manifest_beside, sha256_hex
 
 SHIPPED = Path(imagepaths.JIT) / "flashinfer"  # the workspace's .cache/flashinfer tree, read-only
-WORKSPACE = Path(imagepaths.JIT_CACHES) / "flashinfer"  # the image's FLASHINFER_WORKSPACE_BASE
 # The modules SGLang 0.5.23 compiles on its serve path for the profiles epstack knows: its default
 # sampler is FlashInfer's (`_sampling_backend_default`, srt/arg_groups/overrides.py); attention and
 # norms come precompiled in sglang-kernel, and FlashInfer's allreduce fusion stays off beside an

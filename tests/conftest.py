@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
@@ -254,3 +255,11 @@ def deepep_manifest(**changes: Any) -> DeepepManifest:
 def write_deepep_manifest(path: Path, **changes: Any) -> Path:
     path.write_text(DEEPEP_MANIFEST.dumps(deepep_manifest(**changes)))
     return path
+
+
+def tree_digest(root: Path) -> str:
+    """sha256 over every file's path and bytes under root: equal trees, equal digest."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()

@@ -22,8 +22,7 @@ from hypothesis import strategies as st
 from epstack.cli import main
 from epstack.commands import pins as pinscli
 from epstack.errors import EXIT_CODES
-from epstack.image.render import tree_digest
-from tests.conftest import PINS, REPO, copy_checkout
+from tests.conftest import PINS, REPO, copy_checkout, tree_digest
 
 PIN_LINES = [line for line in PINS.read_text().splitlines() if "=" in line and not line.startswith("#")]
 KEYS = [line.split("=", 1)[0] for line in PIN_LINES]

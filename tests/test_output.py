@@ -26,7 +26,6 @@ import pytest
 from epstack import output
 from epstack.cli import main
 from epstack.errors import BadInput, EnvironmentProblem
-from epstack.image.render import tree_digest
 from epstack.marker import MARKER, marked, tree
 from epstack.output import (
     check_output,
@@ -36,7 +35,7 @@ from epstack.output import (
     staging_beside,
     write_file,
 )
-from tests.conftest import PINS, REPO, copy_checkout, pins_variant
+from tests.conftest import PINS, REPO, copy_checkout, pins_variant, tree_digest
 
 
 @pytest.fixture

@@ -281,12 +281,3 @@ def enroot_pull_script(image: ImageRef, *, nodes: int, squashfs_dir: str) -> str
         + f" _ {shlex.quote(target)} {shlex.quote('docker://' + image.ref)}",
     ]
     return "\n".join(lines) + "\n"
-
-
-def enroot_commands(image: ImageRef, *, squashfs_dir: str) -> list[str]:
-    """The bare commands for one node (no Slurm): what the pull script runs there."""
-    target = squashfs_path(squashfs_dir, image)
-    return [
-        f"mkdir -p -- {shlex.quote(squashfs_dir)}",
-        f"enroot import --output {shlex.quote(target)} {shlex.quote('docker://' + image.ref)}",
-    ]

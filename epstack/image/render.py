@@ -15,7 +15,6 @@ written beside itself and swapped in whole (epstack.output), so a failure leaves
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -328,11 +327,3 @@ def write_plan(plan: RenderPlan, out: Path) -> None:
     """Write every file of the plan as the whole of `out`, swapped in at once (see epstack.output)."""
     scripts = [relative for relative in plan.files if relative.endswith(".sh")]
     replace_output(out, plan.files, executable=scripts)
-
-
-def tree_digest(root: Path) -> str:
-    """sha256 over every file's path and bytes under root: equal trees, equal digest."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()

@@ -106,11 +106,6 @@ def git_sources(pinned: Mapping[str, str]) -> tuple[GitSource, ...]:
     )
 
 
-def archive_commit(archive: Path) -> str:
-    """The commit `git archive` recorded in `archive`, once the whole archive is verified."""
-    return gitarchive.read(archive).commit
-
-
 def verify(archive: Path, commit: str, key: str = "the pin") -> bytes:
     """The bytes of `archive`, verified whole to be a `git archive` of exactly `commit`; else BadInput."""
     found = gitarchive.read(archive)

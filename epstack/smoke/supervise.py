@@ -66,17 +66,6 @@ def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
     raise _Interrupted(signal.Signals(signum).name)
 
 
-def group_alive(pgid: int) -> bool:
-    """True while any process of the group exists (zombies included until reaped)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)

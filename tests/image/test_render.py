@@ -11,12 +11,12 @@ import pytest
 
 from epstack import imagepaths
 from epstack.cli import main
-from epstack.image.render import plan_render, tree_digest, write_plan
+from epstack.image.render import plan_render, write_plan
 from epstack.pins.load import load_pins
 from epstack.python.lockfile import read_lock
 from epstack.python.resolve import INSTALL_FLAGS, RESOLVE_FLAGS, uv_bin
 from epstack.stack import CUDA_JIT_TOOLKIT, DEEP_EP_PROVIDERS
-from tests.conftest import PINS, REPO, check_golden, pins_variant, venv_tool
+from tests.conftest import PINS, REPO, check_golden, pins_variant, tree_digest, venv_tool
 
 GOLDEN = REPO / "tests" / "golden"
 CREATED = datetime(2026, 11, 29, tzinfo=UTC)

@@ -12,10 +12,10 @@ import pytest
 
 from epstack.cli import main
 from epstack.errors import BadInput
+from epstack.image import gitarchive
 from epstack.image.sources import (
     GitSource,
     Patch,
-    archive_commit,
     context_files,
     git_sources,
     parse_patches,
@@ -50,7 +50,7 @@ def archive(repo: Path, sha: str, out: Path) -> Path:
 
 def test_the_commit_git_archive_records_is_read_back(tmp_path: Path) -> None:
     repo, (first, second) = repository(tmp_path / "DeepEP", "one", "two")
-    assert archive_commit(archive(repo, first, tmp_path / "a.tar.gz")) == first
+    assert gitarchive.read(archive(repo, first, tmp_path / "a.tar.gz")).commit == first
     verify(archive(repo, second, tmp_path / "b.tar.gz"), second)
     with pytest.raises(BadInput, match=f"holds commit {first}, DEEPEP_REF is {second}"):
         verify(tmp_path / "a.tar.gz", second, "DEEPEP_REF")

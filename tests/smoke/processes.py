@@ -25,3 +25,14 @@ def gone(pid: int, within_s: float = 5.0) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process of the group exists (zombies included until reaped)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

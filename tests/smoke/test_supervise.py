@@ -15,8 +15,8 @@ import pytest
 
 from epstack.smoke.__main__ import main as smoke_main
 from epstack.smoke.stage import HANG_RANK_ENV, HANG_STAGE_ENV, STAGES, StageWriter
-from epstack.smoke.supervise import RankCommand, group_alive, supervise
-from tests.smoke.processes import gone
+from epstack.smoke.supervise import RankCommand, supervise
+from tests.smoke.processes import gone, group_alive
 
 
 def _commands(stub: Path, run_dir: Path, n: int, **env: str) -> list[RankCommand]:
