@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from epstack.jit import deepgemm
-from epstack.jitcache import cache_files as deepep_files
+from epstack.jit.deepep import cache_files as deepep_files
 
 WORK = Path(os.environ.get("WORK", "/tmp/cold"))
 SERVE = ("--profile", "tiny", "--no-sweep", "--no-compare", "--sglang-arg=--attention-backend=triton")

@@ -16,14 +16,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack import flashinfercache, imagepaths, jitcache, tritoncache
+from epstack import imagepaths
 from epstack.commands.common import SubParsers, path_arg, seconds
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.guard.jitprobe import TIMEOUT_S, TOOLCHAINS, JitReport, probe_layer, report_path
 from epstack.image.engine import DockerEngine
 from epstack.image.kernels import LayerExport, build_kernels_layer, kernels_tag
 from epstack.inputs import read_bytes
-from epstack.jit import deepgemm, export
+from epstack.jit import deepep, deepgemm, export, flashinfer, triton
 from epstack.jit.shipped import sha256_hex
 from epstack.layers import LAYER_NAMES
 from epstack.output import check_writable, write_file
@@ -59,7 +59,7 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
         )
     out = args.json or report_path(args.layer)
     # A layer's guard step runs again in built images (publish, a user's layer): what it shipped stays.
-    ship_flashinfer = args.ship and flashinfercache.read_manifest(flashinfercache.SHIPPED) is None
+    ship_flashinfer = args.ship and flashinfer.read_manifest(flashinfer.SHIPPED) is None
     keep = _shipping_workspace(os.environ) if ship_flashinfer else {}
     report = probe_layer(args.layer, archs, args.timeout, keep, args.toolchain or ())
     table = Table(
@@ -84,7 +84,7 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
         return 1
     if ship_flashinfer:
         _ship_flashinfer(report, Path(keep[WORKSPACE_VARIABLE]), console)
-    if args.ship and tritoncache.read_manifest(tritoncache.SHIPPED) is None:
+    if args.ship and triton.read_manifest(triton.SHIPPED) is None:
         _ship_triton(report, console)
     return 0
 
@@ -93,26 +93,26 @@ def _ship_triton(report: JitReport, console: Console) -> None:
     """Triton's launcher for each folder GPU nodes mount the driver in, under the image's JIT folder."""
     if not any(p.toolchain == "triton-launcher" for p in report.probes):
         return
-    dirs = tritoncache.node_libcuda_dirs(os.environ)
+    dirs = triton.node_libcuda_dirs(os.environ)
     stub = os.environ.get("EPSTACK_CUDA_STUB") or (f"{dirs[0]}/libcuda.so.1" if dirs else "")
     if not stub:
         raise EnvironmentProblem(
             "no libcuda.so.1 to link Triton's launcher against; fix: source scripts/image/cuda-stub.sh"
         )
     with tempfile.TemporaryDirectory(prefix="epstack-triton-") as work:
-        launchers = tritoncache.build(Path(work) / "cache", stub, Path(work))
-        manifest = tritoncache.ship(Path(work) / "cache", launchers, tritoncache.SHIPPED)
+        launchers = triton.build(Path(work) / "cache", stub, Path(work))
+        manifest = triton.ship(Path(work) / "cache", launchers, triton.SHIPPED)
     console.print(
         f"jit probe: shipped Triton {manifest.triton}'s launcher for libcuda.so.1 in "
         f"{', '.join(launcher.libcuda_dir for launcher in manifest.launchers)} "
-        f"into {escape(str(tritoncache.SHIPPED))}"
+        f"into {escape(str(triton.SHIPPED))}"
     )
 
 
 def _shipping_workspace(env: Mapping[str, str]) -> dict[str, str]:
     """--ship: FlashInfer compiles in the image's own workspace, which must hold no module yet."""
-    base = flashinfercache.workspace(env)
-    if flashinfercache.module_dirs(base):
+    base = flashinfer.workspace(env)
+    if flashinfer.module_dirs(base):
         raise BadInput(
             f"{base}: already holds compiled FlashInfer modules, and the probe compiles from an empty "
             f"cache; fix: {WORKSPACE_VARIABLE}=<an empty folder>, or remove them"
@@ -125,16 +125,16 @@ def _ship_flashinfer(report: JitReport, base: Path, console: Console) -> None:
     probe = next((p for p in report.probes if p.toolchain == "flashinfer"), None)
     if probe is None:
         return
-    key = flashinfercache.ModulesKey(
-        flashinfer=flashinfercache.installed_version(),
+    key = flashinfer.ModulesKey(
+        flashinfer=flashinfer.installed_version(),
         archs=report.archs,
         nvcc=probe.compiler_version,
         workspace=str(base),
     )
-    manifest = flashinfercache.ship(base, key, flashinfercache.SHIPPED)
+    manifest = flashinfer.ship(base, key, flashinfer.SHIPPED)
     console.print(
         f"jit probe: shipped FlashInfer's {', '.join(manifest.modules)} for {' '.join(key.archs)} "
-        f"({len(manifest.files)} files, {manifest.bytes:,} bytes) into {escape(str(flashinfercache.SHIPPED))}"
+        f"({len(manifest.files)} files, {manifest.bytes:,} bytes) into {escape(str(flashinfer.SHIPPED))}"
     )
 
 
@@ -154,16 +154,16 @@ class Unpacked:
 
 
 UNPACKED = {
-    jitcache.TOOL: Unpacked(
-        name="DeepEP", shipped=jitcache.SHIPPED, differences=jitcache.install_differences,
-        install=jitcache.install, again="`epstack smoke elastic --export-jit-cache FILE`",
+    deepep.TOOL: Unpacked(
+        name="DeepEP", shipped=deepep.SHIPPED, differences=deepep.install_differences,
+        install=deepep.install, again="`epstack smoke elastic --export-jit-cache FILE`",
     ),
     deepgemm.TOOL: Unpacked(
         name="DeepGEMM", shipped=deepgemm.SHIPPED, differences=deepgemm.install_differences,
         install=deepgemm.install, again="`epstack jit export --toolchain deepgemm` after a serve run",
     ),
 }  # fmt: skip
-KINDS = (jitcache.KIND, deepgemm.KIND)
+KINDS = (deepep.KIND, deepgemm.KIND)
 
 
 def cmd_unpack(args: argparse.Namespace, console: Console) -> int:

@@ -105,7 +105,7 @@ def _run_triton_add(add: object) -> None:
 def probe_flashinfer(archs: Sequence[str], work: Path) -> Compiled:
     from flashinfer.jit import cpp_ext  # noqa: PLC0415
 
-    from epstack.flashinfercache import MODULES  # noqa: PLC0415
+    from epstack.jit.flashinfer import MODULES  # noqa: PLC0415
 
     for module, generator in MODULES.values():
         getattr(importlib.import_module(module), generator)().build_and_load()  # nvcc, link, load

@@ -1,6 +1,6 @@
-"""The guard's rows for the JIT caches an image ships: DeepEP's kernels (epstack.jitcache), DeepGEMM's
-(epstack.jit.deepgemm), FlashInfer's modules (epstack.flashinfercache) and Triton's launcher
-(epstack.tritoncache), each present and intact, made for this image (its versions, nvcc, archs and
+"""The guard's rows for the JIT caches an image ships: DeepEP's kernels (epstack.jit.deepep), DeepGEMM's
+(epstack.jit.deepgemm), FlashInfer's modules (epstack.jit.flashinfer) and Triton's launcher
+(epstack.jit.triton), each present and intact, made for this image (its versions, nvcc, archs and
 paths), with their count and bytes."""
 
 from __future__ import annotations
@@ -9,12 +9,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from epstack import flashinfercache, tritoncache
 from epstack.checkrow import Check
 from epstack.guard import jitprobe
-from epstack.jit import deepgemm
+from epstack.jit import deepgemm, flashinfer, triton
+from epstack.jit.deepep import KERNEL_CACHE, SHIPPED, install_differences
 from epstack.jit.shipped import changed_files, manifest_beside
-from epstack.jitcache import KERNEL_CACHE, SHIPPED, install_differences
 
 COMPONENT = "JIT cache DeepEP"
 FIX_EXPORT = (
@@ -163,12 +162,12 @@ def _probed_nvcc(layer: str = "sglang") -> str:
 def flashinfer_cache_rows(
     env: Mapping[str, str],
     archs: Sequence[str],
-    folder: Path = flashinfercache.SHIPPED,
+    folder: Path = flashinfer.SHIPPED,
     verify_bytes: bool = True,
 ) -> list[Check]:
     """FlashInfer's shipped modules: intact (`verify_bytes`; the start trusts the build's record for
     them), made for this image, and where FlashInfer looks now (copied there at start, ninja idle)."""
-    manifest = flashinfercache.read_manifest(folder)
+    manifest = flashinfer.read_manifest(folder)
     expected = f"FlashInfer modules for {' '.join(archs) or 'the image'}"
     if manifest is None:
         return [
@@ -200,11 +199,11 @@ def flashinfer_cache_rows(
                 fix=FIX_FLASHINFER,
             )
         ]
-    return [_placement(row, manifest, folder, flashinfercache.workspace(env))]
+    return [_placement(row, manifest, folder, flashinfer.workspace(env))]
 
 
 def _foreign(
-    manifest: flashinfercache.ShippedModules, folder: Path, archs: Sequence[str], verify_bytes: bool
+    manifest: flashinfer.ShippedModules, folder: Path, archs: Sequence[str], verify_bytes: bool
 ) -> str:
     """Why the shipped modules are not this image's ("" when they are)."""
     broken = changed_files(folder, manifest.files) if verify_bytes else []
@@ -215,7 +214,7 @@ def _foreign(
     key = manifest.key
     made = {"flashinfer": key.flashinfer, "archs": " ".join(key.archs), "nvcc": key.nvcc}
     here = {
-        "flashinfer": flashinfercache.installed_version(),
+        "flashinfer": flashinfer.installed_version(),
         "archs": " ".join(archs),
         "nvcc": _probed_nvcc() or key.nvcc,
     }
@@ -228,7 +227,7 @@ def _foreign(
     return ""
 
 
-def _placement(row: Check, manifest: flashinfercache.ShippedModules, folder: Path, workspace: Path) -> Check:
+def _placement(row: Check, manifest: flashinfer.ShippedModules, folder: Path, workspace: Path) -> Check:
     """The row as FlashInfer will find the modules in `workspace`: copied there, ninja idle."""
     built_in = manifest.key.workspace
     if str(workspace) != built_in:
@@ -239,7 +238,7 @@ def _placement(row: Check, manifest: flashinfercache.ShippedModules, folder: Pat
             "names its objects by absolute path, so they compile again at first use",
             fix=f"FLASHINFER_WORKSPACE_BASE={built_in}, writable (a cluster job's cache mount is)",
         )
-    pending = flashinfercache.pending(workspace, manifest)
+    pending = flashinfer.pending(workspace, manifest)
     if pending and set(pending.values()) == {"not copied"}:
         return replace(row, detail=f"{folder}; the entrypoint copies them into {workspace} at start")
     if pending:
@@ -258,12 +257,12 @@ FIX_TRITON = "rebuild the image: its base guard step builds and ships it (`jit p
 
 
 def triton_launcher_rows(
-    env: Mapping[str, str], folder: Path = tritoncache.SHIPPED, verify_bytes: bool = True
+    env: Mapping[str, str], folder: Path = triton.SHIPPED, verify_bytes: bool = True
 ) -> list[Check]:
     """Triton's shipped launchers: intact (`verify_bytes`), made for this triton, and whether the
     folder this node's libcuda.so.1 is in (as Triton finds it) is one they were built for."""
-    manifest = tritoncache.read_manifest(folder)
-    expected = f"Triton's launcher for libcuda.so.1 in {' or '.join(tritoncache.LIBCUDA_DIRS)}"
+    manifest = triton.read_manifest(folder)
+    expected = f"Triton's launcher for libcuda.so.1 in {' or '.join(triton.LIBCUDA_DIRS)}"
     if manifest is None:
         return [
             Check(
@@ -271,7 +270,7 @@ def triton_launcher_rows(
                 expected=expected,
                 found="none shipped",
                 verdict="skipped",
-                detail=f"a process's first kernel launch builds it ({tritoncache.LAUNCH_S})",
+                detail=f"a process's first kernel launch builds it ({triton.LAUNCH_S})",
                 fix=FIX_TRITON,
             )
         ]
@@ -285,7 +284,7 @@ def triton_launcher_rows(
     broken = changed_files(folder, [item.file for item in manifest.launchers]) if verify_bytes else []
     if broken:
         return [replace(row, verdict="mismatch", detail=f"{broken[0]} missing or changed", fix=FIX_TRITON)]
-    here = tritoncache.installed_version()
+    here = triton.installed_version()
     if manifest.triton != here:
         detail = f"built for triton {manifest.triton}, here {here}: a first launch builds another"
         return [replace(row, verdict="mismatch", detail=detail, fix=FIX_TRITON)]
@@ -294,18 +293,18 @@ def triton_launcher_rows(
     return [_triton_placement(row, manifest, env)]
 
 
-def _triton_placement(row: Check, manifest: tritoncache.ShippedLaunchers, env: Mapping[str, str]) -> Check:
+def _triton_placement(row: Check, manifest: triton.ShippedLaunchers, env: Mapping[str, str]) -> Check:
     """The row as this node's Triton will find its launcher: built for its driver's folder, copied in."""
-    dirs = tritoncache.node_libcuda_dirs(env)
+    dirs = triton.node_libcuda_dirs(env)
     launcher = next((item for item in manifest.launchers if [item.libcuda_dir] == dirs), None)
     if launcher is None:
         return replace(
             row,
             verdict="warn",
             detail=f"libcuda.so.1 in {', '.join(dirs) or 'no folder'} here: a process's first kernel launch "
-            f"builds its launcher ({tritoncache.LAUNCH_S})",
+            f"builds its launcher ({triton.LAUNCH_S})",
         )
-    cache = tritoncache.cache_dir(env)
+    cache = triton.cache_dir(env)
     if not (cache / launcher.file.path).is_file():
         return replace(
             row,

@@ -1,4 +1,4 @@
-"""The kernels layer: a built sglang image plus the kernels exported on a GPU (DeepEP's, epstack.jitcache;
+"""The kernels layer: a built sglang image plus the kernels exported on a GPU (DeepEP's, epstack.jit.deepep;
 DeepGEMM's, epstack.jit.deepgemm), each unpacked by its sha256, then guarded (images/kernels/Dockerfile.j2,
 `epstack jit layer`)."""
 
@@ -25,7 +25,7 @@ class LayerExport:
     """One export the layer unpacks: its toolchain's folder name, manifest, bytes and digest."""
 
     tool: str  # deep_ep, deep_gemm
-    manifest: Any  # jitcache.KernelCache or deepgemm.DeepGemmCache: a key, files, kernels, bytes
+    manifest: Any  # deepep.KernelCache or deepgemm.DeepGemmCache: a key, files, kernels, bytes
     data: bytes
     sha256: str
 

@@ -27,8 +27,8 @@ from epstack import imagepaths
 from epstack.document import Schema
 from epstack.errors import BadInput
 from epstack.jit import export
+from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
 from epstack.jit.shipped import CacheFile, cache_file, install_folder, manifest_beside
-from epstack.jitcache import arch_difference, nvcc_output, toolkit_nvcc
 
 TOOL = "deep_gemm"
 SHIPPED = Path(imagepaths.JIT) / TOOL

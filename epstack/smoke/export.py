@@ -1,5 +1,5 @@
 """`smoke elastic --export-jit-cache FILE` and `jit export`: after a passing run, the kernels a JIT
-compiled (DeepEP's in $EP_JIT_CACHE_DIR, epstack.jitcache; DeepGEMM's in SGLang's DeepGEMM cache,
+compiled (DeepEP's in $EP_JIT_CACHE_DIR, epstack.jit.deepep; DeepGEMM's in SGLang's DeepGEMM cache,
 epstack.jit.deepgemm), packed with the key they were compiled under, for a layer over the image (`epstack
 jit layer`). The key's device half (arch, SM count) is read in the ranks' Python, in a child process,
 as the preflight is: the supervisor never touches the GPU."""
@@ -13,10 +13,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from epstack import jitcache
 from epstack.cmd import run
 from epstack.errors import EnvironmentProblem
-from epstack.jit import deepgemm
+from epstack.jit import deepep, deepgemm
 from epstack.jit.shipped import sha256_hex
 from epstack.output import write_file
 
@@ -45,7 +44,7 @@ def device_here() -> dict[str, Any]:
 def _pack(toolchain: str, env: Mapping[str, str], device: dict[str, Any]) -> tuple[bytes, Any]:
     if toolchain == "deepgemm":
         return deepgemm.pack(deepgemm.cache_dir(env), replace(deepgemm.image_key(env), **device))
-    return jitcache.pack(cache_dir(env), replace(jitcache.image_key(env), **device))
+    return deepep.pack(cache_dir(env), replace(deepep.image_key(env), **device))
 
 
 TOOLCHAINS = ("deepep", "deepgemm")  # what `jit export --toolchain` names

@@ -15,9 +15,9 @@ import pytest
 
 from epstack.cli import main
 from epstack.errors import BAD_INPUT, OK
+from epstack.jit.deepep import KERNEL_CACHE, TOOL, CacheKey
 from epstack.jit.shipped import manifest_beside
-from epstack.jitcache import KERNEL_CACHE, TOOL, CacheKey
-from tests.test_jitcache import KERNEL, export_of, fake_install, h200_kernels, sha256
+from tests.jit.test_deepep import KERNEL, export_of, fake_install, h200_kernels, sha256
 
 
 def write_export(folder: Path, key: CacheKey) -> tuple[Path, str]:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from epstack import flashinfercache, tritoncache
 from epstack.cli import main
 from epstack.errors import BadInput
 from epstack.guard import jitprobe
@@ -27,6 +26,7 @@ from epstack.guard.jitprobe import (
     read_report,
     report_path,
 )
+from epstack.jit import flashinfer, triton
 
 FLASHINFER = Probe(
     toolchain="flashinfer",
@@ -170,9 +170,9 @@ def fake_toolchains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(jitprobe, "epstack_python", lambda *_: [sys.executable, "-c", FAKE_CHILD])
     monkeypatch.setenv("PROBE_LOG", str(tmp_path / "probe.log"))
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "workspace"))
-    monkeypatch.setattr(flashinfercache, "SHIPPED", tmp_path / "jit" / "flashinfer")
-    monkeypatch.setattr(tritoncache, "epstack_python", lambda *_: [sys.executable, "-c", FAKE_CHILD])
-    monkeypatch.setattr(tritoncache, "SHIPPED", tmp_path / "jit" / "triton")
+    monkeypatch.setattr(flashinfer, "SHIPPED", tmp_path / "jit" / "flashinfer")
+    monkeypatch.setattr(triton, "epstack_python", lambda *_: [sys.executable, "-c", FAKE_CHILD])
+    monkeypatch.setattr(triton, "SHIPPED", tmp_path / "jit" / "triton")
     return tmp_path / "probe.log"
 
 
@@ -200,7 +200,7 @@ def test_flashinfer_compiles_in_a_process_per_arch_and_ships_into_the_images_fol
     lines = fake_toolchains.read_text().splitlines()
     assert [line.split()[0] for line in lines] == ["triton-kernel", "flashinfer", "flashinfer", "deepgemm"]
     assert lines[1:3] == [f"flashinfer 9.0a 9.0a {workspace}", f"flashinfer 10.0a 10.0a {workspace}"]
-    manifest = flashinfercache.read_manifest(tmp_path / "jit" / "flashinfer")
+    manifest = flashinfer.read_manifest(tmp_path / "jit" / "flashinfer")
     assert manifest is not None and manifest.modules == ("sampling",)
     assert manifest.key.archs == ("9.0a", "10.0a") and manifest.key.workspace == str(workspace)
     assert manifest.key.nvcc == "nvcc 13.0.88"
@@ -216,11 +216,9 @@ def test_without_ship_flashinfers_workspace_is_the_probes_own(fake_toolchains: P
     assert (
         main(["jit", "probe", "--layer", "sglang", "--arch", "9.0a", "--json", str(tmp_path / "r.json")]) == 0
     )
-    flashinfer = next(
-        line for line in fake_toolchains.read_text().splitlines() if line.startswith("flashinfer")
-    )
-    assert str(tmp_path / "workspace") not in flashinfer, "an empty cache of the probe's own"
-    assert flashinfercache.read_manifest(tmp_path / "jit" / "flashinfer") is None
+    probed = next(line for line in fake_toolchains.read_text().splitlines() if line.startswith("flashinfer"))
+    assert str(tmp_path / "workspace") not in probed, "an empty cache of the probe's own"
+    assert flashinfer.read_manifest(tmp_path / "jit" / "flashinfer") is None
 
 
 def test_ship_refuses_a_workspace_that_already_holds_modules(
@@ -248,13 +246,13 @@ def test_the_base_layers_ship_builds_tritons_launcher_for_each_driver_folder(
     (tmp_path / "libcuda.so").write_text("stub")
     monkeypatch.setenv("EPSTACK_CUDA_STUB", str(tmp_path / "libcuda.so"))
     assert main(["jit", "probe", "--layer", "base", "--ship", "--json", str(tmp_path / "r.json")]) == 0
-    manifest = tritoncache.read_manifest(tmp_path / "jit" / "triton")
+    manifest = triton.read_manifest(tmp_path / "jit" / "triton")
     assert manifest is not None
-    assert [launcher.libcuda_dir for launcher in manifest.launchers] == list(tritoncache.LIBCUDA_DIRS)
+    assert [launcher.libcuda_dir for launcher in manifest.launchers] == list(triton.LIBCUDA_DIRS)
     for launcher in manifest.launchers:
         assert (tmp_path / "jit" / "triton" / launcher.file.path).read_text() == launcher.libcuda_dir
     assert "shipped Triton" in capsys.readouterr().err
-    assert flashinfercache.read_manifest(tmp_path / "jit" / "flashinfer") is None, "no FlashInfer in base"
+    assert flashinfer.read_manifest(tmp_path / "jit" / "flashinfer") is None, "no FlashInfer in base"
 
 
 def test_a_second_ship_keeps_what_the_first_shipped_and_probes_in_its_own_cache(
@@ -272,8 +270,6 @@ def test_a_second_ship_keeps_what_the_first_shipped_and_probes_in_its_own_cache(
     fake_toolchains.unlink()
     assert main(args) == 0
     assert manifests == {tool: (tmp_path / "jit" / f"{tool}.json").read_text() for tool in manifests}
-    flashinfer = next(
-        line for line in fake_toolchains.read_text().splitlines() if line.startswith("flashinfer")
-    )
-    assert str(tmp_path / "workspace") not in flashinfer, "an empty cache of the probe's own"
+    probed = next(line for line in fake_toolchains.read_text().splitlines() if line.startswith("flashinfer"))
+    assert str(tmp_path / "workspace") not in probed, "an empty cache of the probe's own"
     assert len(fake_toolchains.read_text().splitlines()) == 5, "the five probes; no launcher built again"

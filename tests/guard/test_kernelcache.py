@@ -2,7 +2,7 @@
 when none are, ok when intact and made for this install, a mismatch naming the file or the key field
 that is not; FlashInfer's warns where it would compile again (another workspace, ninja not idle). The
 install is a real one made in this Python (a deep_ep package and dist-info, its manifest, an NCCL
-root, an nvcc); FlashInfer's module is built by real ninja (tests/test_flashinfercache.py)."""
+root, an nvcc); FlashInfer's module is built by real ninja (tests/jit/test_flashinfer.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from epstack import flashinfercache, tritoncache
 from epstack.checkrow import Check
 from epstack.guard.jitprobe import JitReport, Probe, report_path
 from epstack.guard.kernelcache import (
@@ -25,11 +24,12 @@ from epstack.guard.kernelcache import (
     kernel_cache_rows,
     triton_launcher_rows,
 )
-from epstack.jitcache import TOOL, CacheKey, install, unpack
-from tests.test_flashinfercache import MODULE, VERSION, compile_module
-from tests.test_flashinfercache import key as modules_key
-from tests.test_jitcache import KEY, export_of, fake_install, h200_kernels, sha256
-from tests.test_tritoncache import ship_launchers
+from epstack.jit import flashinfer, triton
+from epstack.jit.deepep import TOOL, CacheKey, install, unpack
+from tests.jit.test_deepep import KEY, export_of, fake_install, h200_kernels, sha256
+from tests.jit.test_flashinfer import MODULE, VERSION, compile_module
+from tests.jit.test_flashinfer import key as modules_key
+from tests.jit.test_triton import ship_launchers
 
 
 def ship(folder: Path, key: CacheKey) -> dict[str, bytes]:
@@ -159,15 +159,15 @@ def test_every_difference_from_this_install_is_named(
 
 
 @pytest.fixture
-def flashinfer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+def shipped_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     """(workspace, shipped folder) of a real ninja-built module, FlashInfer installed at its version,
     the image's reports folder without a probe report (the key's nvcc stands)."""
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     base = tmp_path / "var" / "flashinfer"
     compile_module(base, tmp_path / "venv" / "csrc")
     into = tmp_path / "opt" / "jit" / "flashinfer"
-    flashinfercache.ship(base, modules_key(base), into)
-    monkeypatch.setattr(flashinfercache, "installed_version", lambda: VERSION)
+    flashinfer.ship(base, modules_key(base), into)
+    monkeypatch.setattr(flashinfer, "installed_version", lambda: VERSION)
     monkeypatch.setenv("EPSTACK_REPORTS", str(tmp_path / "reports"))
     return base, into
 
@@ -184,9 +184,9 @@ def test_no_flashinfer_modules_shipped_is_skipped_with_the_way_to_ship_them(tmp_
 
 
 def test_shipped_modules_are_ok_before_the_copy_and_after_it_with_ninja_idle(
-    flashinfer: tuple[Path, Path],
+    shipped_module: tuple[Path, Path],
 ) -> None:
-    base, into = flashinfer
+    base, into = shipped_module
     found = flashinfer_row(base, into)
     assert found.verdict == "ok", found.detail
     assert found.found.startswith("sampling: 6 files, ") and found.found.endswith(
@@ -198,8 +198,8 @@ def test_shipped_modules_are_ok_before_the_copy_and_after_it_with_ninja_idle(
     assert (after.verdict, after.detail) == ("ok", f"in {base}: ninja has nothing to build")
 
 
-def test_a_copy_ninja_would_build_again_warns_with_its_first_step(flashinfer: tuple[Path, Path]) -> None:
-    base, into = flashinfer
+def test_a_copy_ninja_would_build_again_warns_with_its_first_step(shipped_module: tuple[Path, Path]) -> None:
+    base, into = shipped_module
     shutil.copytree(into / ".cache", base / ".cache")
     (base / MODULE / "sampling.cuda.o").unlink()
     found = flashinfer_row(base, into)
@@ -209,9 +209,9 @@ def test_a_copy_ninja_would_build_again_warns_with_its_first_step(flashinfer: tu
 
 
 def test_another_workspace_warns_that_they_compile_again(
-    flashinfer: tuple[Path, Path], tmp_path: Path
+    shipped_module: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    base, into = flashinfer
+    base, into = shipped_module
     found = flashinfer_row(tmp_path / "tmp" / "flashinfer", into)
     assert found.verdict == "warn" and not found.failed, "a read-only root starts, compiling"
     assert f"they were built in {base}" in found.detail and "absolute path" in found.detail
@@ -219,9 +219,9 @@ def test_another_workspace_warns_that_they_compile_again(
 
 
 def test_a_changed_module_file_is_a_mismatch_unless_the_start_trusts_the_build(
-    flashinfer: tuple[Path, Path],
+    shipped_module: tuple[Path, Path],
 ) -> None:
-    base, into = flashinfer
+    base, into = shipped_module
     (into / MODULE / "sampling.so").write_bytes(b"another library")
     found = flashinfer_row(base, into)
     assert found.verdict == "mismatch" and found.fix
@@ -231,12 +231,12 @@ def test_a_changed_module_file_is_a_mismatch_unless_the_start_trusts_the_build(
 
 @pytest.mark.parametrize("made_for", ["flashinfer", "archs", "nvcc"])
 def test_modules_made_for_another_install_are_a_mismatch_naming_the_difference(
-    flashinfer: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, made_for: str
+    shipped_module: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, made_for: str
 ) -> None:
-    base, into = flashinfer
+    base, into = shipped_module
     archs: tuple[str, ...] = ("9.0a",)
     if made_for == "flashinfer":
-        monkeypatch.setattr(flashinfercache, "installed_version", lambda: "0.7.3")
+        monkeypatch.setattr(flashinfer, "installed_version", lambda: "0.7.3")
         named = f"flashinfer {VERSION} != 0.7.3"
     elif made_for == "archs":
         archs, named = ("10.0a",), "archs 9.0a != 10.0a"
@@ -266,7 +266,7 @@ def test_modules_made_for_another_install_are_a_mismatch_naming_the_difference(
 @pytest.fixture
 def launchers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Launchers shipped for LIBCUDA_DIRS by triton 3.8.0, this node's driver not named yet."""
-    monkeypatch.setattr(tritoncache, "installed_version", lambda: "3.8.0")
+    monkeypatch.setattr(triton, "installed_version", lambda: "3.8.0")
     return ship_launchers(tmp_path, monkeypatch)
 
 
@@ -323,7 +323,7 @@ def test_a_changed_launcher_or_another_triton_is_a_mismatch(
     found = triton_row(launchers, {"EPSTACK_CUDA_STUB": "stub"})
     assert found.verdict == "mismatch" and found.detail.endswith(f"{library.name} missing or changed")
     assert triton_row(launchers, {"EPSTACK_CUDA_STUB": "stub"}, verify_bytes=False).verdict == "ok"
-    monkeypatch.setattr(tritoncache, "installed_version", lambda: "3.9.0")
+    monkeypatch.setattr(triton, "installed_version", lambda: "3.9.0")
     other = triton_row(launchers, {"EPSTACK_CUDA_STUB": "stub"}, verify_bytes=False)
     assert (other.verdict, other.detail) == (
         "mismatch",

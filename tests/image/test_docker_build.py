@@ -29,7 +29,7 @@ from epstack.image.engine import DockerEngine
 from epstack.image.render import plan_render, source_date, write_plan
 from epstack.image.standin import STANDIN_LABEL, standin_for
 from epstack.jit import deepgemm
-from epstack.jitcache import CacheKey, pack
+from epstack.jit.deepep import CacheKey, pack
 from epstack.layers import venv_locks
 from epstack.pins.load import load_pins
 from epstack.python.lockfile import read_lock
@@ -753,7 +753,7 @@ def test_a_start_after_other_processes_that_change_nothing_is_trusted(
 
 KEY_SCRIPT = (
     f"import sys, json, os, dataclasses; sys.path.append({str(imagepaths.TOOL)!r}); "
-    "from epstack.jitcache import image_key; print(json.dumps(dataclasses.asdict(image_key(os.environ))))"
+    "from epstack.jit.deepep import image_key; print(json.dumps(dataclasses.asdict(image_key(os.environ))))"
 )
 
 

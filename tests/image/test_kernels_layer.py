@@ -20,9 +20,9 @@ from epstack.image.kernels import LayerExport, dockerfile, exports_digest, kerne
 from epstack.image.oci import parse_reference
 from epstack.jit import deepgemm
 from tests.conftest import venv_tool
+from tests.jit.test_deepep import export_of, h200_kernels, sha256
 from tests.jit.test_deepgemm import KEY as DG_KEY
 from tests.jit.test_deepgemm import write_cache
-from tests.test_jitcache import export_of, h200_kernels, sha256
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/epstack:sglang-0.5.23-hopper-efa"
 IMAGE_ID = "sha256:" + "4f" * 32

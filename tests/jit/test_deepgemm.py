@@ -18,10 +18,10 @@ from epstack.cli import main
 from epstack.errors import BAD_INPUT, OK, BadInput
 from epstack.guard.kernelcache import deepgemm_cache_rows
 from epstack.jit import deepgemm, export
+from epstack.jit.deepep import KIND as DEEPEP
 from epstack.jit.shipped import CacheFile, manifest_beside, sums_beside
-from epstack.jitcache import KIND as DEEPEP
 from epstack.smoke import export as smoke_export
-from tests.test_jitcache import fake_nvcc
+from tests.jit.test_deepep import fake_nvcc
 
 REPO = Path(__file__).resolve().parents[2]
 JIT_CACHES = REPO / "scripts" / "image" / "jit-caches.sh"

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from epstack.errors import BAD_INPUT, CHECK_FAILED, ENVIRONMENT, OK
-from epstack.jitcache import unpack
+from epstack.jit.deepep import unpack
 from epstack.smoke import export
 from epstack.smoke.__main__ import main as smoke_main
 from epstack.smoke.stage import HANG_RANK_ENV, HANG_STAGE_ENV
-from tests.test_jitcache import fake_nvcc, h200_kernels, write_cache
+from tests.jit.test_deepep import fake_nvcc, h200_kernels, write_cache
 
 RUN = ["elastic", "--nproc-per-node", "2", "--timeout", "20"]
 H200 = {"arch": "9.0", "device": "NVIDIA H200", "sm_count": 132}

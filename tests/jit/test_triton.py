@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from epstack import tritoncache
 from epstack.errors import BadInput, EpstackError
+from epstack.jit import triton
 from epstack.jit.shipped import changed_files, manifest_beside
-from epstack.tritoncache import LIBCUDA_DIRS, TRITON_LAUNCHERS, build, libcuda_dirs, ship
+from epstack.jit.triton import LIBCUDA_DIRS, TRITON_LAUNCHERS, build, libcuda_dirs, ship
 
-JIT_CACHES = Path(__file__).resolve().parents[1] / "scripts" / "image" / "jit-caches.sh"
+JIT_CACHES = Path(__file__).resolve().parents[2] / "scripts" / "image" / "jit-caches.sh"
 TOOLKIT = "\tlibcuda.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libcuda.so.1\n"  # as ldconfig -p lists it
 # Stands in for Triton's launcher build: a cache folder named by the libcuda folder Triton would hash,
 # the library's bytes naming what it was linked against (LIBRARY_PATH's libcuda.so.1).
@@ -54,7 +54,7 @@ def test_triton_finds_libcuda_as_ldconfig_lists_it_else_on_ld_library_path(tmp_p
 
 @pytest.fixture
 def fake_triton(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tritoncache, "epstack_python", lambda *_: [sys.executable, "-c", FAKE_TRITON])
+    monkeypatch.setattr(triton, "epstack_python", lambda *_: [sys.executable, "-c", FAKE_TRITON])
 
 
 @pytest.fixture
@@ -103,7 +103,7 @@ def test_a_launcher_that_does_not_build_names_the_folder_and_gccs_error(
 
 def ship_launchers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The launchers built (by the stand-in for Triton) and shipped as an image's base layer does."""
-    monkeypatch.setattr(tritoncache, "epstack_python", lambda *_: [sys.executable, "-c", FAKE_TRITON])
+    monkeypatch.setattr(triton, "epstack_python", lambda *_: [sys.executable, "-c", FAKE_TRITON])
     (tmp_path / "work").mkdir()
     (tmp_path / "libcuda.so").write_text("the driver stub")
     launchers = build(tmp_path / "cache", str(tmp_path / "libcuda.so"), tmp_path / "work")
@@ -160,5 +160,5 @@ def test_a_cache_that_cannot_be_made_moves_to_tmpdir_with_the_launchers(
 
 
 def test_tritons_cache_is_its_variable_else_home() -> None:
-    assert tritoncache.cache_dir({"TRITON_CACHE_DIR": "/c", "HOME": "/h"}) == Path("/c")
-    assert tritoncache.cache_dir({"HOME": "/h"}) == Path("/h/.triton/cache")
+    assert triton.cache_dir({"TRITON_CACHE_DIR": "/c", "HOME": "/h"}) == Path("/c")
+    assert triton.cache_dir({"HOME": "/h"}) == Path("/h/.triton/cache")

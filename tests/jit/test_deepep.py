@@ -1,4 +1,4 @@
-"""DeepEP's shipped JIT kernels (epstack.jitcache): the export is reproducible, only a verified export
+"""DeepEP's shipped JIT kernels (epstack.jit.deepep): the export is reproducible, only a verified export
 unpacks, a key for another install or arch is named, and the kernels install readable by any user.
 
 The kernels here have the shape of a real H200 export (benchmarks/elastic/results: 13 kernels, 26
@@ -25,9 +25,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from epstack.errors import BadInput
-from epstack.jit.export import MANIFEST_NAME
-from epstack.jit.shipped import CacheFile, manifest_beside
-from epstack.jitcache import (
+from epstack.jit.deepep import (
     KERNEL_CACHE,
     TOOL,
     CacheKey,
@@ -42,6 +40,8 @@ from epstack.jitcache import (
     pack,
     unpack,
 )
+from epstack.jit.export import MANIFEST_NAME
+from epstack.jit.shipped import CacheFile, manifest_beside
 from tests.conftest import REPO, write_deepep_manifest, write_dist
 
 H200_MANIFEST = REPO / "benchmarks" / "elastic" / "results" / "deep_ep-kernels.manifest.json"

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from epstack import flashinfercache
 from epstack.errors import BadInput
-from epstack.flashinfercache import FLASHINFER_CACHE, ModulesKey, module_dirs, pending, ship
+from epstack.jit import flashinfer
+from epstack.jit.flashinfer import FLASHINFER_CACHE, ModulesKey, module_dirs, pending, ship
 from epstack.jit.shipped import changed_files, manifest_beside
 
-JIT_CACHES = Path(__file__).resolve().parents[1] / "scripts" / "image" / "jit-caches.sh"
+JIT_CACHES = Path(__file__).resolve().parents[2] / "scripts" / "image" / "jit-caches.sh"
 VERSION, ARCH = "0.7.2", "90a"
 MODULE = f".cache/flashinfer/{VERSION}/{ARCH}/cached_ops/sampling"
 
@@ -164,6 +164,6 @@ def test_without_shipped_modules_the_start_copies_nothing(tmp_path: Path) -> Non
 
 
 def test_the_workspace_is_flashinfers_variable_else_home() -> None:
-    assert flashinfercache.workspace({"FLASHINFER_WORKSPACE_BASE": "/w", "HOME": "/h"}) == Path("/w")
-    assert flashinfercache.workspace({"HOME": "/h"}) == Path("/h")
-    assert flashinfercache.workspace({"FLASHINFER_WORKSPACE_BASE": "", "HOME": "/h"}) == Path("/h")
+    assert flashinfer.workspace({"FLASHINFER_WORKSPACE_BASE": "/w", "HOME": "/h"}) == Path("/w")
+    assert flashinfer.workspace({"HOME": "/h"}) == Path("/h")
+    assert flashinfer.workspace({"FLASHINFER_WORKSPACE_BASE": "", "HOME": "/h"}) == Path("/h")
