@@ -4,7 +4,7 @@ value in a message goes through `shown`."""
 
 from __future__ import annotations
 
-# The exit codes of every epstack command. README.md ("Exit codes") states this table.
+# The exit codes of every epstack command. docs/reference/exit-codes.md states this table.
 OK = 0
 CHECK_FAILED = 1
 BAD_INPUT = 2

@@ -4,7 +4,7 @@ A layer is built from its own pins and those of the layers below (so a pin moves
 layer above it, never one below), installs its locks into the venv, builds some Dockerfile stages as
 images, and is guarded by its own checks and those below. pins (keys, tags), lock and closure (locks),
 guard (scopes), build (git sources), render (images, stages, args) and sbom read it here. Adding a
-layer is a record here plus images/<name>/Dockerfile.j2 (README: "Adding a layer or a fabric").
+layer is a record here plus images/<name>/Dockerfile.j2 (docs/contributing.md, "Adding a layer or a fabric").
 Standard library only: the smoke and the doctor import what imports this on bare hosts.
 """
 

@@ -1,4 +1,4 @@
-"""One home for the stack's facts: the README's contributor greps, run as written there."""
+"""One home for the stack's facts: the contributor greps of docs/contributing.md, run as written there."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.conftest import REPO
 
 
 def _contributor_commands() -> list[str]:
-    section = REPO.joinpath("README.md").read_text().split("## Contributor", 1)[1].split("\n## ", 1)[0]
+    section = REPO.joinpath("docs", "contributing.md").read_text()
     return re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
 
 

@@ -161,8 +161,9 @@ def test_any_model_path_reaches_sglang_as_written_on_slurm(
         out, log = Path(work) / "serve.sbatch", Path(work) / "sglang.log"
         code, _ = run([*SERVE, "--target", "slurm", f"--model-path={model}", "--out", str(out)], capsys)
         assert code == 0
-        srun = out.read_text().split("\nsrun ", 1)[1].replace("\\\n", " ")
-        words = shlex.split(srun)
+        lines = out.read_text().replace("\\\n", " ").splitlines()
+        (srun,) = [line for line in lines if line.startswith("srun ") and " bash -c " in line]
+        words = shlex.split(srun)  # the server step's line alone: comments elsewhere hold any text
         script = words[words.index("-c") + 1]
         fake_tool(Path(work), "sglang", log)
         env = {"PATH": f"{work}:/usr/bin:/bin", "SLURM_NODEID": "1", "MASTER_ADDR": "node0"}

@@ -13,7 +13,7 @@ BUILD_BUILDSPEC = "buildspecs/build.yml"
 SMOKE_BUILDSPEC = "buildspecs/smoke.yml"
 # Image builds: 72 vCPUs, 145 GB memory, 824 GB disk (the CUDA devel image and DeepEP's build).
 BUILD_COMPUTE = "BUILD_GENERAL1_2XLARGE"
-# The smoke needs Hopper or Blackwell GPUs (see README); point these at such a fleet.
+# The smoke needs Hopper or Blackwell GPUs (see docs/guides/codebuild.md); point these at such a fleet.
 SMOKE_ENV_TYPE = "LINUX_GPU_CONTAINER"
 SMOKE_COMPUTE = "BUILD_GENERAL1_LARGE"
 

@@ -4,7 +4,7 @@ network, scheduling and privileges. Flag values are parsed and checked here; eps
 
 Storage is `host:DIR` (a node's directory), `pvc:CLAIM` (Kubernetes), `ephemeral:SIZE` (a pod's own
 disk: an emptyDir of that size and an ephemeral-storage request) or `none`. The defaults follow
-public deployments (README, "Clusters"): the model cache on the pod's ephemeral storage sized for the
+public deployments (docs/guides/clusters.md): the model cache on the pod's ephemeral storage sized for the
 model in Kubernetes (llm-d's wide-EP pods request ephemeral storage), a node directory on Slurm
 (ai-dynamo's SGLang Slurm jobs mount the model directory); the JIT cache and the results on node
 directories that outlive the pod or step (sgl-project/sglang's lws_pd examples mount a hostPath

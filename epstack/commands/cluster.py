@@ -92,7 +92,7 @@ K8S_ONLY = ("annotation", "node_selector", "toleration", "topology_key", "privil
 
 
 def _site(args: argparse.Namespace) -> site.Site:
-    """The site's settings from the flags, with the defaults of the target (README: "Clusters")."""
+    """The site's settings from the flags, with the defaults of the target (docs/guides/clusters.md)."""
     if args.target == "slurm" and (given := [name for name in K8S_ONLY if getattr(args, name)]):
         flags = " ".join("--" + name.replace("_", "-") for name in given)
         raise BadInput(
@@ -199,7 +199,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _site_arguments(render: argparse.ArgumentParser) -> None:
-    """The cluster's own settings (epstack.cluster.site); defaults in README "Clusters"."""
+    """The cluster's own settings (epstack.cluster.site); defaults in docs/guides/clusters.md."""
     group = render.add_argument_group("site (storage: host:/DIR, pvc:CLAIM, ephemeral:SIZE or none)")
     for name, what, mount in (
         ("model", "serve: HF cache (HF_HOME) / model weights (default k8s ephemeral:<profile's size>, "

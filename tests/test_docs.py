@@ -1,0 +1,55 @@
+"""The docs site (mkdocs.yml, docs/) builds with `mkdocs build --strict` (a broken link or anchor, a page
+left out of the nav fail it), and the README stays short, every docs page it names there."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+
+def test_the_site_builds_strict(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "site" / "guides" / "jit-caches" / "index.html").is_file()
+
+
+def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
+    """The control: the same build over a copy with one link to a page that is not there."""
+    copy = tmp_path / "repo"
+    (copy / "docs").mkdir(parents=True)
+    for path in (REPO / "docs").rglob("*"):
+        if path.is_file():
+            target = copy / path.relative_to(REPO)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+    (copy / "mkdocs.yml").write_text((REPO / "mkdocs.yml").read_text())
+    index = copy / "docs" / "index.md"
+    index.write_text(index.read_text() + "\nSee [the missing page](guides/missing.md).\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode != 0 and "guides/missing.md" in result.stderr
+
+
+def test_the_readme_is_short_and_every_page_it_links_exists() -> None:
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    missing = [link for link in links if not (REPO / link).is_file()]
+    assert links and not missing, missing
