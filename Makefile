@@ -12,7 +12,7 @@ RENDER := build/render
 NPROC ?= 2
 DEEPEP ?=
 
-.PHONY: image render lock lint test unit docs mutation schema constraints bench smoke smoke-upstream sglang-parser clean
+.PHONY: image render lock lint test unit docs reference mutation schema constraints bench smoke smoke-upstream sglang-parser clean
 
 $(BIN)/epstack: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ test: $(BIN)/epstack
 # The docs site (docs/, mkdocs.yml) into build/site; `make test` builds it too (tests/test_docs.py).
 docs: $(BIN)/epstack
 	$(BIN)/mkdocs build --strict
+
+# The command-line reference page, from the parsers (tests/test_docs.py fails when it drifts).
+reference: $(BIN)/epstack
+	$(BIN)/python -m epstack.commands.clireference docs/reference/cli.md
 
 # The quick loop: pytest's default selection (pyproject.toml), no Docker, PyPI or GPU.
 unit: $(BIN)/epstack

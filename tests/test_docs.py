@@ -1,5 +1,6 @@
 """The docs site (mkdocs.yml, docs/) builds with `mkdocs build --strict` (a broken link or anchor, a page
-left out of the nav fail it), and the README stays short, every docs page it names there."""
+left out of the nav fail it); the command-line reference is the parsers' own; the README stays short,
+every docs page it names there."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from epstack.commands import clireference, jit
 from tests.conftest import REPO
 
 
@@ -53,3 +57,21 @@ def test_the_readme_is_short_and_every_page_it_links_exists() -> None:
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
     missing = [link for link in links if not (REPO / link).is_file()]
     assert links and not missing, missing
+
+
+def test_the_cli_reference_is_the_parsers_own() -> None:
+    assert (REPO / "docs" / "reference" / "cli.md").read_text() == clireference.page(), (
+        "the parsers changed: run `make reference` and commit docs/reference/cli.md"
+    )
+
+
+def test_an_option_added_to_a_parser_changes_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    register = jit.register
+
+    def with_one_more(subparsers: object) -> None:
+        register(subparsers)  # type: ignore[arg-type]
+        jit_parser = subparsers.choices["jit"]  # type: ignore[attr-defined]
+        jit_parser.add_argument("--brand-new", help="an option the page does not have")
+
+    monkeypatch.setattr(jit, "register", with_one_more)
+    assert "`--brand-new` | an option the page does not have |" in clireference.page()
