@@ -1,6 +1,6 @@
 """The command-line reference page, written from the argparse parsers themselves (never by hand):
-`python -m epstack.commands.clireference docs/reference/cli.md`; tests/test_docs.py fails when the committed page
-and the parsers differ."""
+`python -m epstack.commands.clireference docs/reference/cli.md`; tests/test_docs.py fails when the
+committed page and the parsers differ."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from epstack.cli import build_parser
 WIDTH = 100  # usage lines wrapped here, whatever the terminal
 HEADER = (
     "# Command-line reference\n\n"
-    "Written from the parsers by `python -m epstack.commands.clireference docs/reference/cli.md` (`make reference`);\n"
-    "a test fails when this page and the code differ. `epstack COMMAND --help` prints the same.\n"
+    "Written from the parsers by `make reference` (`python -m epstack.commands.clireference`); a test\n"
+    "fails when this page and the code differ. `epstack COMMAND --help` prints the same.\n"
 )
 
 
