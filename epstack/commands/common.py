@@ -16,10 +16,14 @@ import os
 import signal
 import threading
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import Literal, TypeAlias
+
+from rich.console import Console
+from rich.markup import escape
 
 from epstack.errors import INTERRUPTED, OK, BadInput, EpstackError, shown
 
@@ -187,3 +191,14 @@ def execute(handler: Handler, report: Report) -> int:
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def working(console: Console, what: str) -> Iterator[None]:
+    """Long work said while it runs: rich's spinner on a terminal, gone when it ends; nothing in a log
+    (no terminal), whose lines stay the command's results and errors."""
+    if not console.is_terminal:
+        yield
+        return
+    with console.status(escape(what)):
+        yield

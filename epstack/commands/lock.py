@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack.commands.common import LOCKS, PINS, SubParsers, pins_path
+from epstack.commands.common import LOCKS, PINS, SubParsers, pins_path, working
 from epstack.pins.load import load_pins
 from epstack.python.lock import Move, relock, stale_locks, upgrade_name, write_locks
 from epstack.python.lockfile import lock_path, locks_dir
@@ -43,7 +43,8 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[green]{escape(str(directory))}: every lock is fresh for {escape(str(path))}[/]")
         return 0
     start = time.monotonic()
-    run = relock(pins, directory, upgrade=args.upgrade)
+    with working(console, f"lock: resolving the stale locks in {directory} with uv"):
+        run = relock(pins, directory, upgrade=args.upgrade)
     written = write_locks(run, directory)
     for name in run.kept:
         console.print(f"{escape(str(lock_path(directory, name)))}: fresh, kept")

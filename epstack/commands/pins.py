@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack.commands.common import LOCKS, PINS, SubParsers, path_arg, pins_path, positive_int
+from epstack.commands.common import LOCKS, PINS, SubParsers, path_arg, pins_path, positive_int, working
 from epstack.commands.lock import moves_table
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.journal import staging
@@ -127,15 +127,16 @@ def cmd_pins_bump(args: argparse.Namespace, console: Console) -> int:
         reads = [path, directory, *([args.build_report] if args.build_report else [])]
         check_writable(args.summary, what="the summary", inputs=reads)
     with staging(path) as folder:  # uv works there too: a killed bump's files go with its staging
-        bump = plan_bump(
-            path,
-            directory,
-            args.assignments,
-            staging=folder,
-            resolver=partial(compile_requirements, workdir=folder),
-            installable=partial(check_installable, workdir=folder),
-            build_report=args.build_report,
-        )
+        with working(console, "pins bump: resolving every layer's lock again with uv"):
+            bump = plan_bump(
+                path,
+                directory,
+                args.assignments,
+                staging=folder,
+                resolver=partial(compile_requirements, workdir=folder),
+                installable=partial(check_installable, workdir=folder),
+                build_report=args.build_report,
+            )
         for section in sections(bump):
             console.print(_table(section))
         for line in verdict(bump):
@@ -183,7 +184,8 @@ def cmd_pins_outdated(args: argparse.Namespace, console: Console) -> int:
     pins = load_pins(path)
     if args.json:
         check_writable(args.json, what="the report", inputs=[path])
-    report = outdated(pins, path, Sources(index=index_url(), candidates=args.candidates))
+    with working(console, "pins outdated: asking the package index, git remotes and registries"):
+        report = outdated(pins, path, Sources(index=index_url(), candidates=args.candidates))
     _print_outdated(console, report)
     if report.sglang_bump:
         console.print(f"next: epstack pins bump SGLANG_VERSION={escape(report.sglang_bump)} --dry-run")
