@@ -622,7 +622,7 @@ def test_the_start_guard_trusts_the_build_and_checks_the_driver_now(
     built: BuildReport, engine: DockerEngine, stage: str
 ) -> None:
     """Same rows as the build's report, each marked proven at build, but the driver (the stub here)
-    and DeepEP's cache, checked now; no torch imported, so no torch warning either."""
+    and the JIT caches, checked now; no torch imported, so no torch warning either."""
     image = ref(built, stage)
     started = docker(engine, "run", "--rm", image, "cat", "/tmp/epstack-guard.json")
     assert "full guard" not in started.stderr and "nothing that decides them changed" in started.stderr
@@ -631,7 +631,13 @@ def test_the_start_guard_trusts_the_build_and_checks_the_driver_now(
     assert [row.component for row in report.checks] == [
         row.component for row in guard_report(engine, image, stage).checks
     ]
-    live = {"CUDA runtime/driver", "EP_JIT_CACHE_DIR", "JIT cache FlashInfer", "JIT cache Triton launcher"}
+    live = {
+        "CUDA runtime/driver",
+        "EP_JIT_CACHE_DIR",
+        "JIT cache FlashInfer",
+        "JIT cache DeepGEMM",
+        "JIT cache Triton launcher",
+    }
     assert all(row.detail.endswith(PROVEN) for row in report.checks if row.component not in live)
     driver = next(row for row in report.checks if row.component == "CUDA runtime/driver")
     assert driver.verdict == "skipped" and driver.detail == "no GPU: cuInit returned 34"
