@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from rich.console import Console
-from rich.markup import escape
+if TYPE_CHECKING:  # the stdlib-only `python3 -m epstack.doctor` imports this module too: no rich here
+    from rich.console import Console
 
 from epstack.errors import INTERRUPTED, OK, BadInput, EpstackError, shown
 
@@ -200,5 +200,7 @@ def working(console: Console, what: str) -> Iterator[None]:
     if not console.is_terminal:
         yield
         return
+    from rich.markup import escape  # noqa: PLC0415 (see TYPE_CHECKING above)
+
     with console.status(escape(what)):
         yield
