@@ -15,6 +15,19 @@ from epstack.jit import deepgemm, flashinfer, triton
 from epstack.jit.deepep import KERNEL_CACHE, SHIPPED, install_differences
 from epstack.jit.shipped import changed_files, manifest_beside
 
+
+def _none_shipped(component: str, expected: str, detail: str, fix: str) -> Check:
+    """The row of a cache the image does not ship: skipped, with what the tool does without it."""
+    return Check(
+        component=component,
+        expected=expected,
+        found="none shipped",
+        verdict="skipped",
+        detail=detail,
+        fix=fix,
+    )
+
+
 COMPONENT = "JIT cache DeepEP"
 FIX_EXPORT = (
     "on a GPU, `epstack smoke elastic --export-jit-cache FILE` in this image, then "
@@ -27,13 +40,8 @@ def kernel_cache_rows(env: Mapping[str, str], archs: Sequence[str], folder: Path
     expected = f"DeepEP kernels for {' '.join(archs) or 'the image'}"
     if not manifest_path.is_file():
         return [
-            Check(
-                component=COMPONENT,
-                expected=expected,
-                found="none shipped",
-                verdict="skipped",
-                detail="each kernel compiles at first use (3.6-6.1 s on an H200)",
-                fix=FIX_EXPORT,
+            _none_shipped(
+                COMPONENT, expected, "each kernel compiles at first use (3.6-6.1 s on an H200)", FIX_EXPORT
             )
         ]
     manifest = KERNEL_CACHE.read(manifest_path)
@@ -80,19 +88,17 @@ FIX_DEEPGEMM = (
 def deepgemm_cache_rows(
     env: Mapping[str, str], archs: Sequence[str], folder: Path = deepgemm.SHIPPED, verify_bytes: bool = True
 ) -> list[Check]:
-    """DeepGEMM's shipped kernels: intact (`verify_bytes`; the start trusts the build's record for
-    them), made for this install, and in the cache SGLang points DeepGEMM at (copied there at start)."""
+    """DeepGEMM's shipped kernels: intact and made for this install (`verify_bytes`; the start trusts the
+    build's record for both), and in the cache SGLang points DeepGEMM at (copied there at start)."""
     manifest = deepgemm.read_manifest(folder)
     expected = f"DeepGEMM kernels for {' '.join(archs) or 'the image'}"
     if manifest is None:
         return [
-            Check(
-                component=DEEPGEMM,
-                expected=expected,
-                found="none shipped",
-                verdict="skipped",
-                detail=f"SGLang's deep_gemm runner compiles them before it serves ({deepgemm.COLD_S})",
-                fix=FIX_DEEPGEMM,
+            _none_shipped(
+                DEEPGEMM,
+                expected,
+                f"SGLang's deep_gemm runner compiles them before it serves ({deepgemm.COLD_S})",
+                FIX_DEEPGEMM,
             )
         ]
     key = manifest.key
@@ -114,7 +120,9 @@ def deepgemm_cache_rows(
                 fix=f"rebuild the layer; {FIX_DEEPGEMM}",
             )
         ]
-    differences = deepgemm.install_differences(key, archs, env)
+    # At start (verify_bytes False) the build's record vouches for the install the key was checked
+    # against at build; checking it again would run nvcc at every container start.
+    differences = deepgemm.install_differences(key, archs, env) if verify_bytes else []
     if differences:
         return [
             replace(
@@ -171,13 +179,11 @@ def flashinfer_cache_rows(
     expected = f"FlashInfer modules for {' '.join(archs) or 'the image'}"
     if manifest is None:
         return [
-            Check(
-                component=FLASHINFER,
-                expected=expected,
-                found="none shipped",
-                verdict="skipped",
-                detail="each module compiles at first use (sampling: 86-456 s of nvcc)",
-                fix=FIX_FLASHINFER,
+            _none_shipped(
+                FLASHINFER,
+                expected,
+                "each module compiles at first use (sampling: 86-456 s of nvcc)",
+                FIX_FLASHINFER,
             )
         ]
     key = manifest.key
@@ -265,13 +271,8 @@ def triton_launcher_rows(
     expected = f"Triton's launcher for libcuda.so.1 in {' or '.join(triton.LIBCUDA_DIRS)}"
     if manifest is None:
         return [
-            Check(
-                component=TRITON,
-                expected=expected,
-                found="none shipped",
-                verdict="skipped",
-                detail=f"a process's first kernel launch builds it ({triton.LAUNCH_S})",
-                fix=FIX_TRITON,
+            _none_shipped(
+                TRITON, expected, f"a process's first kernel launch builds it ({triton.LAUNCH_S})", FIX_TRITON
             )
         ]
     built_for = [launcher.libcuda_dir for launcher in manifest.launchers]

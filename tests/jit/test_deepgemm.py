@@ -287,6 +287,20 @@ def test_kernels_for_another_deepgemm_are_a_mismatch(tmp_path: Path, monkeypatch
     assert row.verdict == "mismatch" and "deep_gemm 0.2.3.post2 != 0.2.4" in row.detail
 
 
+def test_the_start_runs_no_nvcc_for_the_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At start the build's record vouches for the install: the key is not read again (it runs nvcc)."""
+    into = shipped(tmp_path)
+
+    def no_key(env: object) -> None:
+        raise AssertionError("the start read the install's key")
+
+    monkeypatch.setattr(deepgemm, "image_key", no_key)
+    [row] = deepgemm_cache_rows(
+        {"SGLANG_DG_CACHE_DIR": str(tmp_path / "c")}, ["9.0a"], into, verify_bytes=False
+    )
+    assert row.verdict == "ok"
+
+
 # ---- the commands ----
 
 
