@@ -15,15 +15,19 @@ from epstack.commands import clireference, jit
 from tests.conftest import REPO
 
 
-def test_the_site_builds_strict(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=REPO,
+def mkdocs_build(project: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=project,
         capture_output=True,
         text=True,
         check=False,
         env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1"},
     )
+
+
+def test_the_site_builds_strict(tmp_path: Path) -> None:
+    result = mkdocs_build(REPO, tmp_path / "site")
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "site" / "guides" / "jit-caches" / "index.html").is_file()
     pictures = ("serve-sweep.png", "cold-start.png", "first-calls.png")  # drawn from the JSON by the hook
@@ -43,14 +47,7 @@ def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
     (copy / "mkdocs.yml").write_text((REPO / "mkdocs.yml").read_text().replace(hook, str(REPO / hook)))
     index = copy / "docs" / "index.md"
     index.write_text(index.read_text() + "\nSee [the missing page](guides/missing.md).\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=copy,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1"},
-    )
+    result = mkdocs_build(copy, tmp_path / "site")
     assert result.returncode != 0 and "guides/missing.md" in result.stderr
 
 
