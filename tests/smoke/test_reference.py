@@ -200,6 +200,10 @@ def run(rank, world, init):
         assert bad is None, str(bad)
         assert got.src.unique().numel() == got.src.numel() > 0
     print(f"rank {{rank}} ok", flush=True)
+    # A rank that exits while gloo's threads still serve the others aborts ("terminate called
+    # without an active exception"): all ranks leave together, through the group's own teardown.
+    dist.barrier()
+    dist.destroy_process_group()
 
 if __name__ == "__main__":
     torch.multiprocessing.spawn(run, args=(3, "file://" + sys.argv[1]), nprocs=3)
