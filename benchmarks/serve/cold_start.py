@@ -12,6 +12,11 @@ scripts/image/jit-caches.sh into new, empty caches; the same serve smoke again. 
 SGLang's other caches start empty both times (the image does not ship them). What each start compiled
 is counted in its caches afterwards. One JSON (`cold-start.json`) with `launch_to_first_answer_s`
 under `empty` and `shipped`, each start's phases from its log, and the exports' sizes.
+
+A third start, `warm` (unless COLD_WARM=0), adds every other cache the empty start filled (Triton,
+Inductor, SGLang's JIT, FlashInfer, the driver's) to the shipped ones: the floor that shipping every
+cache could reach. Each start's processes sample their Python stacks (stack_sampler/, summarised by
+stacks.py) and, where py-spy is installed, its native stacks every few seconds: where the seconds go.
 """
 
 from __future__ import annotations
@@ -21,16 +26,21 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.serve import stacks
 from epstack.jit import deepgemm
 from epstack.jit.deepep import cache_files as deepep_files
 
 WORK = Path(os.environ.get("WORK", "/tmp/cold"))
 SERVE = ("--profile", "tiny", "--no-sweep", "--no-compare", "--sglang-arg=--attention-backend=triton")
 EXPORTS = {"deepep": "deep_ep", "deepgemm": "deep_gemm"}  # jit export's toolchain: the shipped folder
+SAMPLER = Path(__file__).resolve().parent / "stack_sampler"
+PY_SPY_EVERY_S = 4.0
 
 
 def caches(root: Path) -> dict[str, str]:
@@ -62,11 +72,42 @@ def step(log: Any, what: str, *argv: str, env: dict[str, str]) -> subprocess.Com
     return result
 
 
+def native_stacks(out: Path, done: threading.Event) -> None:
+    """py-spy's native and Python stacks of every SGLang process, every PY_SPY_EVERY_S s, into `out`."""
+    py_spy = shutil.which("py-spy")
+    if not py_spy:
+        return
+    with out.open("a") as sink:
+        while not done.wait(PY_SPY_EVERY_S):
+            for proc in Path("/proc").glob("[0-9]*"):
+                try:
+                    cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+                if "sglang" in cmdline or "multiprocessing" in cmdline:
+                    sink.write(f"@@ {time.time():.2f} {proc.name} {cmdline[:160]}\n")
+                    sink.flush()
+                    dump = [py_spy, "dump", "--native", "--nonblocking", "--pid", proc.name]
+                    subprocess.run(dump, stdout=sink, stderr=subprocess.STDOUT, timeout=30, check=False)
+
+
 def serve(log: Any, name: str, env: dict[str, str]) -> dict[str, Any]:
     report = WORK / f"{name}.json"
+    samples = WORK / name / "stacks"
+    samples.mkdir(parents=True, exist_ok=True)
+    env = env | {
+        "EPSTACK_STACK_SAMPLES": str(samples),
+        "PYTHONPATH": f"{SAMPLER}:{env.get('PYTHONPATH', '')}",
+        "SGLANG_JIT_CACHE_DEBUG": "1",
+    }
+    done = threading.Event()
+    spy = threading.Thread(target=native_stacks, args=(WORK / f"{name}-py-spy.txt", done), daemon=True)
+    spy.start()
     began = time.monotonic()
     result = step(log, f"serve {name}", sys.executable, "-m", "epstack", "smoke", "serve", *SERVE,
                   "--run-dir", str(WORK / name / "run"), "--json", str(report), env=env)  # fmt: skip
+    done.set()
+    (WORK / f"{name}-stacks.json").write_text(json.dumps(stacks.timeline(samples), indent=1) + "\n")
     data = json.loads(report.read_text()) if report.is_file() else {}
     run = (data.get("runs") or [{}])[0]
     return {
@@ -150,11 +191,27 @@ def run() -> None:
         result["entrypoint_copy_s"] = round(time.monotonic() - began, 3)
         result["shipped"] = serve(log, "shipped", shipped) | {"compiled": compiled(shipped, home / "jit")}
         result["shipped"]["cache_bytes"] = folder_bytes(WORK / "shipped")
+        if os.environ.get("COLD_WARM", "1") == "1":
+            warm = base | caches(WORK / "warm") | {"EPSTACK_HOME": str(home)}
+            step(log, "entrypoint copy", "bash", "-euo", "pipefail", "-c", ". scripts/image/jit-caches.sh",
+                 env=warm)  # fmt: skip
+            for key in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "SGLANG_JIT_CACHE_DIR",
+                        "CUDA_CACHE_PATH"):  # fmt: skip
+                shutil.copytree(empty[key], warm[key], dirs_exist_ok=True, symlinks=True)
+            flashinfer = Path(empty["FLASHINFER_WORKSPACE_BASE"]) / ".cache"
+            if flashinfer.is_dir():
+                shutil.copytree(flashinfer, Path(warm["FLASHINFER_WORKSPACE_BASE"]) / ".cache", symlinks=True)
+            result["warm"] = serve(log, "warm", warm) | {"compiled": compiled(warm, home / "jit")}
+            result["warm"]["cache_bytes"] = folder_bytes(WORK / "warm")
     empty_s, shipped_s = (
         result["empty"]["launch_to_first_answer_s"],
         result["shipped"]["launch_to_first_answer_s"],
     )
-    result["launch_to_first_answer_s"] = {"empty": empty_s, "shipped": shipped_s}
+    result["launch_to_first_answer_s"] = {
+        "empty": empty_s,
+        "shipped": shipped_s,
+        "warm": result.get("warm", {}).get("launch_to_first_answer_s"),
+    }
     if empty_s and shipped_s:
         result["shipped_over_empty"] = round(shipped_s / empty_s, 3)
     (WORK / "cold-start.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -188,17 +245,15 @@ def main() -> int:
             time.sleep(3)
         out = Path(os.environ.get("OUT", "out"))
         out.mkdir(parents=True, exist_ok=True)
-        for path in [
-            Path(f"{WORK}.console"),
-            *WORK.glob("*.json"),
-            WORK / "run.log",
-            *WORK.glob("*/run/server-*.log"),
-        ]:
-            if path.is_file():
-                name = (
-                    f"{path.parent.parent.name}-{path.name}" if path.name.startswith("server-") else path.name
-                )
-                shutil.copy(path, out / name)
+        # One archive: a device call brings back at most 8 files.
+        names = [Path(f"{WORK}.console"), *WORK.glob("*.json"), *WORK.glob("*-py-spy.txt"), WORK / "run.log",
+                 *WORK.glob("*/run/server-*.log"), *WORK.glob("*/stacks")]  # fmt: skip
+        with tarfile.open(out / "cold-start.tar.gz", "w:gz") as tar:
+            for path in names:
+                if path.exists():
+                    tar.add(path, arcname=str(path.relative_to(WORK.parent)))
+        if (WORK / "cold-start.json").is_file():
+            shutil.copy(WORK / "cold-start.json", out / "cold-start.json")
         print(Path(f"{WORK}.console").read_text()[-3000:])
         print("still running" if alive(pid) else "finished")
         return 0
