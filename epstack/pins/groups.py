@@ -102,7 +102,9 @@ def _index_group(
     if not newer:
         return {}
     outside = ", ".join(key for key in distributions if key not in group.keys)
+    wider = [other.name for other in GROUPS if set(group.keys) < set(other.keys)]
+    fix = f"--group {wider[0]}, which moves more pins with it" if wider else "give the pin it needs too"
     raise EpstackError(
         f"--group {group.name}: no newer {distributions[leader]} of the {len(newer[:candidates])} newest "
-        f"resolves with {outside} held ({reasons[0]}); fix: bump a group that holds the pin it needs"
+        f"resolves with {outside} held ({reasons[0]}); fix: {fix}"
     )
