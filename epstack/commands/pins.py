@@ -125,6 +125,16 @@ def _table(section: Section) -> Table:
     return table
 
 
+def _digest(key: str, pinned: str) -> str:
+    """`pinned` with the digest its tag has now; where the registry cannot be asked, the fix."""
+    try:
+        return current_digest(pinned)
+    except EnvironmentProblem as exc:
+        raise EnvironmentProblem(
+            f"{key}: {exc}; fix: run where the registry answers, or give {key}=IMAGE:TAG@sha256:..."
+        ) from None
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Request:
     """What `pins bump` was asked to move: KEY=VALUE arguments, and what upstream proposes."""
@@ -150,7 +160,7 @@ def _request(args: argparse.Namespace, pins: Pins, console: Console) -> _Request
     proposed: list[str] = []
     with working(console, "pins bump: asking upstream (registries, the package index)"):
         for key in digest_keys:
-            current = current_digest(env[key])
+            current = _digest(key, env[key])
             if current != env[key]:
                 proposed.append(f"{key}={current}")
             else:
@@ -161,7 +171,7 @@ def _request(args: argparse.Namespace, pins: Pins, console: Console) -> _Request
                 pins,
                 index=index_url(),
                 resolver=compile_requirements,
-                digests=current_digest,
+                digests=_digest,
                 candidates=args.candidates,
             )
             proposed += [f"{key}={value}" for key, value in values.items()]

@@ -63,7 +63,7 @@ def group_named(name: str) -> Group:
     return next(group for group in GROUPS if group.name == name)
 
 
-Digests = Callable[[str], str]  # a pinned image reference -> the same with the digest its tag has now
+Digests = Callable[[str, str], str]  # (key, pinned image reference) -> it with the digest its tag has now
 
 
 def propose(
@@ -72,7 +72,7 @@ def propose(
     """The group's new values, only those that differ from the pins ({}: nothing to bump)."""
     env = pins.as_env()
     if group.keys[0] in IMAGE_KEYS:
-        proposed = {key: digests(env[key]) for key in group.keys}
+        proposed = {key: digests(key, env[key]) for key in group.keys}
         return {key: value for key, value in proposed.items() if value != env[key]}
     return _index_group(group, pins, index=index, resolver=resolver, candidates=candidates)
 
@@ -105,6 +105,6 @@ def _index_group(
     wider = [other.name for other in GROUPS if set(group.keys) < set(other.keys)]
     fix = f"--group {wider[0]}, which moves more pins with it" if wider else "give the pin it needs too"
     raise EpstackError(
-        f"--group {group.name}: no newer {distributions[leader]} of the {len(newer[:candidates])} newest "
-        f"resolves with {outside} held ({reasons[0]}); fix: {fix}"
+        f"--group {group.name}: none of the {len(reasons)} newer {distributions[leader]} tried resolves with "
+        f"{outside} held ({reasons[0]}); fix: {fix}"
     )

@@ -70,7 +70,8 @@ def test_offline_the_real_pins_digest_is_one_line_exit_3(
     before = snapshot(checkout)
     assert bump(checkout, *args) == 3
     (line,) = error_lines(capsys.readouterr().err)
-    assert line.startswith("error: cannot reach https://registry-1.docker.io:"), line
+    assert line.startswith("error: CUDA_DEVEL_IMAGE: cannot reach https://registry-1.docker.io:"), line
+    assert line.endswith("fix: run where the registry answers, or give CUDA_DEVEL_IMAGE=IMAGE:TAG@sha256:...")
     assert snapshot(checkout) == before
 
 
@@ -132,7 +133,7 @@ def test_a_group_held_back_by_a_pin_outside_it_names_the_wider_group(
     assert bump(checkout, "--group", "torch") == 1
     (line,) = error_lines(capsys.readouterr().err)
     assert (
-        "--group torch: no newer torch of the 1 newest resolves with SGLANG_VERSION, UV_VERSION held" in line
+        "--group torch: none of the 1 newer torch tried resolves with SGLANG_VERSION, UV_VERSION held" in line
     )
     assert line.endswith("fix: --group sglang, which moves more pins with it"), line
     assert snapshot(checkout) == before
