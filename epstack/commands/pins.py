@@ -26,7 +26,7 @@ from epstack.pins.branch import branch_name, checkout_of, commit_files, push, re
 from epstack.pins.bump import Bump, apply_bump, plan_bump
 from epstack.pins.bumpreport import Section, markdown, sections, short, title, verdict
 from epstack.pins.forge import GitHub, PullRequest, open_pull_request
-from epstack.pins.groups import GROUPS, group_named, propose
+from epstack.pins.groups import GROUPS, Group, group_named, propose
 from epstack.pins.load import load_pins
 from epstack.pins.model import Pins
 from epstack.pins.outdated import OUTDATED, Outdated, Sources, outdated
@@ -137,49 +137,60 @@ def _digest(key: str, pinned: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class _Request:
-    """What `pins bump` was asked to move: KEY=VALUE arguments, and what upstream proposes."""
+    """What `pins bump` was asked to move, checked before anything is asked of upstream."""
 
-    assignments: tuple[str, ...]
-    label: str  # names the pull request's branch
+    assignments: tuple[str, ...]  # KEY=VALUE as given
+    digests: tuple[str, ...]  # the image pins whose digest to follow
+    group: Group | None
+
+    @property
+    def label(self) -> str:
+        """What names the pull request's branch: the group, "digests", the keys given."""
+        keys = sorted({a.partition("=")[0].lower() for a in self.assignments})
+        group = [self.group.name] if self.group else []
+        return "-".join([*group, *(["digests"] if self.digests else []), *keys])
 
 
-def _request(args: argparse.Namespace, pins: Pins, console: Console) -> _Request:
-    """The KEY=VALUE list to check: the arguments, each --digest's current digest, the --group's
-    proposal. BadInput when nothing was asked or a key is not an image pin."""
-    digest_keys = list(IMAGE_KEYS) if args.all_digests else list(dict.fromkeys(args.digest or ()))
-    for key in digest_keys:
+def _request(args: argparse.Namespace) -> _Request:
+    """BadInput when nothing was asked, a --digest key is not an image pin or --group no group."""
+    digests = IMAGE_KEYS if args.all_digests else tuple(dict.fromkeys(args.digest or ()))
+    for key in digests:
         if key not in IMAGE_KEYS:
             hint = did_you_mean(key, IMAGE_KEYS) or f"name one of {', '.join(IMAGE_KEYS)}"
             raise BadInput(f"--digest {key}: not a pin of an image by digest; fix: {hint}")
     group = group_named(args.group) if args.group else None
-    if not (args.assignments or digest_keys or group):
+    if not (args.assignments or digests or group):
         raise BadInput(
             "pins bump: nothing to move; fix: give KEY=VALUE, --digest KEY, --all-digests or --group NAME"
         )
+    return _Request(assignments=tuple(args.assignments), digests=digests, group=group)
+
+
+def _proposed(request: _Request, pins: Pins, candidates: int, console: Console) -> tuple[str, ...]:
+    """The KEY=VALUE list to check: the arguments, each digest that moved, the group's proposal."""
     env = pins.as_env()
-    proposed: list[str] = []
+    proposed = list(request.assignments)
     with working(console, "pins bump: asking upstream (registries, the package index)"):
-        for key in digest_keys:
+        for key in request.digests:
             current = _digest(key, env[key])
             if current != env[key]:
                 proposed.append(f"{key}={current}")
             else:
                 _print(console, f"{key}: {short(env[key])} is still where its tag points", "green")
-        if group:
+        if request.group:
+            group = request.group
             values = propose(
                 group,
                 pins,
                 index=index_url(),
                 resolver=compile_requirements,
                 digests=_digest,
-                candidates=args.candidates,
+                candidates=candidates,
             )
             proposed += [f"{key}={value}" for key, value in values.items()]
             if not values:
                 _print(console, f"group {group.name} ({', '.join(group.keys)}): nothing newer", "green")
-    explicit = sorted({a.partition("=")[0].lower() for a in args.assignments})
-    label = "-".join([*([group.name] if group else []), *(["digests"] if digest_keys else []), *explicit])
-    return _Request(assignments=(*args.assignments, *proposed), label=label)
+    return tuple(proposed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,12 +202,18 @@ class _PullRequestTarget:
     found: PullRequest | None  # the branch's open pull request, asked before any work
 
 
-def _pull_request_target(args: argparse.Namespace, path: Path, label: str) -> _PullRequestTarget:
+def _pull_request_target(
+    args: argparse.Namespace, files: tuple[Path, Path], label: str
+) -> _PullRequestTarget:
     """Where --open-pr goes, its token checked by asking the forge for the branch's open pull request
-    before anything is written."""
+    before anything is asked of upstream or written. BadInput when the pins file or the locks are not
+    in the checkout."""
     if args.dry_run:
         raise BadInput("--open-pr and --dry-run: a dry run writes nothing to commit; fix: drop one")
-    root = checkout_of(path)
+    root = checkout_of(files[0])
+    for each in files:
+        if not each.resolve().is_relative_to(root.resolve()):
+            raise BadInput(f"--open-pr: {each} is outside the checkout {root}; fix: use the checkout's own")
     forge = GitHub.from_environment(remote_url(root, args.remote))
     branch = branch_name(label)
     return _PullRequestTarget(
@@ -224,9 +241,10 @@ def cmd_pins_bump(args: argparse.Namespace, console: Console) -> int:
         reads = [path, directory, *([args.build_report] if args.build_report else [])]
         check_writable(args.summary, what="the summary", inputs=reads)
     pins = load_pins(path)
-    request = _request(args, pins, console)
-    target = _pull_request_target(args, path, request.label) if args.open_pr else None
-    if not request.assignments:
+    request = _request(args)
+    target = _pull_request_target(args, (path, directory), request.label) if args.open_pr else None
+    assignments = _proposed(request, pins, args.candidates, console)
+    if not assignments:
         _print(console, f"{path}: nothing to bump; untouched", "green")
         return 0
     with staging(path) as folder:  # uv works there too: a killed bump's files go with its staging
@@ -234,7 +252,7 @@ def cmd_pins_bump(args: argparse.Namespace, console: Console) -> int:
             bump = plan_bump(
                 path,
                 directory,
-                request.assignments,
+                assignments,
                 staging=folder,
                 resolver=partial(compile_requirements, workdir=folder),
                 installable=partial(check_installable, workdir=folder),

@@ -153,3 +153,21 @@ def test_outside_a_git_checkout_is_bad_input(
     assert open_pr(checkout) == 2
     (line,) = error_lines(capsys.readouterr().err)
     assert "is not in a git checkout" in line and forge.calls == []
+
+
+def test_locks_outside_the_checkout_are_bad_input(
+    clone: Path, tmp_path: Path, forge: Forge, capsys: pytest.CaptureFixture[str]
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    args = [
+        "pins",
+        "bump",
+        "--pins",
+        str(clone / "pins.env"),
+        "--locks",
+        str(elsewhere),
+        "SGLANG_VERSION=0.5.24",
+    ]
+    assert main([*args, "--open-pr"]) == 2
+    (line,) = error_lines(capsys.readouterr().err)
+    assert f"--open-pr: {elsewhere} is outside the checkout {clone}; fix:" in line and forge.calls == []
