@@ -1,7 +1,8 @@
-"""What upstream has beside the package index, for `epstack pins outdated`: the tags and commits of a
-git repository (`git ls-remote`) and the tags and digests of an image repository (the registry's HTTP
-API v2, anonymous, with the bearer token Docker Hub asks for). Each question is bounded by a timeout
-and says how it failed as an EnvironmentProblem; the caller turns that into a row.
+"""What upstream has beside the package index, for `epstack pins outdated` and `pins bump`: the tags
+and commits of a git repository (`git ls-remote`), the tags and digests of an image repository (the
+registry's HTTP API v2, anonymous, with the bearer token Docker Hub asks for), and where a reviewer
+reads what a release or a commit range brings. Each question is bounded by a timeout and says how it
+failed as an EnvironmentProblem; the caller turns that into a row, or the command's one-line error.
 """
 
 from __future__ import annotations
