@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from epstack.errors import BadInput, EpstackError
+from epstack.errors import BadInput, EnvironmentProblem, EpstackError
 from epstack.pins.model import Pins
 from epstack.pins.outdated import resolve_for_image
 from epstack.pins.upstream import IMAGE_KEYS
@@ -83,7 +83,14 @@ def _index_group(
     env, distributions = pins.as_env(), index_pins(pins)
     leader = group.keys[0]
     held = [f"{dist}=={env[key]}" for key, dist in distributions.items() if key not in group.keys]
-    newer = [v for v in releases(distributions[leader], index=index) if Version(v) > Version(env[leader])]
+    try:
+        listed = releases(distributions[leader], index=index)
+    except EnvironmentProblem as exc:
+        raise EnvironmentProblem(
+            f"--group {group.name}: {exc}; fix: run where the package index answers, or point "
+            "UV_DEFAULT_INDEX at a mirror of it"
+        ) from None
+    newer = [v for v in listed if Version(v) > Version(env[leader])]
     reasons = []
     for version in newer[:candidates]:
         answer = resolve_for_image(

@@ -152,3 +152,18 @@ def test_links_name_the_release_notes_and_the_compare_view() -> None:
             f"https://github.com/deepseek-ai/DeepEP/compare/{old}...{new}",
         ),
     )
+
+
+def test_offline_a_group_of_the_real_pins_is_one_line_exit_3(
+    checkout: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = f"http://127.0.0.1:{free_port()}/simple"
+    monkeypatch.setenv("UV_DEFAULT_INDEX", index)
+    before = snapshot(checkout)
+    assert bump(checkout, "--group", "sglang") == 3
+    (line,) = error_lines(capsys.readouterr().err)
+    assert line.startswith(f"error: --group sglang: cannot reach {index}/sglang/"), line
+    assert line.endswith(
+        "fix: run where the package index answers, or point UV_DEFAULT_INDEX at a mirror of it"
+    )
+    assert snapshot(checkout) == before
