@@ -125,16 +125,6 @@ def _table(section: Section) -> Table:
     return table
 
 
-def _digest(key: str, pinned: str) -> str:
-    """`pinned` with the digest its tag has now; where the registry cannot be asked, the fix."""
-    try:
-        return current_digest(pinned)
-    except EnvironmentProblem as exc:
-        raise EnvironmentProblem(
-            f"{key}: {exc}; fix: run where the registry answers, or give {key}=IMAGE:TAG@sha256:..."
-        ) from None
-
-
 @dataclass(frozen=True, kw_only=True)
 class _Request:
     """What `pins bump` was asked to move, checked before anything is asked of upstream."""
@@ -172,7 +162,7 @@ def _proposed(request: _Request, pins: Pins, candidates: int, console: Console) 
     proposed = list(request.assignments)
     with working(console, "pins bump: asking upstream (registries, the package index)"):
         for key in request.digests:
-            current = _digest(key, env[key])
+            current = current_digest(key, env[key])
             if current != env[key]:
                 proposed.append(f"{key}={current}")
             else:
@@ -184,7 +174,7 @@ def _proposed(request: _Request, pins: Pins, candidates: int, console: Console) 
                 pins,
                 index=index_url(),
                 resolver=compile_requirements,
-                digests=_digest,
+                digests=current_digest,
                 candidates=candidates,
             )
             proposed += [f"{key}={value}" for key, value in values.items()]

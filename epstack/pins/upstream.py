@@ -141,16 +141,21 @@ class ImageRepository:
         return str(answer.get("token") or answer.get("access_token") or "")
 
 
-def current_digest(pinned: str, *, hub: str = DOCKER_HUB_API) -> str:
-    """`pinned` (REPOSITORY:TAG@sha256:...) with the digest its tag points at now, asked of the registry
-    (HEAD of the manifest); EnvironmentProblem when it cannot be asked or names no digest."""
+def current_digest(key: str, pinned: str, *, hub: str = DOCKER_HUB_API) -> str:
+    """`pinned` (the value of `key`: REPOSITORY:TAG@sha256:...) with the digest its tag points at now,
+    asked of the registry (HEAD of the manifest); EnvironmentProblem, with the fix, when it cannot be
+    asked or names no digest."""
     reference = parse_reference(pinned)
     repository = ImageRepository.of(reference.repository, hub=hub)
-    digest = repository.digest(reference.tag)
+    fix = f"fix: run where the registry answers, or give {key}=IMAGE:TAG@sha256:..."
+    try:
+        digest = repository.digest(reference.tag)
+    except EnvironmentProblem as exc:
+        raise EnvironmentProblem(f"{key}: {exc}; {fix}") from None
     if not digest.startswith("sha256:"):
         raise EnvironmentProblem(
-            f"{repository.api}: the manifest of {reference.repository}:{reference.tag} came without a "
-            "sha256 Docker-Content-Digest"
+            f"{key}: {repository.api} answered for {reference.repository}:{reference.tag} without a sha256 "
+            f"Docker-Content-Digest; {fix}"
         )
     return f"{reference.repository}:{reference.tag}@{digest}"
 
