@@ -23,7 +23,7 @@ BRANCH_PREFIX = "epstack/pins-bump-"
 IDENTITY = {"NAME": "epstack pins bump", "EMAIL": "epstack-pins-bump@users.noreply.github.com"}
 GIT_TIMEOUT_S = 120.0
 # A helper git runs through the shell: it prints the token from the environment when git asks.
-_CREDENTIAL_HELPER = f'!f() {{ echo username=x-access-token; echo "password=${TOKEN_VARIABLE}"; }}; f'
+CREDENTIAL_HELPER = f'!f() {{ echo username=x-access-token; echo "password=${TOKEN_VARIABLE}"; }}; f'
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +86,7 @@ def commit_files(root: Path, files: Sequence[Path], *, message: str) -> str:
 def push(root: Path, commit: str, *, remote: str, branch: str) -> Pushed:
     """`commit` as the remote's `branch` (forced: the branch is the bump's own); nothing pushed when
     the remote branch is already that commit."""
-    auth = ("-c", "credential.helper=", "-c", f"credential.helper={_CREDENTIAL_HELPER}")
+    auth = ("-c", "credential.helper=", "-c", f"credential.helper={CREDENTIAL_HELPER}")
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
     listed = run("git", *auth, "-C", root, "ls-remote", "--", remote, f"refs/heads/{branch}",
                  env=env, timeout=GIT_TIMEOUT_S)  # fmt: skip

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from epstack.cli import main
+from epstack.pins.branch import CREDENTIAL_HELPER
 from tests.pins.conftest import snapshot
 from tests.pins.standinforge import OWNER, REPO, TOKEN, Forge, standin_forge
 
@@ -171,3 +172,23 @@ def test_locks_outside_the_checkout_are_bad_input(
     assert main([*args, "--open-pr"]) == 2
     (line,) = error_lines(capsys.readouterr().err)
     assert f"--open-pr: {elsewhere} is outside the checkout {clone}; fix:" in line and forge.calls == []
+
+
+def test_git_gets_the_token_from_the_environment_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the push's credential helper answers git for github.com: the token of the environment it
+    runs in; the helper's text (on git's command line) holds no token."""
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    assert TOKEN not in CREDENTIAL_HELPER
+    helper = ["-c", "credential.helper=", "-c", f"credential.helper={CREDENTIAL_HELPER}"]
+    asked = "protocol=https\nhost=github.com\n\n"
+    answer = subprocess.run(
+        ["git", *helper, "credential", "fill"],
+        input=asked,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    assert f"username=x-access-token\npassword={TOKEN}\n" in answer.stdout
