@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -22,11 +22,15 @@ from epstack.errors import BadInput, EnvironmentProblem
 from epstack.journal import staging
 from epstack.layers import LAYER_NAMES
 from epstack.output import check_writable, write_file
-from epstack.pins.bump import apply_bump, plan_bump
-from epstack.pins.bumpreport import Section, markdown, sections, verdict
+from epstack.pins.branch import branch_name, checkout_of, commit_files, push, remote_url
+from epstack.pins.bump import Bump, apply_bump, plan_bump
+from epstack.pins.bumpreport import Section, markdown, sections, short, title, verdict
+from epstack.pins.forge import GitHub, PullRequest, open_pull_request
+from epstack.pins.groups import GROUPS, Group, group_named, propose
 from epstack.pins.load import load_pins
 from epstack.pins.model import Pins
 from epstack.pins.outdated import OUTDATED, Outdated, Sources, outdated
+from epstack.pins.upstream import IMAGE_KEYS, current_digest
 from epstack.python.lock import stale_locks
 from epstack.python.lockfile import locks_dir
 from epstack.python.predict import predict_locks, predict_pins
@@ -121,17 +125,124 @@ def _table(section: Section) -> Table:
     return table
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Request:
+    """What `pins bump` was asked to move, checked before anything is asked of upstream."""
+
+    assignments: tuple[str, ...]  # KEY=VALUE as given
+    digests: tuple[str, ...]  # the image pins whose digest to follow
+    group: Group | None
+
+    @property
+    def label(self) -> str:
+        """What names the pull request's branch: the group, "digests", the keys given."""
+        keys = sorted({a.partition("=")[0].lower() for a in self.assignments})
+        group = [self.group.name] if self.group else []
+        return "-".join([*group, *(["digests"] if self.digests else []), *keys])
+
+
+def _request(args: argparse.Namespace) -> _Request:
+    """BadInput when nothing was asked, a --digest key is not an image pin or --group no group."""
+    digests = IMAGE_KEYS if args.all_digests else tuple(dict.fromkeys(args.digest or ()))
+    for key in digests:
+        if key not in IMAGE_KEYS:
+            hint = did_you_mean(key, IMAGE_KEYS) or f"name one of {', '.join(IMAGE_KEYS)}"
+            raise BadInput(f"--digest {key}: not a pin of an image by digest; fix: {hint}")
+    group = group_named(args.group) if args.group else None
+    if not (args.assignments or digests or group):
+        raise BadInput(
+            "pins bump: nothing to move; fix: give KEY=VALUE, --digest KEY, --all-digests or --group NAME"
+        )
+    return _Request(assignments=tuple(args.assignments), digests=digests, group=group)
+
+
+def _proposed(request: _Request, pins: Pins, candidates: int, console: Console) -> tuple[str, ...]:
+    """The KEY=VALUE list to check: the arguments, each digest that moved, the group's proposal."""
+    env = pins.as_env()
+    proposed = list(request.assignments)
+    with working(console, "pins bump: asking upstream (registries, the package index)"):
+        for key in request.digests:
+            current = current_digest(key, env[key])
+            if current != env[key]:
+                proposed.append(f"{key}={current}")
+            else:
+                _print(console, f"{key}: {short(env[key])} is still where its tag points", "green")
+        if request.group:
+            group = request.group
+            values = propose(
+                group,
+                pins,
+                index=index_url(),
+                resolver=compile_requirements,
+                digests=current_digest,
+                candidates=candidates,
+            )
+            proposed += [f"{key}={value}" for key, value in values.items()]
+            if not values:
+                _print(console, f"group {group.name} ({', '.join(group.keys)}): nothing newer", "green")
+    return tuple(proposed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _PullRequestTarget:
+    root: Path
+    remote: str
+    forge: GitHub
+    branch: str
+    found: PullRequest | None  # the branch's open pull request, asked before any work
+
+
+def _pull_request_target(
+    args: argparse.Namespace, files: tuple[Path, Path], label: str
+) -> _PullRequestTarget:
+    """Where --open-pr goes, its token checked by asking the forge for the branch's open pull request
+    before anything is asked of upstream or written. BadInput when the pins file or the locks are not
+    in the checkout."""
+    if args.dry_run:
+        raise BadInput("--open-pr and --dry-run: a dry run writes nothing to commit; fix: drop one")
+    root = checkout_of(files[0])
+    for each in files:
+        if not each.resolve().is_relative_to(root.resolve()):
+            raise BadInput(f"--open-pr: {each} is outside the checkout {root}; fix: use the checkout's own")
+    forge = GitHub.from_environment(remote_url(root, args.remote))
+    branch = branch_name(label)
+    return _PullRequestTarget(
+        root=root, remote=args.remote, forge=forge, branch=branch, found=forge.find(branch)
+    )
+
+
+def _open_pr(
+    console: Console, target: _PullRequestTarget, bump: Bump, written: list[Path], base: str
+) -> None:
+    """The written files as one commit on the bump's branch, pushed, and its pull request."""
+    commit = commit_files(target.root, written, message=title(bump))
+    pushed = push(target.root, commit, remote=target.remote, branch=target.branch)
+    state = "pushed" if pushed.moved else "already there"
+    console.print(f"branch {escape(pushed.branch)}: {pushed.commit[:12]} {state}")
+    action, pull = open_pull_request(
+        target.forge, target.found, head=target.branch, base=base, title=title(bump), body=markdown(bump)
+    )
+    console.print(f"pull request #{pull.number} {action}: {escape(pull.url)}")
+
+
 def cmd_pins_bump(args: argparse.Namespace, console: Console) -> int:
     path, directory = pins_path(args.pins), locks_dir(args.locks)
     if args.summary:
         reads = [path, directory, *([args.build_report] if args.build_report else [])]
         check_writable(args.summary, what="the summary", inputs=reads)
+    pins = load_pins(path)
+    request = _request(args)
+    target = _pull_request_target(args, (path, directory), request.label) if args.open_pr else None
+    assignments = _proposed(request, pins, args.candidates, console)
+    if not assignments:
+        _print(console, f"{path}: nothing to bump; untouched", "green")
+        return 0
     with staging(path) as folder:  # uv works there too: a killed bump's files go with its staging
         with working(console, "pins bump: resolving every layer's lock again with uv"):
             bump = plan_bump(
                 path,
                 directory,
-                args.assignments,
+                assignments,
                 staging=folder,
                 resolver=partial(compile_requirements, workdir=folder),
                 installable=partial(check_installable, workdir=folder),
@@ -150,17 +261,15 @@ def cmd_pins_bump(args: argparse.Namespace, console: Console) -> int:
         if args.dry_run:
             _print(console, f"--dry-run: {path} and {directory} untouched", "green")
             return 0
-        for written in apply_bump(bump, folder):
-            console.print(f"{escape(str(written))}: written")
+        written = apply_bump(bump, folder)
+        for each in written:
+            console.print(f"{escape(str(each))}: written")
+    if target:
+        _open_pr(console, target, bump, written, args.base)
     return 0
 
 
 _STATUS_STYLE = {"current": "green", "newer": "yellow", "held back": "yellow", "moved": "red"}
-
-
-def _short(text: str) -> str:
-    """Digests and commit hashes cut to 12 hex digits, for the table (--json keeps them whole)."""
-    return re.sub(r"\b([0-9a-f]{12})[0-9a-f]{28,52}\b", r"\1", text)
 
 
 def _print_outdated(console: Console, report: Outdated) -> None:
@@ -169,7 +278,7 @@ def _print_outdated(console: Console, report: Outdated) -> None:
     columns = ("key", "source", "pinned", "newest", "newest that resolves (the rest held)", "status")
     table = Table(*columns, title=escape(title))
     for row in report.rows:
-        cells = (row.key, row.source, _short(row.pinned), _short(row.newest), row.resolves, row.status)
+        cells = (row.key, row.source, short(row.pinned), short(row.newest), row.resolves, row.status)
         table.add_row(*(escape(cell) for cell in cells), style=_STATUS_STYLE.get(row.status, "dim"))
     console.print(table)
     for row in report.rows:
@@ -220,7 +329,36 @@ def register(subparsers: SubParsers) -> None:
         parents=[PINS, LOCKS],
         help="move pins: rules, relock, predict and render checked before pins.env and locks are written",
     )
-    bump.add_argument("assignments", nargs="+", metavar="KEY=VALUE", help="e.g. SGLANG_VERSION=0.5.24")
+    bump.add_argument("assignments", nargs="*", metavar="KEY=VALUE", help="e.g. SGLANG_VERSION=0.5.24")
+    bump.add_argument(
+        "--digest",
+        action="append",
+        metavar="KEY",
+        help=f"the digest its pinned tag has now, from the registry ({', '.join(IMAGE_KEYS)}; repeatable)",
+    )
+    bump.add_argument("--all-digests", action="store_true", help="--digest for every image pin")
+    bump.add_argument(
+        "--group",
+        metavar="NAME",
+        help=f"move a group as one: {'; '.join(f'{g.name} ({g.why})' for g in GROUPS)}",
+    )
+    bump.add_argument(
+        "--candidates",
+        type=positive_int,
+        default=Sources.candidates,
+        metavar="N",
+        help="--group: newer releases of its first pin resolved, newest first (default %(default)s)",
+    )
+    bump.add_argument(
+        "--open-pr",
+        action="store_true",
+        help="commit pins.env and the locks on the bump's own branch, push it and open or update its pull "
+        "request (GitHub; token in $GITHUB_TOKEN, repository from the remote or $GITHUB_REPOSITORY)",
+    )
+    bump.add_argument("--base", default="main", metavar="BRANCH", help="--open-pr: the branch it merges into")
+    bump.add_argument(
+        "--remote", default="origin", metavar="NAME", help="--open-pr: the git remote to push to"
+    )
     bump.add_argument("--dry-run", action="store_true", help="check and print, write neither pins nor locks")
     bump.add_argument("--summary", type=path_arg, metavar="FILE", help="also write the result as Markdown")
     bump.add_argument(

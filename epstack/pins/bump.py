@@ -16,7 +16,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from epstack.errors import BadInput, shown
@@ -28,6 +28,7 @@ from epstack.layers import GUARD_SCOPES, LAYER_NAMES, LAYERS, layer_named, venv_
 from epstack.pins.file import rewrite
 from epstack.pins.load import load_pins
 from epstack.pins.model import Pins
+from epstack.pins.upstream import change_links
 from epstack.python.lock import Installable, Move, Resolver, lock_specs, relock, stale_locks, write_locks
 from epstack.python.lockfile import LockFile, lock_path
 from epstack.python.predict import Prediction, predict_pins
@@ -98,6 +99,7 @@ class Bump:
     pulls: tuple[Pull, ...]  # each rebuilt image's pull; empty without a build report
     guard_rows: tuple[GuardRow, ...]
     lock_rows: tuple[LockRows, ...]
+    links: tuple[tuple[str, str], ...] = ()  # (what, URL): release notes and compare views
     seconds: dict[str, float] = field(default_factory=dict)  # lock, predict, render
 
 
@@ -163,7 +165,8 @@ def plan_bump(
     write_locks(run, staged_locks)
     seconds["lock"] = time.monotonic() - start
     start = time.monotonic()
-    prediction = predict_pins(after, staged_locks, resolver)
+    prediction = predict_pins(after, staged_locks, resolver)  # named as the locks it writes, not staging's
+    prediction = replace(prediction, source=prediction.source.replace(str(staged_locks), f"{locks} (bumped)"))
     seconds["predict"] = time.monotonic() - start
     start = time.monotonic()
     plan = plan_checkout(after, path, locks=staged_locks)
@@ -190,6 +193,7 @@ def plan_bump(
         pulls=_pulls(images, report) if report else (),
         guard_rows=_guard_rows(after, changes),
         lock_rows=_lock_rows(run.moves),
+        links=change_links(read_back, changes),
         seconds=seconds,
     )
 

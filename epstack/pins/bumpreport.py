@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from epstack.layers import TOP
@@ -92,15 +93,16 @@ def _guard_sections(bump: Bump) -> list[Section]:
     return [pinned, locked]
 
 
-def verdict(bump: Bump) -> list[str]:
-    """The lines that say whether the bump holds: refusals with their fix, else what was checked."""
+def verdict(bump: Bump, *, timed: bool = True) -> list[str]:
+    """The lines that say whether the bump holds: refusals with their fix, else what was checked (and,
+    `timed`, how long each step took)."""
     if bump.refusals:
         return [f"refused: {refusal}" for refusal in bump.refusals]
     seconds = ", ".join(f"{step} {value:.1f} s" for step, value in bump.seconds.items())
     lines = [
         f"holds: every pins rule, the relock, `pins predict` ({bump.prediction.installs} distributions for "
         f"{bump.prediction.requested}, no base pin moves; answered from {bump.prediction.source}) and "
-        f"the render ({bump.rendered} files) pass ({seconds})"
+        f"the render ({bump.rendered} files) pass" + (f" ({seconds})" if timed else "")
     ]
     lines += [
         f"note: {move.package} {move.resolved} brings its own deep_ep ({move.reason}); the sglang lock "
@@ -115,11 +117,27 @@ def _cell(text: str) -> str:
     return "`" + text.replace("`", "'").replace("|", "\\|") + "`" if text else ""
 
 
+def short(text: str) -> str:
+    """Digests and commit hashes cut to 12 hex digits (tables and titles; reports keep them whole)."""
+    return re.sub(r"\b([0-9a-f]{12})[0-9a-f]{28,52}\b", r"\1", text)
+
+
+def title(bump: Bump) -> str:
+    """A pull request's or commit's title: each pin moved, before and after."""
+    return "pins: " + ", ".join(
+        f"{key} {short(old)} -> {short(new)}" for key, (old, new) in bump.changes.items()
+    )
+
+
 def markdown(bump: Bump) -> str:
-    """A pull request body: the bump, its verdict and every table."""
+    """A pull request body: the bump, its verdict, where upstream says what it brings, every table; the
+    same bump gives the same text (no timings), so a pull request already saying it is left alone."""
     changes = ", ".join(f"{key}={new}" for key, (_, new) in bump.changes.items())
     lines = [f"## epstack pins bump {changes}", ""]
-    lines += [f"- {line}" for line in verdict(bump)]
+    lines += [f"- {line}" for line in verdict(bump, timed=False)]
+    if bump.links:
+        lines += ["", "### upstream: what it brings", ""]
+        lines += [f"- [{what}]({url})" for what, url in bump.links]
     for section in sections(bump):
         lines += ["", f"### {section.title}", ""]
         if not section.rows:

@@ -30,6 +30,7 @@ from epstack.image.sources import git_sources
 from epstack.pins.model import Pins
 from epstack.pins.upstream import (
     DOCKER_HUB_API,
+    IMAGE_KEYS,
     ImageRepository,
     ls_remote,
     ls_remote_command,
@@ -38,7 +39,7 @@ from epstack.pins.upstream import (
 )
 from epstack.python.lock import Resolver, cuda_release_constraints, lock_specs
 from epstack.python.releases import index_pins, list_command, releases
-from epstack.python.resolve import Unresolvable, compile_requirements
+from epstack.python.resolve import Resolution, Unresolvable, compile_requirements
 from epstack.stack import other_cuda_major
 
 NCCL_REPO = "https://github.com/NVIDIA/nccl.git"
@@ -105,7 +106,7 @@ def outdated(pins: Pins, path: Path, sources: Sources) -> Outdated:
     """Every row; the registry and git rows are asked while uv resolves the index rows."""
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=4) as pool:
-        upstream = [pool.submit(_image_row, pins, key, sources.hub) for key in _IMAGE_KEYS]
+        upstream = [pool.submit(_image_row, pins, key, sources.hub) for key in IMAGE_KEYS]
         upstream += [pool.submit(ask) for ask in _git_questions(pins)]
         rows = _index_rows(pins, sources)
         rows += [future.result() for future in upstream]
@@ -219,14 +220,14 @@ def _search(
     )
 
 
-def _resolves(
-    pins: Pins, requirements: list[str], constraints: Sequence[str], resolver: Resolver
-) -> str | None:
-    """None when uv resolves `requirements` for the image with no wheel of another CUDA major and what
-    the images exclude excluded; else why not."""
+def resolve_for_image(
+    pins: Pins, requirements: Sequence[str], constraints: Sequence[str], resolver: Resolver
+) -> Resolution | str:
+    """What uv resolves `requirements` to for the image, what the images exclude excluded, when it
+    brings no wheel of another CUDA major; else why not."""
     try:
         resolution = resolver(
-            requirements,
+            list(requirements),
             pins.image_target,
             constraints=constraints,
             excludes=lock_specs(pins)[-1].excludes,
@@ -236,7 +237,15 @@ def _resolves(
     except Unresolvable as exc:
         return str(exc)
     foreign = [p.name for p in resolution.packages if other_cuda_major(p.name, pins.wheels.major)]
-    return f"it brings {', '.join(foreign)}, not CUDA {pins.wheels.major}" if foreign else None
+    return f"it brings {', '.join(foreign)}, not CUDA {pins.wheels.major}" if foreign else resolution
+
+
+def _resolves(
+    pins: Pins, requirements: list[str], constraints: Sequence[str], resolver: Resolver
+) -> str | None:
+    """None when `requirements` resolve for the image (resolve_for_image); else why not."""
+    answer = resolve_for_image(pins, requirements, constraints, resolver)
+    return answer if isinstance(answer, str) else None
 
 
 def _with_pins_held(pins: Pins, key: str, version: str, *, resolver: Resolver) -> str | None:
@@ -253,8 +262,6 @@ def _keeps_torch(pins: Pins, version: str, *, resolver: Resolver) -> str | None:
 
 
 # ---- the registry ------------------------------------------------------------------------------
-
-_IMAGE_KEYS = ("CUDA_DEVEL_IMAGE", "CUDA_RUNTIME_IMAGE")
 
 
 def _image_row(pins: Pins, key: str, hub: str) -> Row:

@@ -1,7 +1,8 @@
-"""What upstream has beside the package index, for `epstack pins outdated`: the tags and commits of a
-git repository (`git ls-remote`) and the tags and digests of an image repository (the registry's HTTP
-API v2, anonymous, with the bearer token Docker Hub asks for). Each question is bounded by a timeout
-and says how it failed as an EnvironmentProblem; the caller turns that into a row.
+"""What upstream has beside the package index, for `epstack pins outdated` and `pins bump`: the tags
+and commits of a git repository (`git ls-remote`), the tags and digests of an image repository (the
+registry's HTTP API v2, anonymous, with the bearer token Docker Hub asks for), and where a reviewer
+reads what a release or a commit range brings. Each question is bounded by a timeout and says how it
+failed as an EnvironmentProblem; the caller turns that into a row, or the command's one-line error.
 """
 
 from __future__ import annotations
@@ -12,18 +13,28 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
 from epstack.cmd import run
 from epstack.errors import EnvironmentProblem, EpstackError
+from epstack.image.oci import parse_reference
 from epstack.image.registry import MANIFEST_TYPES, is_loopback
+from epstack.image.sources import git_sources
 
 GIT_TIMEOUT_S = 30.0
 REGISTRY_TIMEOUT_S = 20.0
 DOCKER_HUB_API = "https://registry-1.docker.io"
 _MAX_TAG_PAGES = 20
+IMAGE_KEYS = ("CUDA_DEVEL_IMAGE", "CUDA_RUNTIME_IMAGE")  # the pins that name an image by tag and digest
+# Where a release's notes are, by the pin that names the release.
+RELEASE_NOTES = {
+    "SGLANG_VERSION": "https://github.com/sgl-project/sglang/releases/tag/v{version}",
+    "TORCH_VERSION": "https://github.com/pytorch/pytorch/releases/tag/v{version}",
+    "NCCL_VERSION": "https://github.com/NVIDIA/nccl/releases/tag/v{version}-1",
+}
 _RELEASE_TAG = re.compile(r"^v?(?P<version>\d+(?:\.\d+)+)(?:-1)?$")  # v2.5.2, 12.1.0, v2.30.7-1
 
 
@@ -130,6 +141,25 @@ class ImageRepository:
         return str(answer.get("token") or answer.get("access_token") or "")
 
 
+def current_digest(key: str, pinned: str, *, hub: str = DOCKER_HUB_API) -> str:
+    """`pinned` (the value of `key`: REPOSITORY:TAG@sha256:...) with the digest its tag points at now,
+    asked of the registry (HEAD of the manifest); EnvironmentProblem, with the fix, when it cannot be
+    asked or names no digest."""
+    reference = parse_reference(pinned)
+    repository = ImageRepository.of(reference.repository, hub=hub)
+    fix = f"fix: run where the registry answers, or give {key}=IMAGE:TAG@sha256:..."
+    try:
+        digest = repository.digest(reference.tag)
+    except EnvironmentProblem as exc:
+        raise EnvironmentProblem(f"{key}: {exc}; {fix}") from None
+    if not digest.startswith("sha256:"):
+        raise EnvironmentProblem(
+            f"{key}: {repository.api} answered for {reference.repository}:{reference.tag} without a sha256 "
+            f"Docker-Content-Digest; {fix}"
+        )
+    return f"{reference.repository}:{reference.tag}@{digest}"
+
+
 def newest_image_tag(tags: list[str], pinned: str, *, minor: str = "") -> str | None:
     """The highest tag shaped like `pinned` (13.0.3-devel-ubuntu24.04: VERSION-devel-ubuntu24.04), and
     of CUDA `minor` (13.0) when given; None if there is none."""
@@ -148,3 +178,21 @@ def newest_image_tag(tags: list[str], pinned: str, *, minor: str = "") -> str | 
         except InvalidVersion:
             continue
     return found[max(found)] if found else None
+
+
+def change_links(
+    pinned: Mapping[str, str], changes: Mapping[str, tuple[str, str]]
+) -> tuple[tuple[str, str], ...]:
+    """(what, URL) where a reviewer reads what a bump brings: the new release's notes, and the compare
+    view between the old and new commit of a git pin on GitHub (DeepEP's, fmt's, GDRCopy's)."""
+    links = [
+        (f"{key} {new}: release notes", RELEASE_NOTES[key].format(version=new))
+        for key, (_, new) in changes.items()
+        if key in RELEASE_NOTES
+    ]
+    for source in git_sources(pinned):
+        if source.key in changes and source.repo.startswith("https://github.com/"):
+            old, new = changes[source.key]
+            repo = source.repo.removesuffix(".git")
+            links.append((f"{source.name} {old[:12]}...{new[:12]}: compare", f"{repo}/compare/{old}...{new}"))
+    return tuple(links)
