@@ -14,6 +14,7 @@ import argparse
 import math
 import os
 import signal
+import sys
 import threading
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
@@ -155,6 +156,38 @@ def _locks_parent() -> argparse.ArgumentParser:
 
 # The one --locks of the commands that read or write the lock folder (the guard's differs: no default).
 LOCKS = _locks_parent()
+
+
+class _Renamed(argparse.Action):
+    """Mixed into an option's action by `rename`: its old names still work, each use warned on stderr."""
+
+    renamed: dict[str, str]  # old name -> new name
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        if option_string in self.renamed:
+            new = self.renamed[option_string]
+            sys.stderr.write(
+                f"warning: {option_string} is deprecated and goes in the next release; fix: write {new}\n"
+            )
+        super().__call__(parser, namespace, values, option_string)
+
+
+def rename(parser: argparse._ActionsContainer, new: str, *old: str) -> None:
+    """Keep `new`'s old names working for one release: the same option (its dest, type, required-ness),
+    not shown in --help or the reference, each use warned on stderr naming `new`."""
+    action = parser._option_string_actions[new]
+    if not isinstance(action, _Renamed):
+        action.__class__ = type(f"Renamed{type(action).__name__}", (_Renamed, type(action)), {})
+        action.renamed = {}  # type: ignore[attr-defined]
+    for name in old:
+        action.renamed[name] = new  # type: ignore[attr-defined]
+        parser._option_string_actions[name] = action
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:

@@ -21,7 +21,7 @@ from epstack.commands.lock import moves_table
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.journal import staging
 from epstack.layers import LAYER_NAMES
-from epstack.output import check_writable, write_file
+from epstack.output import STDOUT, check_writable, write_file
 from epstack.pins.branch import branch_name, checkout_of, commit_files, push, remote_url
 from epstack.pins.bump import Bump, apply_bump, plan_bump
 from epstack.pins.bumpreport import Section, markdown, sections, short, title, verdict
@@ -43,7 +43,12 @@ def cmd_pins_check(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
     pins = load_pins(path)
     if args.json:
-        print(json.dumps(pins.model_dump(by_alias=True), indent=2, sort_keys=True))
+        check_writable(args.json, what="the pins JSON", inputs=[path])
+        write_file(
+            args.json,
+            json.dumps(pins.model_dump(by_alias=True), indent=2, sort_keys=True) + "\n",
+            what="the pins JSON",
+        )
         return 0
     table = Table("target", "layer", "image")
     for target in pins.targets:
@@ -314,7 +319,14 @@ def register(subparsers: SubParsers) -> None:
     pins = subparsers.add_parser("pins", help="check the pins file, read a pin, predict SGLang's moves")
     commands = pins.add_subparsers(dest="pins_command", required=True, metavar="SUBCOMMAND")
     check = commands.add_parser("check", parents=[PINS], help="validate pins.env and its compatibility rules")
-    check.add_argument("--json", action="store_true", help="print the validated pins as JSON")
+    check.add_argument(
+        "--json",
+        type=path_arg,
+        nargs="?",
+        const=STDOUT,
+        metavar="FILE",
+        help="write the validated pins as JSON to FILE instead of the table (- or no FILE: stdout)",
+    )
     check.set_defaults(func=cmd_pins_check)
     get = commands.add_parser("get", parents=[PINS], help="print validated pins, one per line (for scripts)")
     get.add_argument("keys", nargs="+", metavar="KEY", help="pins.env keys, e.g. NCCL_VERSION")

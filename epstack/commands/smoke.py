@@ -27,6 +27,7 @@ from epstack.commands.common import (
     path_arg,
     port,
     positive_int,
+    rename,
     seconds,
 )
 from epstack.errors import OK, BadInput
@@ -57,7 +58,10 @@ def register(subparsers: SubParsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     shape = p.add_argument_group("model shape (default: DeepEP test_ep's 4096 x 7168, top-6/256)")
-    shape.add_argument("--preset", choices=sorted(PRESETS))
+    shape.add_argument(
+        "--profile", dest="preset", choices=sorted(PRESETS), help="a model's MoE shape (default: test_ep's)"
+    )
+    rename(shape, "--profile", "--preset")
     shape.add_argument("--hidden", type=positive_int)
     shape.add_argument("--num-topk", type=positive_int)
     shape.add_argument("--num-experts", type=positive_int)
