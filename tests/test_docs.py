@@ -59,9 +59,10 @@ def test_the_readme_is_short_and_every_page_it_links_exists() -> None:
     assert links and not missing, missing
 
 
-def test_the_cli_reference_is_the_parsers_own() -> None:
-    assert (REPO / "docs" / "reference" / "cli.md").read_text() == clireference.page(), (
-        "the parsers changed: run `make reference` and commit docs/reference/cli.md"
+@pytest.mark.parametrize("name", sorted(clireference.PAGES))
+def test_each_reference_page_is_the_codes_own(name: str) -> None:
+    assert (REPO / "docs" / "reference" / name).read_text() == clireference.PAGES[name](), (
+        f"the code changed: run `make reference` and commit docs/reference/{name}"
     )
 
 

@@ -22,7 +22,7 @@ from epstack.aws.runner import (
     run_local,
 )
 from epstack.aws.secrets import aws_secrets
-from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, seconds
+from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, rename, seconds
 from epstack.errors import BadInput
 from epstack.image.engine import DockerEngine
 from epstack.inputs import read_text
@@ -114,12 +114,12 @@ def cmd_start(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_batchspec(args: argparse.Namespace, console: Console) -> int:
     text = render_batchspec(load_pins(pins_path(args.pins)))
-    if args.check:
-        if read_text(args.check, what="a batch buildspec") != text:
+    if args.compare:
+        if read_text(args.compare, what="a batch buildspec") != text:
             raise LintFailed(
-                f"{args.check} differs from pins.env; fix: epstack codebuild batchspec > {args.check}"
+                f"{args.compare} differs from pins.env; fix: epstack codebuild batchspec > {args.compare}"
             )
-        console.print(f"[green]{escape(str(args.check))} matches pins.env[/]")
+        console.print(f"[green]{escape(str(args.compare))} matches pins.env[/]")
         return 0
     print(text, end="")
     return 0
@@ -221,8 +221,9 @@ def register(subparsers: SubParsers) -> None:
         "batchspec", parents=[PINS], help="print buildspecs/batch.yml rendered from pins.env"
     )
     batch.add_argument(
-        "--check", type=path_arg, metavar="FILE", help="exit 1 unless FILE equals the rendering"
+        "--compare", type=path_arg, metavar="FILE", help="exit 1 unless FILE equals the rendering"
     )
+    rename(batch, "--compare", "--check")
     batch.set_defaults(func=cmd_batchspec)
 
     ecr = subparsers.add_parser("ecr", help="Amazon ECR: login, digest of a tag, promote by manifest")

@@ -115,6 +115,7 @@ def register(subparsers: SubParsers) -> None:
     run.add_argument(
         "--json",
         type=path_arg,
+        metavar="FILE",
         default=Path("epstack-smoke-elastic.json"),
         help="report path, written by the process of global rank 0",
     )
@@ -256,7 +257,9 @@ def _register_serve(smoke: Any) -> None:
     limits.add_argument(
         "--run-dir", type=path_arg, help="server logs, the tiny model, sweep files (default: temp)"
     )
-    limits.add_argument("--json", type=path_arg, default=Path("epstack-smoke-serve.json"), help="report path")
+    limits.add_argument(
+        "--json", type=path_arg, metavar="FILE", default=Path("epstack-smoke-serve.json"), help="report path"
+    )
     p.set_defaults(func=cmd_serve)
 
 
