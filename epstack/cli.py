@@ -15,6 +15,7 @@ from rich.text import Text
 from epstack import __version__
 from epstack.commands.common import execute as execute_command
 from epstack.commands.common import parse
+from epstack.commands.examples import document
 
 LOG_WIDTH = 160
 
@@ -55,6 +56,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
     for name in modules:
         importlib.import_module(name).register(subparsers)
+    document(parser)
     return parser
 
 

@@ -156,7 +156,7 @@ def register(subparsers: SubParsers) -> None:
     lint_parser = commands.add_parser(
         "lint", parents=[PINS], help="check buildspecs: CodeBuild's documented rules, and epstack's own"
     )
-    lint_parser.add_argument("files", nargs="+", type=path_arg, metavar="FILE")
+    lint_parser.add_argument("files", nargs="+", type=path_arg, metavar="FILE", help="buildspec files")
     lint_parser.add_argument(
         "--source", type=path_arg, help="source root for batch buildspec paths (default: git root)"
     )
@@ -172,7 +172,7 @@ def register(subparsers: SubParsers) -> None:
     run = commands.add_parser(
         "run-local", parents=[PINS], help="run a buildspec's phases here, as CodeBuild would"
     )
-    run.add_argument("file", type=path_arg, metavar="FILE")
+    run.add_argument("file", type=path_arg, metavar="FILE", help="the buildspec to run")
     run.add_argument(
         "--registry",
         metavar="127.0.0.1:PORT",
@@ -236,9 +236,9 @@ def register(subparsers: SubParsers) -> None:
     )
     login_parser.set_defaults(func=cmd_ecr_login)
     digest = ecr_commands.add_parser("digest", help="print the digest a tag names")
-    digest.add_argument("image", metavar="IMAGE:TAG")
+    digest.add_argument("image", metavar="IMAGE:TAG", help="an image in ECR by tag")
     digest.set_defaults(func=cmd_ecr_digest)
     promote = ecr_commands.add_parser("promote", help="point DST's tag at SRC's manifest (same digest)")
-    promote.add_argument("source", metavar="SRC")
-    promote.add_argument("destination", metavar="DST")
+    promote.add_argument("source", metavar="SRC", help="IMAGE:TAG whose manifest to point at")
+    promote.add_argument("destination", metavar="DST", help="IMAGE:TAG to point at it")
     promote.set_defaults(func=cmd_ecr_promote)

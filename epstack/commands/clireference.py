@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from epstack.cli import build_parser
+from epstack.commands.common import commands
 from epstack.commands.meanings import MEANINGS
 from epstack.errors import EXIT_CODES
 
@@ -22,23 +23,15 @@ HEADER = (
 )
 
 
-def _commands(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, child in action.choices.items():
-                yield from _commands(child, f"{path} {name}")
-
-
 _NOT_OPTIONS = (argparse._HelpAction, argparse._SubParsersAction)
 
 
 def uses() -> Iterator[tuple[str, argparse.Action]]:
     """Each command (`epstack cluster render`) with each of its options, --help left out."""
-    for path, parser in _commands(build_parser(), "epstack"):
+    for path, parser in commands(build_parser()):
         for action in parser._actions:
             if action.option_strings and not isinstance(action, _NOT_OPTIONS):
-                yield path, action
+                yield f"epstack {path}".rstrip(), action
 
 
 def _cell(text: str) -> str:
@@ -61,9 +54,10 @@ def _option(action: argparse.Action) -> str:
 
 
 def page() -> str:
-    """cli.md: each command and subcommand, its usage, description and options."""
+    """cli.md: each command and subcommand, its usage, description, options and examples."""
     parts = [HEADER]
-    for path, parser in _commands(build_parser(), "epstack"):
+    for words, parser in commands(build_parser()):
+        path = f"epstack {words}".rstrip()
         parser.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=WIDTH)
         usage = parser.format_usage().removeprefix("usage: ").strip()
         options = [
@@ -76,6 +70,8 @@ def page() -> str:
             parts.append(f"\n{parser.description.strip()}\n")
         if options:
             parts.append("\n| option | meaning |\n| --- | --- |\n" + "\n".join(options) + "\n")
+        if parser.epilog:
+            parts.append(f"\n```\n{parser.epilog}\n```\n")
     return "".join(parts)
 
 

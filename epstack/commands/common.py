@@ -190,6 +190,17 @@ def rename(parser: argparse._ActionsContainer, new: str, *old: str) -> None:
         parser._option_string_actions[name] = action
 
 
+def commands(
+    parser: argparse.ArgumentParser, path: str = ""
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """`parser` and every command under it, each with its words after `epstack` ("" for `parser`)."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from commands(child, f"{path} {name}".strip())
+
+
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:
     """The parsed arguments, or the exit code argparse chose (2 for a bad flag, 0 for --help)."""
     try:
