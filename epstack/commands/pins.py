@@ -70,7 +70,7 @@ def cmd_pins_get(args: argparse.Namespace, console: Console) -> int:
     values = {key: str(value) for key, value in load_pins(path).as_env().items()}
     for key in args.keys:
         if key not in values:
-            hint = did_you_mean(key, values) or "see docs/reference/pins.md"
+            hint = did_you_mean(key, values) or "see docs/reference/pins.md#keys"
             raise BadInput(f"{key}: not a key of {path}; fix: {hint}")
         print(values[key])
     return 0
