@@ -31,6 +31,8 @@ SECONDS = "seconds before it is stopped"
 
 MEANINGS: dict[str, Meaning] = {
     "--version": _flag("print epstack's version and exit"),
+    "--quiet": _flag("print only errors and warnings"),
+    "--verbose": _flag("print more: every command run"),
     # The five names the issue found with several meanings, each now with one.
     "--target": Meaning(text="image target: ARCH-FABRIC of pins.env, e.g. hopper-ib", metavar="TARGET"),
     "--arch": Meaning(text="GPU architecture of an image target, e.g. hopper", metavar="ARCH"),
