@@ -54,7 +54,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"epstack {__version__}")
     loudness = parser.add_mutually_exclusive_group()
     loudness.add_argument(
-        "-q", "--quiet", action="store_true", help="on stderr only errors and warnings: no results, no commands (stdout as it is)"
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="on stderr only errors and warnings: no results, no commands (stdout as it is)",
     )
     loudness.add_argument(
         "-v", "--verbose", action="store_true", help="print every command run, the quiet probes too"

@@ -385,7 +385,9 @@ def register(subparsers: SubParsers) -> None:
         parents=[PINS],
         help="each pin against upstream: the newest release and the newest that resolves with the rest held",
     )
-    newer.add_argument("--json", type=path_arg, metavar="FILE", help="also write the rows (pins-outdated/1)")
+    newer.add_argument(
+        "--json", type=path_arg, metavar="FILE", help="also write the rows (pins-outdated/1; - for stdout)"
+    )
     newer.add_argument(
         "--candidates",
         type=positive_int,
