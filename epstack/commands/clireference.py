@@ -19,7 +19,10 @@ WIDTH = 100  # usage lines wrapped here, whatever the terminal
 HEADER = (
     "# Command-line reference\n\n"
     "Written from the parsers by `make reference` (`python -m epstack.commands.clireference`); a test\n"
-    "fails when this page and the code differ. `epstack COMMAND --help` prints the same.\n"
+    "fails when this page and the code differ. `epstack COMMAND --help` prints the same.\n\n"
+    "Before the command: `-q` (on stderr only errors and warnings) or `-v` (every command run, the quiet\n"
+    "probes too). `NO_COLOR=1` turns colour off. A FILE of `-` is stdout (`--json -`). Each option name\n"
+    "has one meaning in every command: [Option names](options.md).\n"
 )
 
 

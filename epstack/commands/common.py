@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias, cast
 
 if TYPE_CHECKING:  # the stdlib-only `python3 -m epstack.doctor` imports this module too: no rich here
     from rich.console import Console
@@ -182,12 +182,14 @@ def rename(parser: argparse._ActionsContainer, new: str, *old: str) -> None:
     """Keep `new`'s old names working for one release: the same option (its dest, type, required-ness),
     not shown in --help or the reference, each use warned on stderr naming `new`."""
     action = parser._option_string_actions[new]
+    taken = [name for name in old if name in parser._option_string_actions]
+    if taken:
+        raise ValueError(f"{taken[0]} is another option of this command")
     if not isinstance(action, _Renamed):
         action.__class__ = type(f"Renamed{type(action).__name__}", (_Renamed, type(action)), {})
-        action.renamed = {}  # type: ignore[attr-defined]
-    for name in old:
-        action.renamed[name] = new  # type: ignore[attr-defined]
-        parser._option_string_actions[name] = action
+    renamed = cast(_Renamed, action)
+    renamed.renamed = getattr(renamed, "renamed", {}) | dict.fromkeys(old, new)
+    parser._option_string_actions.update(dict.fromkeys(old, action))
 
 
 def commands(

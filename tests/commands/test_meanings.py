@@ -9,7 +9,7 @@ import pytest
 
 from epstack.cli import build_parser
 from epstack.commands import clireference, jit
-from epstack.commands.common import parse
+from epstack.commands.common import parse, rename
 from epstack.commands.meanings import MEANINGS, conflicts
 
 
@@ -81,3 +81,11 @@ def test_an_old_name_is_not_in_help(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_required_option_is_given_by_its_old_name_too(capsys: pytest.CaptureFixture[str]) -> None:
     assert parse(build_parser("cluster"), ["cluster", "pull"]) == 2
     assert "the following arguments are required: --platform" in capsys.readouterr().err
+
+
+def test_an_old_name_cannot_take_another_options_place() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--platform")
+    parser.add_argument("--target")
+    with pytest.raises(ValueError, match="--target is another option"):
+        rename(parser, "--platform", "--target")
