@@ -11,8 +11,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from epstack import metrics
 from epstack.cluster import k8s, site, slurm
-from epstack.cluster.image import PLACEHOLDER, chosen_image, pins_target
+from epstack.cluster.image import PLACEHOLDER, chosen_image, parse_image, pins_target
 from epstack.cluster.jobs import JOB_KINDS, SERVE_SMOKE_MODES, make_job, node_commands
 from epstack.cluster.profiles import A2A_BACKENDS, PROFILES
 from epstack.cluster.yamltext import dump_all
@@ -188,6 +189,19 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_metrics(args: argparse.Namespace, console: Console) -> int:
+    """A report's verdict as OpenMetrics text, labelled with the image digest and the pins hash."""
+    if args.out:
+        check_writable(args.out, what="--out", inputs=[pins_path(args.pins), args.report])
+    pins = load_pins(pins_path(args.pins))
+    target, _ = pins_target(pins, arch=args.arch, fabric=args.fabric)
+    verdict = metrics.read_verdict(args.report)
+    digest = parse_image(args.image).digest if args.image else ""
+    pins_hash = pins.layer_hash(verdict.layer or "sglang", target)
+    _write(metrics.openmetrics(verdict, image_digest=digest, pins_hash=pins_hash), args.out)
+    return 0
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", choices=("k8s", "slurm"), required=True)
     parser.add_argument("--arch", type=one_line, help="image arch, e.g. hopper (default: DEFAULT_TARGET's)")
@@ -288,3 +302,28 @@ def register(subparsers: SubParsers) -> None:
     pull.add_argument("--nodes", type=positive_int, default=1, help="slurm: nodes to import on")
     pull.add_argument("--node-selector", type=_key_value, action="append", default=[], help="k8s: KEY=VALUE")
     pull.set_defaults(func=cmd_pull)
+
+    metrics_parser = cluster.add_parser(
+        "metrics",
+        parents=[PINS],
+        help="a guard/smoke report as OpenMetrics text (node_exporter's textfile collector)",
+    )
+    metrics_parser.add_argument(
+        "--report",
+        type=path_arg,
+        required=True,
+        help="the --json of epstack guard / smoke elastic / smoke serve",
+    )
+    metrics_parser.add_argument(
+        "--image",
+        type=one_line,
+        help="the image it ran in, REPOSITORY[:TAG]@sha256:<64 hex>: its digest label",
+    )
+    metrics_parser.add_argument(
+        "--arch", type=one_line, help="pins hash of this arch (default: DEFAULT_TARGET's)"
+    )
+    metrics_parser.add_argument("--fabric", choices=tuple(FABRICS), help="default: DEFAULT_TARGET's")
+    metrics_parser.add_argument(
+        "--out", type=path_arg, help="write here (whole or not at all), e.g. DIR/epstack-guard.prom"
+    )
+    metrics_parser.set_defaults(func=cmd_metrics)
