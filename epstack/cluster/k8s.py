@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from epstack.cluster import servesmoke
+from epstack.cluster import modelfetch, servesmoke
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import Job
+from epstack.cluster.serve import METRICS_PATH
 from epstack.cluster.site import Site, Storage
 from epstack.errors import BadInput
 from epstack.fabric import GDRDRV
@@ -27,6 +28,7 @@ from epstack.smoke import launchenv as V
 Obj = dict[str, Any]
 K8S_VERSION = "1.34"  # the Kubernetes version the manifests are validated against (kubernetes-validate)
 LWS_API = "leaderworkerset.x-k8s.io/v1"
+MONITORING_API = "monitoring.coreos.com/v1"  # the Prometheus Operator's PodMonitor
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 JOB_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"  # Kubernetes >= 1.28 labels indexed pods
 EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
@@ -36,6 +38,9 @@ PROBE_PERIOD_S = 10
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 # The serve smoke's pod: an HTTP client (Python, 41 short requests), no GPU.
 SMOKE_RESOURCES: Obj = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}}
+# The model fetch's pod: hf download's parallel transfers, no GPU.
+FETCH_RESOURCES: Obj = {"requests": {"cpu": 8, "memory": "16Gi"}, "limits": {"memory": "32Gi"}}
+WAIT_RESOURCES: Obj = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +48,8 @@ class PodSettings:
     shm_size: str = "64Gi"
     memory: str = "256Gi"  # a memory request: Kubernetes requires one beside huge pages
     rdma_resource: str = ""  # overrides the fabric's device plugin resource
+    storage_class: str = ""  # the shared model claim's storage class (default: the cluster's)
+    pod_monitor: dict[str, str] | None = None  # a PodMonitor with these labels, or none
 
 
 def _literal(text: str) -> str:
@@ -60,11 +67,25 @@ def _labels(job: Job) -> dict[str, str]:
 
 
 def _env(job: Job, env: dict[str, str]) -> list[Obj]:
-    """The container's environment; Kubernetes expands $(VAR) in values too, so each is written literally."""
+    """The container's environment; Kubernetes expands $(VAR) in values too, so each is written literally.
+    Secrets by reference (secretKeyRef), last: the kubelet reads their values, epstack never does."""
     if GDRDRV in job.devices:
         # The NVIDIA container toolkit adds /dev/gdrdrv to the container's allowed devices.
         env = {"NVIDIA_GDRCOPY": "enabled", **env}
-    return [{"name": key, "value": _literal(value)} for key, value in env.items()]
+    return [{"name": key, "value": _literal(value)} for key, value in env.items()] + _secret_env(job)
+
+
+def _secret_env(job: Job) -> list[Obj]:
+    return [
+        {"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}}
+        for s in job.site.secrets
+    ]
+
+
+def _env_from(job: Job) -> Obj:
+    if not job.site.secret_env_from:
+        return {}
+    return {"envFrom": [{"secretRef": {"name": name}} for name in job.site.secret_env_from]}
 
 
 def _resources(job: Job, settings: PodSettings) -> Obj:
@@ -80,11 +101,12 @@ def _resources(job: Job, settings: PodSettings) -> Obj:
     return {"limits": limits, "requests": {**requests, **limits}}
 
 
-def _volume(storage: Storage) -> Obj:
+def _volume(storage: Storage, job: Job) -> Obj:
     if storage.kind == "host":
         return {"name": storage.name, "hostPath": {"path": storage.source, "type": "DirectoryOrCreate"}}
-    if storage.kind == "pvc":
-        return {"name": storage.name, "persistentVolumeClaim": {"claimName": storage.source}}
+    if storage.kind in ("pvc", "shared"):
+        claim = storage.source if storage.kind == "pvc" else modelfetch.claim(job.name)
+        return {"name": storage.name, "persistentVolumeClaim": {"claimName": claim}}
     return {"name": storage.name, "emptyDir": {"sizeLimit": storage.source}}
 
 
@@ -144,6 +166,7 @@ def _container(
         # args only: the image's entrypoint runs `epstack guard` before the command.
         "args": args,
         "env": _env(job, env),
+        **_env_from(job),
         "resources": _resources(job, settings),
         "securityContext": _security(job),
         "volumeMounts": _volume_mounts(job),
@@ -177,11 +200,50 @@ def _scheduling(site: Site) -> Obj:
 
 def _pod_spec(job: Job, container: Obj, settings: PodSettings, **extra: Any) -> Obj:
     volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}}]
-    volumes += [_volume(v) for v in job.site.volumes]
+    volumes += [_volume(v, job) for v in job.site.volumes]
     volumes += [
         {"name": _device_name(path), "hostPath": {"path": path, "type": "CharDevice"}} for path in job.devices
     ]
-    return {**extra, **_scheduling(job.site), "containers": [container], "volumes": volumes}
+    init: Obj = {}
+    if job.fetch:
+        init["initContainers"] = [_model_init(job)]
+    return {**extra, **_scheduling(job.site), **init, "containers": [container], "volumes": volumes}
+
+
+def _fetch_container(job: Job, name: str) -> Obj:
+    """The model fetch's container: no GPU, the model volume, HF_HOME there, the site's variables
+    (HF_ENDPOINT, a proxy) and the secrets by reference."""
+    fetch, model = job.fetch, job.site.model
+    assert fetch is not None and model is not None
+    env = {"HF_HOME": model.mount, "NVIDIA_VISIBLE_DEVICES": "void", **job.site.env}
+    return {
+        "name": name,
+        "image": job.image.ref,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [_literal(word) for word in fetch.command()],
+        "env": [{"name": key, "value": _literal(value)} for key, value in env.items()] + _secret_env(job),
+        **_env_from(job),
+        "resources": FETCH_RESOURCES,
+        "volumeMounts": [{"name": model.name, "mountPath": model.mount}],
+    }
+
+
+def _model_init(job: Job) -> Obj:
+    """A serve pod's init container: on a node directory (`host:`), the fetch itself, under the lock
+    in that directory (one download a node); on a claim every pod mounts, a wait for the fetch Job's
+    marker."""
+    fetch, model = job.fetch, job.site.model
+    assert fetch is not None and model is not None
+    if model.kind == "host":
+        return _fetch_container(job, "fetch-model")
+    return {
+        "name": "wait-for-model",
+        "image": job.image.ref,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [_literal(word) for word in fetch.wait_command()],
+        "resources": WAIT_RESOURCES,
+        "volumeMounts": [{"name": model.name, "mountPath": model.mount}],
+    }
 
 
 def _template(job: Job, spec: Obj) -> Obj:
@@ -330,7 +392,7 @@ def serve_smoke_job(job: Job, kind: str) -> Obj:
         "containers": [container],
     }
     if results is not None:
-        spec["volumes"] = [_volume(results)]
+        spec["volumes"] = [_volume(results, job)]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -348,11 +410,76 @@ def k8s_kind(job: Job, kind: str | None) -> str:
     return kind or ("lws" if job.kind == "serve" else "job")
 
 
+def _part_labels(job: Job, component: str, name: str) -> dict[str, str]:
+    """Labels of an object beside the workload (the model's claim and fetch, the PodMonitor)."""
+    return _labels(job) | {"app.kubernetes.io/component": component, "epstack.io/job": name}
+
+
+def model_claim(job: Job, settings: PodSettings) -> Obj:
+    """`shared:SIZE`: one ReadWriteMany claim every pod of the job mounts (e.g. EFS, FSx, Filestore, NFS)."""
+    assert job.site.model is not None
+    name = modelfetch.claim(job.name)
+    size = {"storage": job.site.model.source}
+    spec: Obj = {"accessModes": ["ReadWriteMany"], "resources": {"requests": size}}
+    if settings.storage_class:
+        spec["storageClassName"] = settings.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "labels": _part_labels(job, "model", name)},
+        "spec": spec,
+    }
+
+
+def fetch_job(job: Job) -> Obj:
+    """The model fetch into a claim every pod mounts, as a Job of its own: retried (hf download resumes);
+    its pod where the site's selector and taints allow, where the image already is."""
+    model = job.site.model
+    assert model is not None
+    name = modelfetch.name(job.name)
+    labels = _part_labels(job, "model-fetch", name)
+    spec: Obj = {"restartPolicy": "Never", "automountServiceAccountToken": False}
+    if job.site.node_selector:
+        spec["nodeSelector"] = dict(job.site.node_selector)
+    spec |= {
+        **_tolerations(job.site),
+        "containers": [_fetch_container(job, "fetch")],
+        "volumes": [_volume(model, job)],
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"backoffLimit": 3, "template": {"metadata": {"labels": labels}, "spec": spec}},
+    }
+
+
+def pod_monitor(job: Job, kind: str, labels: dict[str, str]) -> Obj:
+    """The Prometheus Operator's PodMonitor for node 0's /metrics (SGLang serves them there); `labels`
+    are what the Prometheus' podMonitorSelector matches (e.g. release=kube-prometheus-stack)."""
+    name = f"{job.name}-metrics"
+    return {
+        "apiVersion": MONITORING_API,
+        "kind": "PodMonitor",
+        "metadata": {"name": name, "labels": _part_labels(job, "metrics", name) | labels},
+        "spec": {
+            "selector": {"matchLabels": _leader_selector(job, kind)},
+            "podMetricsEndpoints": [{"port": "http", "path": METRICS_PATH, "interval": "30s"}],
+        },
+    }
+
+
 def job_objects(job: Job, settings: PodSettings, kind: str | None = None) -> list[Obj]:
-    """The job as a LeaderWorkerSet ("lws") or an indexed Job ("job"), default lws for serve; then the
-    serve smoke's Job, unless it is off."""
+    """The model's claim (`shared:SIZE`) and its fetch, if any; the job as a LeaderWorkerSet ("lws") or
+    an indexed Job ("job"), default lws for serve; the serve smoke's Job, unless it is off; the
+    PodMonitor, when asked."""
     chosen = k8s_kind(job, kind)
-    objects = (leader_worker_set if chosen == "lws" else indexed_job)(job, settings)
+    objects = []
+    if job.site.model is not None and job.site.model.kind == "shared":
+        objects.append(model_claim(job, settings))
+    if job.fetch and job.site.model is not None and job.site.model.kind != "host":
+        objects.append(fetch_job(job))
+    objects += (leader_worker_set if chosen == "lws" else indexed_job)(job, settings)
     if job.serve_smoke == "exit":
         raise BadInput(
             "--serve-smoke exit: a Kubernetes serve job keeps serving (the smoke is a Job of its own); "
@@ -360,12 +487,35 @@ def job_objects(job: Job, settings: PodSettings, kind: str | None = None) -> lis
         )
     if job.serve_smoke == "on":
         objects.append(serve_smoke_job(job, chosen))
+    if settings.pod_monitor is not None:
+        if job.http_port is None:
+            raise BadInput("--pod-monitor: SGLang's metrics are a serve job's; fix: use it with --job serve")
+        objects.append(pod_monitor(job, chosen, settings.pod_monitor))
     return objects
 
 
-def notes(job: Job, kind: str | None = None) -> list[str]:
+def notes(job: Job, settings: PodSettings, kind: str | None = None) -> list[str]:
     """The comments heading the manifests: what the cluster must provide, and why each grant."""
     lines = []
+    model = job.site.model
+    if model is not None and model.kind == "shared":
+        lines.append(
+            f"Model claim {modelfetch.claim(job.name)}: ReadWriteMany, {model.source} (a storage class that "
+            "offers it: EFS, FSx for Lustre, Filestore, NFS); every pod mounts it; it outlives the job "
+            "until deleted (`kubectl delete -f` deletes it, and the weights)."
+        )
+    if job.fetch and model is not None and model.kind == "host":
+        lines.append("Model fetch: each serve pod's init container, under the lock in its node's directory.")
+    elif job.fetch:
+        lines.append(
+            f"Model fetch: Job {modelfetch.name(job.name)} (no GPU); each serve pod's init container waits "
+            f"for it: `kubectl wait --for=condition=complete job/{modelfetch.name(job.name)}`."
+        )
+    if settings.pod_monitor is not None:
+        lines.append(
+            f"PodMonitor {job.name}-metrics (Prometheus Operator, {MONITORING_API}): node 0's "
+            f"{METRICS_PATH}, port http, every 30 s."
+        )
     if k8s_kind(job, kind) == "lws":
         lines.append(
             f"Needs LeaderWorkerSet >= {LWS_MIN_VERSION}: its controller sets LWS_WORKER_INDEX, which "

@@ -6,8 +6,11 @@ Exit 0 written, 2 bad input (one line naming the flag or file and the fix; nothi
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from rich.console import Console
 
@@ -41,6 +44,7 @@ def _check_out(args: argparse.Namespace) -> None:
 
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+T = TypeVar("T")
 
 
 def _mount_path(text: str) -> str:
@@ -70,6 +74,40 @@ def _env_arg(text: str) -> str:
     return text
 
 
+def _typed(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse type from a site parser: one line of text, its ValueError as the flag's error."""
+
+    def check(text: str) -> T:
+        one_line(text)
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+    return check
+
+
+def _revision(text: str) -> str:
+    """--model-revision: a hub commit or branch name."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}", text):
+        raise ValueError("write a commit hash (40 hex) or a branch name")
+    return text
+
+
+def _secrets(args: argparse.Namespace, env: dict[str, str]) -> tuple[site.SecretRef, ...]:
+    """--secret-env (Kubernetes) or --secret-file (Slurm): each variable once, and not also an --env."""
+    if args.target == "k8s" and args.secret_file:
+        raise BadInput(
+            "--secret-file: Slurm reads a node's file; fix: on Kubernetes use --secret-env NAME=SECRET:KEY"
+        )
+    secrets = [*args.secret_env, *args.secret_file]
+    names = [secret.env for secret in secrets]
+    for name in names:
+        if names.count(name) > 1 or name in env:
+            raise BadInput(f"--secret-* {name}: given twice (or also by --env); fix: give each variable once")
+    return tuple(secrets)
+
+
 def _site_env(args: argparse.Namespace) -> dict[str, str]:
     """--env-file's variables, then --env's (the later wins); a bad value names file:line."""
     env = {}
@@ -89,7 +127,18 @@ def _storage(args: argparse.Namespace, name: str, default: str) -> site.Storage 
 
 
 # Pod settings Slurm has no place for: refused there rather than dropped unseen.
-K8S_ONLY = ("annotation", "node_selector", "toleration", "topology_key", "privileged")
+K8S_ONLY = (
+    "annotation",
+    "node_selector",
+    "toleration",
+    "topology_key",
+    "privileged",
+    "secret_env",
+    "secret_env_from",
+    "storage_class",
+    "pod_monitor",
+    "pod_monitor_label",
+)
 
 
 def _site(args: argparse.Namespace) -> site.Site:
@@ -104,17 +153,24 @@ def _site(args: argparse.Namespace) -> site.Site:
     if args.job != "serve":
         model_default = "none"
     elif args.target == "k8s":
-        model_default = f"ephemeral:{PROFILES[args.profile or 'deepseek-v3'].disk}"
+        # One pod: its own disk. Several: one shared volume, filled once (epstack.cluster.modelfetch).
+        disk = PROFILES[args.profile or "deepseek-v3"].disk
+        model_default = f"{'shared' if args.nodes > 1 else 'ephemeral'}:{disk}"
     else:
         model_default = "host:" + node_dir.format("hf")
     selector = site.split_pairs(args.node_selector)
     if args.instance_type:
         selector.setdefault(INSTANCE_TYPE_LABEL, args.instance_type)
+    if args.pod_monitor_label and not args.pod_monitor:
+        raise BadInput("--pod-monitor-label: labels the PodMonitor; fix: add --pod-monitor")
+    env = _site_env(args)
     return site.Site(
         model=_storage(args, "model", model_default),
         cache=_storage(args, "cache", "host:" + node_dir.format("jit-cache")),
         results=_storage(args, "results", "host:" + node_dir.format("results")),
-        env=_site_env(args),
+        env=env,
+        secrets=_secrets(args, env),
+        secret_env_from=tuple(args.secret_env_from),
         annotations=site.split_pairs(args.annotation),
         node_selector=selector,
         tolerations=tuple(dict.fromkeys([site.GPU_TAINT, *args.toleration])),
@@ -148,6 +204,7 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
         profile=args.profile,
         a2a=args.a2a,
         model_path=args.model_path,
+        model_revision=args.model_revision,
         fabric_devices=args.fabric_devices,
         instance_type=args.instance_type,
         site=_site(args),
@@ -160,10 +217,14 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
         text = slurm.sbatch_script(job, squashfs_dir=args.squashfs_dir, pins_target=target)
     else:
         settings = k8s.PodSettings(
-            shm_size=args.shm_size, memory=args.memory, rdma_resource=args.rdma_resource or ""
+            shm_size=args.shm_size,
+            memory=args.memory,
+            rdma_resource=args.rdma_resource or "",
+            storage_class=args.storage_class or "",
+            pod_monitor=site.split_pairs(args.pod_monitor_label) if args.pod_monitor else None,
         )
         objects = k8s.job_objects(job, settings, args.k8s_kind)
-        text = dump_all(objects, comments=k8s.notes(job, args.k8s_kind))
+        text = dump_all(objects, comments=k8s.notes(job, settings, args.k8s_kind))
     _write(text, args.out)
     if args.out:
         console.print(
@@ -216,8 +277,8 @@ def _site_arguments(render: argparse.ArgumentParser) -> None:
     """The cluster's own settings (epstack.cluster.site); defaults in docs/guides/clusters.md."""
     group = render.add_argument_group("site (storage: host:/DIR, pvc:CLAIM, ephemeral:SIZE or none)")
     for name, what, mount in (
-        ("model", "serve: HF cache (HF_HOME) / model weights (default k8s ephemeral:<profile's size>, "
-         "slurm host:/var/tmp/epstack/hf)", site.MODEL_MOUNT),
+        ("model", "serve: HF cache (HF_HOME) / model weights; also shared:SIZE (k8s; default: 1 node "
+         "ephemeral:<profile's size>, more shared:<size>; slurm host:/var/tmp/epstack/hf)", site.MODEL_MOUNT),
         ("cache", "writable JIT caches (default host:/var/tmp/epstack/jit-cache)", site.CACHE_MOUNT),
         ("results", "smoke report and rank logs (default host:/var/tmp/epstack/results)", site.RESULTS_MOUNT),
     ):  # fmt: skip
@@ -229,6 +290,43 @@ def _site_arguments(render: argparse.ArgumentParser) -> None:
             help=f"where the container sees it ({mount})",
         )
     group.add_argument("--env", type=_env_arg, action="append", default=[], help="KEY=VALUE (repeatable)")
+    group.add_argument(
+        "--secret-env",
+        type=_typed(site.secret_key_ref),
+        action="append",
+        default=[],
+        metavar="NAME=SECRET:KEY",
+        help="k8s: NAME from a Secret's key (secretKeyRef), e.g. HF_TOKEN=hf-token:token",
+    )
+    group.add_argument(
+        "--secret-env-from",
+        type=_typed(site.secret_name),
+        action="append",
+        default=[],
+        metavar="SECRET",
+        help="k8s: every key of a Secret as a variable (envFrom)",
+    )
+    group.add_argument(
+        "--secret-file",
+        type=_typed(site.secret_file),
+        action="append",
+        default=[],
+        metavar="NAME=/PATH",
+        help="slurm: NAME read from the node's file when the job runs, e.g. HF_TOKEN=/etc/hf/token",
+    )
+    group.add_argument(
+        "--storage-class", type=one_line, help="k8s: the shared model claim's class (needs ReadWriteMany)"
+    )
+    group.add_argument(
+        "--pod-monitor", action="store_true", help="k8s serve: a PodMonitor for node 0's /metrics"
+    )
+    group.add_argument(
+        "--pod-monitor-label",
+        type=_key_value,
+        action="append",
+        default=[],
+        help="k8s: KEY=VALUE on the PodMonitor, for the Prometheus' podMonitorSelector",
+    )
     group.add_argument("--env-file", type=path_arg, help="KEY=VALUE lines (before --env)")
     group.add_argument(
         "--instance-type", type=one_line, help="EFA device count (default p5.48xlarge: 32); k8s node selector"
@@ -271,6 +369,11 @@ def register(subparsers: SubParsers) -> None:
     render.add_argument("--a2a", choices=A2A_BACKENDS, default="deepep_v2", help="MoE all-to-all backend")
     render.add_argument(
         "--model-path", type=one_line, help="serve: weights path or hub id (default: the profile's)"
+    )
+    render.add_argument(
+        "--model-revision",
+        type=_typed(_revision),
+        help="serve: the hub commit of the weights (SGLang --revision; the one fetch downloads it)",
     )
     render.add_argument("--name", type=one_line, help="job name (default epstack-smoke / epstack-serve)")
     render.add_argument(
