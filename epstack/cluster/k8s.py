@@ -50,6 +50,8 @@ class PodSettings:
     rdma_resource: str = ""  # overrides the fabric's device plugin resource
     storage_class: str = ""  # the shared model claim's storage class (default: the cluster's)
     pod_monitor: dict[str, str] | None = None  # a PodMonitor with these labels, or none
+    replicas: int = 1  # LWS serving groups, each `nodes` pods
+    endpoint: str = ""  # the Service clients use (the router's), else the job's HTTP Service
 
 
 def _literal(text: str) -> str:
@@ -178,7 +180,7 @@ def _container(
     return container | _health_probes(job)
 
 
-def _tolerations(site: Site) -> Obj:
+def tolerations(site: Site) -> Obj:
     if not site.tolerations:
         return {}
     return {
@@ -195,7 +197,7 @@ def _scheduling(site: Site) -> Obj:
         spec |= {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}
     if site.node_selector:
         spec["nodeSelector"] = dict(site.node_selector)
-    return spec | _tolerations(site)
+    return spec | tolerations(site)
 
 
 def _pod_spec(job: Job, container: Obj, settings: PodSettings, **extra: Any) -> Obj:
@@ -270,7 +272,7 @@ def http_service(job: Job) -> str:
     return f"{job.name}-http"
 
 
-def _leader_selector(job: Job, kind: str) -> dict[str, str]:
+def leader_selector(job: Job, kind: str) -> dict[str, str]:
     """Node 0's pod: the LWS leader (worker index 0) or the indexed Job's pod 0."""
     index = LWS_WORKER_INDEX_LABEL if kind == "lws" else JOB_INDEX_LABEL
     return {"epstack.io/job": job.name, index: "0"}
@@ -315,7 +317,7 @@ def indexed_job(job: Job, settings: PodSettings) -> list[Obj]:
         },
     ]
     if job.http_port is not None:
-        selector = _leader_selector(job, "job")
+        selector = leader_selector(job, "job")
         objects.append(_service(http_service(job), job, selector, headless=False, port=job.http_port))
     return objects
 
@@ -343,16 +345,25 @@ def leader_worker_set(job: Job, settings: PodSettings) -> list[Obj]:
             "apiVersion": LWS_API,
             "kind": "LeaderWorkerSet",
             "metadata": metadata,
-            "spec": {"replicas": 1, "startupPolicy": "LeaderCreated", "leaderWorkerTemplate": template},
+            "spec": {
+                "replicas": settings.replicas,
+                "startupPolicy": "LeaderCreated",
+                "leaderWorkerTemplate": template,
+            },
         }
     ]
     if job.http_port is not None:
-        selector = _leader_selector(job, "lws")
+        selector = leader_selector(job, "lws")
         objects.append(_service(http_service(job), job, selector, headless=False, port=job.http_port))
     return objects
 
 
-def serve_smoke_job(job: Job, kind: str) -> Obj:
+def endpoint(job: Job, settings: PodSettings) -> str:
+    """The Service the serve smoke (and any client) calls: the router's, else node 0's HTTP Service."""
+    return settings.endpoint or http_service(job)
+
+
+def serve_smoke_job(job: Job, kind: str, host: str) -> Obj:
     """`epstack smoke serve --url` against the job's HTTP Service (what clients use; it routes once the
     leader is ready), as a Job of its own: a postStart hook would hold the leader's start for the whole
     start-up, and its failure would restart the serving group. Its pod runs on the leader pod's node,
@@ -372,7 +383,7 @@ def serve_smoke_job(job: Job, kind: str) -> Obj:
         "name": "serve-smoke",
         "image": job.image.ref,
         "imagePullPolicy": "IfNotPresent",
-        "command": servesmoke.words(job, _literal, host=http_service(job), run_id=""),
+        "command": servesmoke.words(job, _literal, host=host, run_id=""),
         # A GPU node's NVIDIA runtime would otherwise honour the CUDA image's NVIDIA_VISIBLE_DEVICES=all
         # in a pod that asked for no GPU.
         "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
@@ -381,14 +392,14 @@ def serve_smoke_job(job: Job, kind: str) -> Obj:
     if results is not None:
         container["volumeMounts"] = [{"name": results.name, "mountPath": results.mount}]
     beside_leader = {
-        "labelSelector": {"matchLabels": _leader_selector(job, kind)},
+        "labelSelector": {"matchLabels": leader_selector(job, kind)},
         "topologyKey": HOSTNAME_TOPOLOGY,
     }
     spec: Obj = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [beside_leader]}},
-        **_tolerations(job.site),
+        **tolerations(job.site),
         "containers": [container],
     }
     if results is not None:
@@ -410,7 +421,7 @@ def k8s_kind(job: Job, kind: str | None) -> str:
     return kind or ("lws" if job.kind == "serve" else "job")
 
 
-def _part_labels(job: Job, component: str, name: str) -> dict[str, str]:
+def part_labels(job: Job, component: str, name: str) -> dict[str, str]:
     """Labels of an object beside the workload (the model's claim and fetch, the PodMonitor)."""
     return _labels(job) | {"app.kubernetes.io/component": component, "epstack.io/job": name}
 
@@ -426,7 +437,7 @@ def model_claim(job: Job, settings: PodSettings) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "labels": _part_labels(job, "model", name)},
+        "metadata": {"name": name, "labels": part_labels(job, "model", name)},
         "spec": spec,
     }
 
@@ -437,12 +448,12 @@ def fetch_job(job: Job) -> Obj:
     model = job.site.model
     assert model is not None
     name = modelfetch.name(job.name)
-    labels = _part_labels(job, "model-fetch", name)
+    labels = part_labels(job, "model-fetch", name)
     spec: Obj = {"restartPolicy": "Never", "automountServiceAccountToken": False}
     if job.site.node_selector:
         spec["nodeSelector"] = dict(job.site.node_selector)
     spec |= {
-        **_tolerations(job.site),
+        **tolerations(job.site),
         "containers": [_fetch_container(job, "fetch")],
         "volumes": [_volume(model, job)],
     }
@@ -454,17 +465,16 @@ def fetch_job(job: Job) -> Obj:
     }
 
 
-def pod_monitor(job: Job, kind: str, labels: dict[str, str]) -> Obj:
-    """The Prometheus Operator's PodMonitor for node 0's /metrics (SGLang serves them there); `labels`
-    are what the Prometheus' podMonitorSelector matches (e.g. release=kube-prometheus-stack)."""
-    name = f"{job.name}-metrics"
+def pod_monitor(job: Job, name: str, selector: dict[str, str], port: str, labels: dict[str, str]) -> Obj:
+    """A Prometheus Operator PodMonitor: /metrics on the named port of the pods `selector` matches, every
+    30 s; `labels` are what the Prometheus' podMonitorSelector matches (release=kube-prometheus-stack)."""
     return {
         "apiVersion": MONITORING_API,
         "kind": "PodMonitor",
-        "metadata": {"name": name, "labels": _part_labels(job, "metrics", name) | labels},
+        "metadata": {"name": name, "labels": part_labels(job, "metrics", name) | labels},
         "spec": {
-            "selector": {"matchLabels": _leader_selector(job, kind)},
-            "podMetricsEndpoints": [{"port": "http", "path": METRICS_PATH, "interval": "30s"}],
+            "selector": {"matchLabels": selector},
+            "podMetricsEndpoints": [{"port": port, "path": METRICS_PATH, "interval": "30s"}],
         },
     }
 
@@ -474,6 +484,10 @@ def job_objects(job: Job, settings: PodSettings, kind: str | None = None) -> lis
     an indexed Job ("job"), default lws for serve; the serve smoke's Job, unless it is off; the
     PodMonitor, when asked."""
     chosen = k8s_kind(job, kind)
+    if settings.replicas > 1 and chosen != "lws":
+        raise BadInput(
+            f"--replicas {settings.replicas}: serving groups are LWS replicas; fix: --k8s-kind lws"
+        )
     objects = []
     if job.site.model is not None and job.site.model.kind == "shared":
         objects.append(model_claim(job, settings))
@@ -486,11 +500,13 @@ def job_objects(job: Job, settings: PodSettings, kind: str | None = None) -> lis
             f"fix: use on, and wait for it: kubectl wait --for=condition=complete job/{servesmoke.name(job)}"
         )
     if job.serve_smoke == "on":
-        objects.append(serve_smoke_job(job, chosen))
+        objects.append(serve_smoke_job(job, chosen, endpoint(job, settings)))
     if settings.pod_monitor is not None:
         if job.http_port is None:
             raise BadInput("--pod-monitor: SGLang's metrics are a serve job's; fix: use it with --job serve")
-        objects.append(pod_monitor(job, chosen, settings.pod_monitor))
+        # SGLang serves its metrics on node 0's HTTP port.
+        selector = leader_selector(job, chosen)
+        objects.append(pod_monitor(job, f"{job.name}-metrics", selector, "http", settings.pod_monitor))
     return objects
 
 
@@ -540,7 +556,8 @@ def notes(job: Job, settings: PodSettings, kind: str | None = None) -> list[str]
             where = f"{servesmoke.report(job, run_id='')} (results: {results.kind} {results.source}{node})"
         lines.append(
             f"Serve smoke: Job {smoke} runs `epstack smoke serve --url "
-            f"{servesmoke.url(job, http_service(job))} --no-sweep` beside the leader pod once it answers "
+            f"{servesmoke.url(job, endpoint(job, settings))} --no-sweep` beside the leader pod once it "
+            "answers "
             f"(--health-timeout {servesmoke.health_timeout_s(job)}); prove the endpoint with `kubectl wait "
             f"--for=condition=complete job/{smoke} --timeout={deadline}s`, read `kubectl logs job/{smoke}`; "
             f"report: {where}; --serve-smoke off leaves it out."

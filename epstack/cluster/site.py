@@ -162,6 +162,13 @@ def secret_name(text: str) -> str:
     return text
 
 
+def dns_label(text: str) -> str:
+    """A Kubernetes namespace's name (--namespace)."""
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", text):
+        raise ValueError("not a namespace: up to 63 lowercase letters, digits and '-'")
+    return text
+
+
 def absolute_clean(path: str) -> bool:
     """An absolute path without `..`, so a mount names exactly the directory written."""
     return path.startswith("/") and ".." not in PurePosixPath(path).parts

@@ -15,9 +15,9 @@ from typing import TypeVar
 from rich.console import Console
 
 from epstack import metrics
-from epstack.cluster import k8s, site, slurm
+from epstack.cluster import k8s, router, site, slurm
 from epstack.cluster.image import PLACEHOLDER, chosen_image, parse_image, pins_target
-from epstack.cluster.jobs import JOB_KINDS, SERVE_SMOKE_MODES, make_job, node_commands
+from epstack.cluster.jobs import JOB_KINDS, SERVE_SMOKE_MODES, Job, make_job, node_commands
 from epstack.cluster.profiles import A2A_BACKENDS, PROFILES
 from epstack.cluster.yamltext import dump_all
 from epstack.commands.common import PINS, SubParsers, one_line, path_arg, pins_path, positive_int
@@ -138,6 +138,9 @@ K8S_ONLY = (
     "storage_class",
     "pod_monitor",
     "pod_monitor_label",
+    "router_image",
+    "namespace",
+    "replicas",
 )
 
 
@@ -216,15 +219,7 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     if args.target == "slurm":
         text = slurm.sbatch_script(job, squashfs_dir=args.squashfs_dir, pins_target=target)
     else:
-        settings = k8s.PodSettings(
-            shm_size=args.shm_size,
-            memory=args.memory,
-            rdma_resource=args.rdma_resource or "",
-            storage_class=args.storage_class or "",
-            pod_monitor=site.split_pairs(args.pod_monitor_label) if args.pod_monitor else None,
-        )
-        objects = k8s.job_objects(job, settings, args.k8s_kind)
-        text = dump_all(objects, comments=k8s.notes(job, settings, args.k8s_kind))
+        text = _k8s_text(args, job)
     _write(text, args.out)
     if args.out:
         console.print(
@@ -232,6 +227,29 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
             markup=False,
         )
     return 0
+
+
+def _k8s_text(args: argparse.Namespace, job: Job) -> str:
+    """The job's Kubernetes objects, and the router in front of them when --router-image is given."""
+    router_image = parse_image(args.router_image, what="--router-image") if args.router_image else None
+    if router_image and job.http_port is None:
+        raise BadInput("--router-image: the router fronts a serve job; fix: use it with --job serve")
+    settings = k8s.PodSettings(
+        shm_size=args.shm_size,
+        memory=args.memory,
+        rdma_resource=args.rdma_resource or "",
+        storage_class=args.storage_class or "",
+        pod_monitor=site.split_pairs(args.pod_monitor_label) if args.pod_monitor else None,
+        replicas=args.replicas or 1,
+        endpoint=router.name(job) if router_image else "",
+    )
+    objects = k8s.job_objects(job, settings, args.k8s_kind)
+    notes = k8s.notes(job, settings, args.k8s_kind)
+    if router_image:
+        kind, namespace = k8s.k8s_kind(job, args.k8s_kind), args.namespace or "default"
+        objects += router.objects(job, kind, router_image, namespace=namespace, monitor=settings.pod_monitor)
+        notes.append(router.note(job, namespace))
+    return dump_all(objects, comments=notes)
 
 
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:
@@ -319,6 +337,20 @@ def _site_arguments(render: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--pod-monitor", action="store_true", help="k8s serve: a PodMonitor for node 0's /metrics"
+    )
+    group.add_argument(
+        "--router-image",
+        type=one_line,
+        help=f"k8s serve: SGLang's router ({router.PACKAGE}) in front of the groups, from this image "
+        "REPOSITORY[:TAG]@sha256:<64 hex>",
+    )
+    group.add_argument(
+        "--namespace",
+        type=_typed(site.dns_label),
+        help="k8s: the namespace the router watches (default: default)",
+    )
+    group.add_argument(
+        "--replicas", type=positive_int, help="k8s serve: serving groups (LWS replicas, default 1)"
     )
     group.add_argument(
         "--pod-monitor-label",

@@ -21,10 +21,12 @@ from tests.cluster.validation import validate_object
 
 SECRET = "hf_epstackSECRETvalue0123456789"  # recognizable: must appear in no rendered file
 REVISION = "0123456789abcdef0123456789abcdef01234567"
+ROUTER_IMAGE = "registry.example/smg:1.13.0@sha256:" + "ab" * 32
 K8S_FLAGS = [
     "--profile", "deepseek-v3", "--model-revision", REVISION, "--storage-class", "efs-sc",
     "--secret-env", "HF_TOKEN=hf-token:token", "--secret-env-from", "site-proxy",
     "--pod-monitor", "--pod-monitor-label", "release=kube-prometheus-stack",
+    "--router-image", "registry.example/smg:1.13.0@sha256:" + "ab" * 32, "--namespace", "inference",
 ]  # fmt: skip
 
 
@@ -81,12 +83,16 @@ def test_k8s_deepseek_v3_with_every_feature_validates(tmp_path: Path, kind: str)
         assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HOME"] == "/models"
         volumes = {v["name"]: v for v in spec["volumes"]}
         assert volumes["model"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
-    (monitor,) = _by(objects, "metrics")
+    monitor, router_monitor = _by(objects, "metrics")
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
-    # It scrapes node 0, the pod the HTTP Service routes to.
+    # It scrapes node 0, the pod the HTTP Service routes to; the router's on its metrics port.
     (service,) = [o for o in objects if o["kind"] == "Service" and o["metadata"]["name"].endswith("-http")]
     assert monitor["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    (deployment,) = _by(objects, "router")[3:4]
+    assert router_monitor["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert router_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    assert router_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
 
 def test_golden_deepseek_v3_production_lws(tmp_path: Path) -> None:
@@ -248,6 +254,10 @@ def test_a_failed_download_leaves_no_marker(tmp_path: Path) -> None:
         ("k8s", ["--secret-env", "LWS_WORKER_INDEX=a:b"], "set by the job's launcher"),
         ("slurm", ["--secret-file", "HF_TOKEN=relative/token"], "absolute path"),
         ("k8s", ["--model-revision", "main; rm -rf /"], "--model-revision"),
+        ("k8s", ["--router-image", "registry.example/smg:latest"], "--router-image"),
+        ("k8s", ["--router-image", ROUTER_IMAGE, "--namespace", "Prod_1"], "not a namespace"),
+        ("k8s", ["--replicas", "2", "--k8s-kind", "job"], "fix: --k8s-kind lws"),
+        ("slurm", ["--router-image", ROUTER_IMAGE], "--router-image: Kubernetes pod settings"),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(
@@ -263,10 +273,13 @@ def test_bad_flags_are_one_line_and_exit_2(
     assert last.startswith(("error: ", "epstack cluster render: error: ")) and text in last, last
 
 
-def test_pod_monitor_is_for_serve(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("flags", [["--pod-monitor"], ["--router-image", ROUTER_IMAGE]])
+def test_monitor_and_router_are_for_serve(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: list[str]
+) -> None:
     pins = pins_for(tmp_path, "ib", 2)
     base = render_args(target="k8s", job="elastic-smoke", nodes=2, gpus=8, fabric="ib", pins=pins)
-    assert main(["cluster", *base, "--pod-monitor", "--out", str(tmp_path / "x")]) == 2
+    assert main(["cluster", *base, *flags, "--out", str(tmp_path / "x")]) == 2
     assert "fix: use it with --job serve" in capsys.readouterr().err
 
 
