@@ -146,6 +146,11 @@ K8S_ONLY = (
 
 def _site(args: argparse.Namespace) -> site.Site:
     """The site's settings from the flags, with the defaults of the target (docs/guides/clusters.md)."""
+    if args.target == "slurm" and args.secret_env:
+        raise BadInput(
+            "--secret-env: a Kubernetes Secret's key; fix: on Slurm use --secret-file NAME=/PATH (read "
+            "when the job runs)"
+        )
     if args.target == "slurm" and (given := [name for name in K8S_ONLY if getattr(args, name)]):
         flags = " ".join("--" + name.replace("_", "-") for name in given)
         raise BadInput(
@@ -234,6 +239,16 @@ def _k8s_text(args: argparse.Namespace, job: Job) -> str:
     router_image = parse_image(args.router_image, what="--router-image") if args.router_image else None
     if router_image and job.http_port is None:
         raise BadInput("--router-image: the router fronts a serve job; fix: use it with --job serve")
+    if args.namespace and not router_image:
+        raise BadInput("--namespace: the namespace the router watches; fix: add --router-image, or drop it")
+    if args.replicas and job.http_port is None:
+        raise BadInput(f"--replicas {args.replicas}: serving groups; fix: use it with --job serve")
+    model = job.site.model
+    if args.storage_class and (model is None or model.kind != "shared"):
+        raise BadInput(
+            "--storage-class: the class of the shared model claim; fix: add --model-storage shared:SIZE "
+            "(the default for a serve job on 2 or more nodes), or drop it"
+        )
     settings = k8s.PodSettings(
         shm_size=args.shm_size,
         memory=args.memory,

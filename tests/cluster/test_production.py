@@ -242,7 +242,9 @@ def test_a_failed_download_leaves_no_marker(tmp_path: Path) -> None:
     ("target", "args", "text"),
     [
         ("k8s", ["--secret-file", "HF_TOKEN=/etc/token"], "--secret-file: Slurm reads a node's file"),
-        ("slurm", ["--secret-env", "HF_TOKEN=hf:token"], "--secret-env: Kubernetes pod settings"),
+        ("slurm", ["--secret-env", "HF_TOKEN=hf:token"], "fix: on Slurm use --secret-file NAME=/PATH"),
+        ("k8s", ["--namespace", "inference"], "fix: add --router-image"),
+        ("k8s", ["--storage-class", "efs-sc", "--model-storage", "pvc:weights"], "--storage-class"),
         ("slurm", ["--pod-monitor"], "--pod-monitor: Kubernetes pod settings"),
         ("slurm", ["--model-storage", "shared:800Gi"], "Slurm mounts node directories only"),
         ("k8s", ["--cache-storage", "shared:10Gi"], "shared:SIZE is the model's volume"),
@@ -273,7 +275,7 @@ def test_bad_flags_are_one_line_and_exit_2(
     assert last.startswith(("error: ", "epstack cluster render: error: ")) and text in last, last
 
 
-@pytest.mark.parametrize("flags", [["--pod-monitor"], ["--router-image", ROUTER_IMAGE]])
+@pytest.mark.parametrize("flags", [["--pod-monitor"], ["--router-image", ROUTER_IMAGE], ["--replicas", "2"]])
 def test_monitor_and_router_are_for_serve(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: list[str]
 ) -> None:
