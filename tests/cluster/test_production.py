@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 
 from epstack.cli import main
 from epstack.cluster import modelfetch
+from tests.cluster import sglang_env
 from tests.cluster.conftest import check_cluster_golden, load_all, pins_for, render, render_args
 from tests.cluster.test_slurm import _run_sbatch, _steps, _tool_checks
 from tests.cluster.validation import validate_object
@@ -233,6 +235,31 @@ def test_a_failed_download_leaves_no_marker(tmp_path: Path) -> None:
     (tmp_path / "nothing" / "hf").chmod(0o755)
     assert subprocess.run(fetch.command(), env=env, capture_output=True, check=False).returncode == 3
     assert not Path(fetch.marker).exists() and fetch.marker.endswith("org--model@default")
+
+
+@pytest.mark.network
+def test_the_fetch_runs_the_pinned_hf_cli_with_arguments_it_takes(tmp_path: Path) -> None:
+    """The fetch script with the real `hf` of huggingface_hub 1.33.0 (locks/sglang.txt's, installed with the
+    SGLang parser), kept offline by the stand-in that starts it: the download is refused for being
+    offline, not for its arguments (a misspelt flag would be typer's usage error, exit 2)."""
+    hub = sglang_env.ensure()
+    assert (hub / "huggingface_hub-1.33.0.dist-info").is_dir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    start = f'{sys.executable} -c "from huggingface_hub.cli.hf import main; main()"'
+    shim = f'#!/bin/sh\nHF_HUB_OFFLINE=1 PYTHONPATH={hub} exec {start} "$@"\n'
+    (bin_dir / "hf").write_text(shim)
+    (bin_dir / "hf").chmod(0o755)
+    fetch = modelfetch.Fetch(
+        repo="deepseek-ai/DeepSeek-V3", revision=REVISION, mount=str(tmp_path / "models")
+    )
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HF_HOME": fetch.mount, "NO_COLOR": "1"}
+    result = subprocess.run(
+        fetch.command(), env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 1, result.stderr
+    assert f"DeepSeek-V3/tree/{REVISION}" in result.stderr and "offline mode is enabled" in result.stderr
+    assert not Path(fetch.marker).exists()
 
 
 # ---- bad input: one line, exit 2, nothing written -------------------------------------------------
