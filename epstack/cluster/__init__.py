@@ -10,7 +10,9 @@ One concept a module:
             privileges (flag values)
   modelfetch  the model's one download into a kept volume, under a lock file, before the servers start
   k8s       Kubernetes objects: indexed Job + headless Service, LeaderWorkerSet, the serve smoke's Job,
-            the model's claim and fetch Job, PodMonitor, pre-pull DaemonSet
+            PodMonitor, pre-pull DaemonSet
+  k8smodel  the model's shared claim, its fetch Job and the serve pods' init containers (Kubernetes)
+  k8sparts  the pieces those objects share: labels, literal text, secrets by reference, volumes
   router    SGLang's router (smg) in front of a serve job's groups on Kubernetes
   slurm     sbatch scripts (pyxis/enroot; a serve job's smoke as a step on node 0) and enroot imports
   yamltext  a small deterministic YAML writer for the manifests

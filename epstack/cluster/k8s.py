@@ -1,14 +1,15 @@
 """Kubernetes objects for a Job: a LeaderWorkerSet, or an indexed Job with a headless Service; a serve
-job's smoke as a Job of its own; and the pre-pull DaemonSet. Plain dicts, in a fixed key order, written
-out by yamltext.
+job's smoke as a Job of its own; the model's claim and fetch (epstack.cluster.k8smodel) and the
+PodMonitor, when asked; and the pre-pull DaemonSet. Plain dicts, in a fixed key order, written out by
+yamltext; the pieces shared with .k8smodel and .router are in .k8sparts.
 
 Every pod: the image by digest, nvidia.com/gpu, CPUs, /dev/shm as a memory emptyDir, IPC_LOCK (DeepEP
 and NCCL pin memory; Kubernetes has no memlock setting, the capability lifts the limit), the site's
 volumes (model cache, JIT cache, results; epstack.cluster.site), its environment, scheduling and
 network settings, and, when the job crosses nodes, the fabric's device resource, its huge pages, its
 environment and what its GIN type needs from the host (/dev/gdrdrv, capabilities). Serve pods get
-startup and liveness probes on SGLang's /health. The launcher variables come from
-epstack.smoke.launchenv, the fabric facts from epstack.fabric.
+startup and liveness probes on SGLang's /health, and secrets by reference (secretKeyRef, envFrom).
+The launcher variables come from epstack.smoke.launchenv, the fabric facts from epstack.fabric.
 """
 
 from __future__ import annotations
@@ -19,18 +20,27 @@ from typing import Any
 from epstack.cluster import modelfetch, servesmoke
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import Job
+from epstack.cluster.k8smodel import fetch_job, model_claim, model_init
+from epstack.cluster.k8sparts import (
+    MONITORING_API,
+    Obj,
+    env_from,
+    job_labels,
+    leader_selector,
+    literal,
+    pod_monitor,
+    secret_env,
+    tolerations,
+    volume_of,
+)
 from epstack.cluster.serve import METRICS_PATH
-from epstack.cluster.site import Site, Storage
+from epstack.cluster.site import Site
 from epstack.errors import BadInput
 from epstack.fabric import GDRDRV
 from epstack.smoke import launchenv as V
 
-Obj = dict[str, Any]
 K8S_VERSION = "1.34"  # the Kubernetes version the manifests are validated against (kubernetes-validate)
 LWS_API = "leaderworkerset.x-k8s.io/v1"
-MONITORING_API = "monitoring.coreos.com/v1"  # the Prometheus Operator's PodMonitor
-LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-JOB_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"  # Kubernetes >= 1.28 labels indexed pods
 EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 # The LWS release whose controller sets LWS_WORKER_INDEX in every container (kubernetes-sigs/lws#416).
 LWS_MIN_VERSION = "0.6.0"
@@ -38,9 +48,6 @@ PROBE_PERIOD_S = 10
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 # The serve smoke's pod: an HTTP client (Python, 41 short requests), no GPU.
 SMOKE_RESOURCES: Obj = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}}
-# The model fetch's pod: hf download's parallel transfers, no GPU.
-FETCH_RESOURCES: Obj = {"requests": {"cpu": 8, "memory": "16Gi"}, "limits": {"memory": "32Gi"}}
-WAIT_RESOURCES: Obj = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,40 +61,13 @@ class PodSettings:
     endpoint: str = ""  # the Service clients use (the router's), else the job's HTTP Service
 
 
-def _literal(text: str) -> str:
-    """Text Kubernetes passes as written: it expands $(VAR) in args and reads $$ as $."""
-    return text.replace("$", "$$")
-
-
-def _labels(job: Job) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": "epstack",
-        "app.kubernetes.io/component": job.kind,
-        "epstack.io/job": job.name,
-        "epstack.io/image-digest": job.image.short,
-    }
-
-
 def _env(job: Job, env: dict[str, str]) -> list[Obj]:
     """The container's environment; Kubernetes expands $(VAR) in values too, so each is written literally.
     Secrets by reference (secretKeyRef), last: the kubelet reads their values, epstack never does."""
     if GDRDRV in job.devices:
         # The NVIDIA container toolkit adds /dev/gdrdrv to the container's allowed devices.
         env = {"NVIDIA_GDRCOPY": "enabled", **env}
-    return [{"name": key, "value": _literal(value)} for key, value in env.items()] + _secret_env(job)
-
-
-def _secret_env(job: Job) -> list[Obj]:
-    return [
-        {"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}}
-        for s in job.site.secrets
-    ]
-
-
-def _env_from(job: Job) -> Obj:
-    if not job.site.secret_env_from:
-        return {}
-    return {"envFrom": [{"secretRef": {"name": name}} for name in job.site.secret_env_from]}
+    return [{"name": key, "value": literal(value)} for key, value in env.items()] + secret_env(job)
 
 
 def _resources(job: Job, settings: PodSettings) -> Obj:
@@ -101,15 +81,6 @@ def _resources(job: Job, settings: PodSettings) -> Obj:
     if model is not None and model.kind == "ephemeral":
         requests["ephemeral-storage"] = model.source
     return {"limits": limits, "requests": {**requests, **limits}}
-
-
-def _volume(storage: Storage, job: Job) -> Obj:
-    if storage.kind == "host":
-        return {"name": storage.name, "hostPath": {"path": storage.source, "type": "DirectoryOrCreate"}}
-    if storage.kind in ("pvc", "shared"):
-        claim = storage.source if storage.kind == "pvc" else modelfetch.claim(job.name)
-        return {"name": storage.name, "persistentVolumeClaim": {"claimName": claim}}
-    return {"name": storage.name, "emptyDir": {"sizeLimit": storage.source}}
 
 
 def _device_name(path: str) -> str:
@@ -168,7 +139,7 @@ def _container(
         # args only: the image's entrypoint runs `epstack guard` before the command.
         "args": args,
         "env": _env(job, env),
-        **_env_from(job),
+        **env_from(job),
         "resources": _resources(job, settings),
         "securityContext": _security(job),
         "volumeMounts": _volume_mounts(job),
@@ -178,16 +149,6 @@ def _container(
     if probe is not None:
         container["readinessProbe"] = probe
     return container | _health_probes(job)
-
-
-def tolerations(site: Site) -> Obj:
-    if not site.tolerations:
-        return {}
-    return {
-        "tolerations": [
-            {"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in site.tolerations
-        ]
-    }
 
 
 def _scheduling(site: Site) -> Obj:
@@ -202,54 +163,18 @@ def _scheduling(site: Site) -> Obj:
 
 def _pod_spec(job: Job, container: Obj, settings: PodSettings, **extra: Any) -> Obj:
     volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}}]
-    volumes += [_volume(v, job) for v in job.site.volumes]
+    volumes += [volume_of(v, job) for v in job.site.volumes]
     volumes += [
         {"name": _device_name(path), "hostPath": {"path": path, "type": "CharDevice"}} for path in job.devices
     ]
     init: Obj = {}
     if job.fetch:
-        init["initContainers"] = [_model_init(job)]
+        init["initContainers"] = [model_init(job)]
     return {**extra, **_scheduling(job.site), **init, "containers": [container], "volumes": volumes}
 
 
-def _fetch_container(job: Job, name: str) -> Obj:
-    """The model fetch's container: no GPU, the model volume, HF_HOME there, the site's variables
-    (HF_ENDPOINT, a proxy) and the secrets by reference."""
-    fetch, model = job.fetch, job.site.model
-    assert fetch is not None and model is not None
-    env = {"HF_HOME": model.mount, "NVIDIA_VISIBLE_DEVICES": "void", **job.site.env}
-    return {
-        "name": name,
-        "image": job.image.ref,
-        "imagePullPolicy": "IfNotPresent",
-        "command": [_literal(word) for word in fetch.command()],
-        "env": [{"name": key, "value": _literal(value)} for key, value in env.items()] + _secret_env(job),
-        **_env_from(job),
-        "resources": FETCH_RESOURCES,
-        "volumeMounts": [{"name": model.name, "mountPath": model.mount}],
-    }
-
-
-def _model_init(job: Job) -> Obj:
-    """A serve pod's init container: on a node directory (`host:`), the fetch itself, under the lock
-    in that directory (one download a node); on a claim every pod mounts, a wait for the fetch Job's
-    marker."""
-    fetch, model = job.fetch, job.site.model
-    assert fetch is not None and model is not None
-    if model.kind == "host":
-        return _fetch_container(job, "fetch-model")
-    return {
-        "name": "wait-for-model",
-        "image": job.image.ref,
-        "imagePullPolicy": "IfNotPresent",
-        "command": [_literal(word) for word in fetch.wait_command()],
-        "resources": WAIT_RESOURCES,
-        "volumeMounts": [{"name": model.name, "mountPath": model.mount}],
-    }
-
-
 def _template(job: Job, spec: Obj) -> Obj:
-    metadata: Obj = {"labels": _labels(job)}
+    metadata: Obj = {"labels": job_labels(job)}
     if job.site.annotations:
         metadata["annotations"] = dict(job.site.annotations)
     return {"metadata": metadata, "spec": spec}
@@ -262,7 +187,7 @@ def _service(name: str, job: Job, selector: dict[str, str], *, headless: bool, p
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": name, "labels": _labels(job)},
+        "metadata": {"name": name, "labels": job_labels(job)},
         "spec": spec,
     }
 
@@ -270,12 +195,6 @@ def _service(name: str, job: Job, selector: dict[str, str], *, headless: bool, p
 def http_service(job: Job) -> str:
     """The Service in front of node 0's HTTP port: the serve job's endpoint, in its namespace."""
     return f"{job.name}-http"
-
-
-def leader_selector(job: Job, kind: str) -> dict[str, str]:
-    """Node 0's pod: the LWS leader (worker index 0) or the indexed Job's pod 0."""
-    index = LWS_WORKER_INDEX_LABEL if kind == "lws" else JOB_INDEX_LABEL
-    return {"epstack.io/job": job.name, index: "0"}
 
 
 def indexed_job(job: Job, settings: PodSettings) -> list[Obj]:
@@ -290,7 +209,7 @@ def indexed_job(job: Job, settings: PodSettings) -> list[Obj]:
             V.MASTER_ADDR: leader,
             V.MASTER_PORT: str(job.rendezvous_port),
         }
-    args = job.words(_literal, node_rank=f"$({V.JOB_COMPLETION_INDEX})", leader=leader)
+    args = job.words(literal, node_rank=f"$({V.JOB_COMPLETION_INDEX})", leader=leader)
     container = _container(job, args, env, settings, _readiness(job, every_pod=True))
     placement: Obj = {}
     if job.site.topology_key:
@@ -306,7 +225,7 @@ def indexed_job(job: Job, settings: PodSettings) -> list[Obj]:
         {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": {"name": job.name, "labels": _labels(job)},
+            "metadata": {"name": job.name, "labels": job_labels(job)},
             "spec": {
                 "completionMode": "Indexed",
                 "completions": job.nodes,
@@ -327,7 +246,7 @@ def leader_worker_set(job: Job, settings: PodSettings) -> list[Obj]:
     env = job.env()
     if job.kind == "elastic-smoke":
         env |= {V.EPSTACK_NPROC_PER_NODE: str(job.gpus_per_node), V.MASTER_PORT: str(job.rendezvous_port)}
-    args = job.words(_literal, node_rank=f"$({V.LWS_WORKER_INDEX})", leader=f"$({V.LWS_LEADER_ADDRESS})")
+    args = job.words(literal, node_rank=f"$({V.LWS_WORKER_INDEX})", leader=f"$({V.LWS_LEADER_ADDRESS})")
     leader = _container(job, args, env, settings, _readiness(job, every_pod=False))
     worker = _container(job, args, env, settings, None)
     template: Obj = {
@@ -336,7 +255,7 @@ def leader_worker_set(job: Job, settings: PodSettings) -> list[Obj]:
         "leaderTemplate": _template(job, _pod_spec(job, leader, settings)),
         "workerTemplate": _template(job, _pod_spec(job, worker, settings)),
     }
-    metadata: Obj = {"name": job.name, "labels": _labels(job)}
+    metadata: Obj = {"name": job.name, "labels": job_labels(job)}
     if job.site.topology_key:
         # LWS places each group alone in one domain of the key (exclusive placement).
         metadata["annotations"] = {EXCLUSIVE_TOPOLOGY: job.site.topology_key}
@@ -383,7 +302,7 @@ def serve_smoke_job(job: Job, kind: str, host: str) -> Obj:
         "name": "serve-smoke",
         "image": job.image.ref,
         "imagePullPolicy": "IfNotPresent",
-        "command": servesmoke.words(job, _literal, host=host, run_id=""),
+        "command": servesmoke.words(job, literal, host=host, run_id=""),
         # A GPU node's NVIDIA runtime would otherwise honour the CUDA image's NVIDIA_VISIBLE_DEVICES=all
         # in a pod that asked for no GPU.
         "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
@@ -403,7 +322,7 @@ def serve_smoke_job(job: Job, kind: str, host: str) -> Obj:
         "containers": [container],
     }
     if results is not None:
-        spec["volumes"] = [_volume(results, job)]
+        spec["volumes"] = [volume_of(results, job)]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -421,64 +340,6 @@ def k8s_kind(job: Job, kind: str | None) -> str:
     return kind or ("lws" if job.kind == "serve" else "job")
 
 
-def part_labels(job: Job, component: str, name: str) -> dict[str, str]:
-    """Labels of an object beside the workload (the model's claim and fetch, the PodMonitor)."""
-    return _labels(job) | {"app.kubernetes.io/component": component, "epstack.io/job": name}
-
-
-def model_claim(job: Job, settings: PodSettings) -> Obj:
-    """`shared:SIZE`: one ReadWriteMany claim every pod of the job mounts (e.g. EFS, FSx, Filestore, NFS)."""
-    assert job.site.model is not None
-    name = modelfetch.claim(job.name)
-    size = {"storage": job.site.model.source}
-    spec: Obj = {"accessModes": ["ReadWriteMany"], "resources": {"requests": size}}
-    if settings.storage_class:
-        spec["storageClassName"] = settings.storage_class
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "labels": part_labels(job, "model", name)},
-        "spec": spec,
-    }
-
-
-def fetch_job(job: Job) -> Obj:
-    """The model fetch into a claim every pod mounts, as a Job of its own: retried (hf download resumes);
-    its pod where the site's selector and taints allow, where the image already is."""
-    model = job.site.model
-    assert model is not None
-    name = modelfetch.name(job.name)
-    labels = part_labels(job, "model-fetch", name)
-    spec: Obj = {"restartPolicy": "Never", "automountServiceAccountToken": False}
-    if job.site.node_selector:
-        spec["nodeSelector"] = dict(job.site.node_selector)
-    spec |= {
-        **tolerations(job.site),
-        "containers": [_fetch_container(job, "fetch")],
-        "volumes": [_volume(model, job)],
-    }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"backoffLimit": 3, "template": {"metadata": {"labels": labels}, "spec": spec}},
-    }
-
-
-def pod_monitor(job: Job, name: str, selector: dict[str, str], port: str, labels: dict[str, str]) -> Obj:
-    """A Prometheus Operator PodMonitor: /metrics on the named port of the pods `selector` matches, every
-    30 s; `labels` are what the Prometheus' podMonitorSelector matches (release=kube-prometheus-stack)."""
-    return {
-        "apiVersion": MONITORING_API,
-        "kind": "PodMonitor",
-        "metadata": {"name": name, "labels": part_labels(job, "metrics", name) | labels},
-        "spec": {
-            "selector": {"matchLabels": selector},
-            "podMetricsEndpoints": [{"port": port, "path": METRICS_PATH, "interval": "30s"}],
-        },
-    }
-
-
 def job_objects(job: Job, settings: PodSettings, kind: str | None = None) -> list[Obj]:
     """The model's claim (`shared:SIZE`) and its fetch, if any; the job as a LeaderWorkerSet ("lws") or
     an indexed Job ("job"), default lws for serve; the serve smoke's Job, unless it is off; the
@@ -490,7 +351,7 @@ def job_objects(job: Job, settings: PodSettings, kind: str | None = None) -> lis
         )
     objects = []
     if job.site.model is not None and job.site.model.kind == "shared":
-        objects.append(model_claim(job, settings))
+        objects.append(model_claim(job, settings.storage_class))
     if job.fetch and job.site.model is not None and job.site.model.kind != "host":
         objects.append(fetch_job(job))
     objects += (leader_worker_set if chosen == "lws" else indexed_job)(job, settings)

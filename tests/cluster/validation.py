@@ -15,7 +15,8 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 
-from epstack.cluster.k8s import K8S_VERSION, LWS_API, MONITORING_API
+from epstack.cluster.k8s import K8S_VERSION, LWS_API
+from epstack.cluster.k8sparts import MONITORING_API
 
 _POD_TEMPLATE = {"type": "object"}  # checked separately, against Kubernetes' own PodTemplate schema
 
