@@ -41,7 +41,7 @@ class Fetch:
 
     @property
     def marker(self) -> str:
-        name = f"{self.repo.replace('/', '--')}@{self.revision or 'default'}"
+        name = f"{self.repo}@{self.revision or 'default'}".replace("/", "--")  # one file, in MARKERS
         return str(PurePosixPath(self.mount) / MARKERS / name)
 
     @property

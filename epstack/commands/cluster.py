@@ -89,7 +89,7 @@ def _typed(parse: Callable[[str], T]) -> Callable[[str], T]:
 
 def _revision(text: str) -> str:
     """--model-revision: a hub commit or branch name."""
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}", text):
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}", text) or ".." in text:
         raise ValueError("write a commit hash (40 hex) or a branch name")
     return text
 

@@ -283,6 +283,7 @@ def test_the_fetch_runs_the_pinned_hf_cli_with_arguments_it_takes(tmp_path: Path
         ("k8s", ["--secret-env", "LWS_WORKER_INDEX=a:b"], "set by the job's launcher"),
         ("slurm", ["--secret-file", "HF_TOKEN=relative/token"], "absolute path"),
         ("k8s", ["--model-revision", "main; rm -rf /"], "--model-revision"),
+        ("k8s", ["--model-revision", "refs/../../etc"], "--model-revision"),
         ("k8s", ["--router-image", "registry.example/smg:latest"], "--router-image"),
         ("k8s", ["--router-image", ROUTER_IMAGE, "--namespace", "Prod_1"], "not a namespace"),
         ("k8s", ["--replicas", "2", "--k8s-kind", "job"], "fix: --k8s-kind lws"),
@@ -300,6 +301,36 @@ def test_bad_flags_are_one_line_and_exit_2(
     # BadInput is one line; a flag's own check is argparse's usage, then its one `error:` line.
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith(("error: ", "epstack cluster render: error: ")) and text in last, last
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("k8s", "--model-revision", "main"),
+        ("k8s", "--storage-class", "efs-sc"),
+        ("k8s", "--pod-monitor-label", "release=x"),
+        ("k8s", "--secret-env", "HF_TOKEN=hf:token"),
+        ("k8s", "--secret-env-from", "hf"),
+        ("k8s", "--router-image", ROUTER_IMAGE),
+        ("k8s", "--namespace", "inference"),
+        ("slurm", "--secret-file", "HF_TOKEN=/etc/token"),
+    ],
+)
+@pytest.mark.parametrize("breaker", ["\n", "\r", "\x1b[31m", "\u2028"])
+def test_every_new_text_flag_refuses_line_breaks_and_controls(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, case: tuple[str, str, str], breaker: str
+) -> None:
+    target, flag, value = case
+    pins = pins_for(tmp_path, "ib", 2)
+    base = render_args(target=target, job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
+    out = tmp_path / "never"
+    assert main(["cluster", *base, f"{flag}={value}{breaker}x", "--out", str(out)]) == 2
+    assert f"argument {flag}" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_revision_with_slashes_names_one_marker_file() -> None:
+    fetch = modelfetch.Fetch(repo="org/model", revision="refs/pr/1", mount="/models")
+    assert fetch.marker == "/models/.epstack-fetched/org--model@refs--pr--1"
 
 
 @pytest.mark.parametrize("flags", [["--pod-monitor"], ["--router-image", ROUTER_IMAGE], ["--replicas", "2"]])
