@@ -113,8 +113,11 @@ def test_one_pod_keeps_its_own_disk_and_a_node_directory_fetches_in_each_pod(tmp
     for spec in _pod_specs(host):
         (init,) = spec["initContainers"]
         assert init["name"] == "fetch-model" and init["command"][:2] == ["/bin/sh", "-c"]
-    local = load_all(_render(tmp_path, "k8s", "--model-path", "/models/DeepSeek-V3", name="local"))
-    assert not _by(local, "model-fetch") and "initContainers" not in _pod_specs(local)[0]
+    # Weights named by path (or the tiny profile's dummy weights): nothing to fetch, no claim made.
+    for flags in (["--model-path", "/models/DeepSeek-V3"], ["--profile", "tiny"]):
+        local = load_all(_render(tmp_path, "k8s", *flags, name="local"))
+        assert not _by(local, "model") and not _by(local, "model-fetch")
+        assert "initContainers" not in _pod_specs(local)[0]
 
 
 def test_slurm_deepseek_v3_fetches_then_serves_with_the_secret_read_at_run_time(tmp_path: Path) -> None:
