@@ -312,8 +312,9 @@ def _site_arguments(render: argparse.ArgumentParser) -> None:
     """The cluster's own settings (epstack.cluster.site); defaults in docs/guides/clusters.md."""
     group = render.add_argument_group("site (storage: host:/DIR, pvc:CLAIM, ephemeral:SIZE or none)")
     for name, what, mount in (
-        ("model", "serve: HF cache (HF_HOME) / model weights; also shared:SIZE (k8s; default: 1 node "
-         "ephemeral:<profile's size>, more shared:<size>; slurm host:/var/tmp/epstack/hf)", site.MODEL_MOUNT),
+        ("model", "serve: HF cache (HF_HOME) / model weights; also shared:SIZE (k8s; default: a hub "
+         "model on 2+ nodes shared:<profile's size>, else ephemeral:<size>; slurm host:/var/tmp/epstack/hf)",
+         site.MODEL_MOUNT),
         ("cache", "writable JIT caches (default host:/var/tmp/epstack/jit-cache)", site.CACHE_MOUNT),
         ("results", "smoke report and rank logs (default host:/var/tmp/epstack/results)", site.RESULTS_MOUNT),
     ):  # fmt: skip
