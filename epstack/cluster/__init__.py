@@ -6,10 +6,16 @@ One concept a module:
   serve     the SGLang launch command and environment for one node of a serve job
   jobs      what a job runs on each node (elastic smoke, serve): command, env, ports, readiness
   servesmoke  the serve smoke a serve job runs against its own endpoint (`epstack smoke serve --url`)
-  site      a site's settings: storage, environment, network, scheduling, privileges (flag values)
+  site      a site's settings: storage, secrets by reference, environment, network, scheduling,
+            privileges (flag values)
+  modelfetch  the model's one download into a kept volume, under a lock file, before the servers start
   k8s       Kubernetes objects: indexed Job + headless Service, LeaderWorkerSet, the serve smoke's Job,
-            pre-pull DaemonSet
+            PodMonitor, pre-pull DaemonSet
+  k8smodel  the model's shared claim, its fetch Job and the serve pods' init containers (Kubernetes)
+  k8sparts  the pieces those objects share: labels, literal text, secrets by reference, volumes
+  router    SGLang's router (smg) in front of a serve job's groups on Kubernetes
   slurm     sbatch scripts (pyxis/enroot; a serve job's smoke as a step on node 0) and enroot imports
   yamltext  a small deterministic YAML writer for the manifests
-(epstack.commands.cluster parses `cluster render` and `cluster pull` and writes what these return.)
+(epstack.commands.cluster parses `cluster render`, `cluster pull` and `cluster metrics` and writes what
+these return; epstack.metrics turns a report into OpenMetrics text.)
 """

@@ -16,9 +16,18 @@ from pathlib import PurePosixPath
 from typing import Literal
 
 from epstack import imagepaths
+from epstack.cluster import modelfetch
 from epstack.cluster.image import ImageRef
+from epstack.cluster.modelfetch import Fetch, fetch_of
 from epstack.cluster.profiles import ServePlan, serve_plan
-from epstack.cluster.serve import DIST_INIT_PORT, HEALTH_PATH, HTTP_PORT, serve_env, sglang_command
+from epstack.cluster.serve import (
+    DIST_INIT_PORT,
+    HEALTH_PATH,
+    HTTP_PORT,
+    METRICS_PATH,
+    serve_env,
+    sglang_command,
+)
 from epstack.cluster.site import Site
 from epstack.errors import BadInput
 from epstack.fabric import FABRICS, Fabric, HostAccess
@@ -68,6 +77,11 @@ class Job:
     serve_smoke: ServeSmokeMode = "off"
 
     @property
+    def fetch(self) -> Fetch | None:
+        """The model's one download before the servers start (epstack.cluster.modelfetch), if any."""
+        return fetch_of(self.serve, self.site.model)
+
+    @property
     def crosses_nodes(self) -> bool:
         return self.nodes > 1
 
@@ -98,6 +112,18 @@ class Job:
             )
         for volume in self.site.volumes:
             notes.append(f"{volume.name} at {volume.mount}: {volume.kind} {shlex.quote(volume.source)}.")
+        if self.fetch:
+            notes.append(modelfetch.note(self.fetch))
+        for secret in self.site.secrets:
+            where = f"Secret {secret.secret} key {secret.key}" if secret.secret else f"file {secret.path}"
+            notes.append(f"{secret.env}: from {where} when the job runs; its value is written nowhere here.")
+        for secret_name in self.site.secret_env_from:
+            notes.append(f"Every key of Secret {secret_name} as a variable (envFrom).")
+        if self.http_port is not None:
+            notes.append(
+                f"Metrics: SGLang's Prometheus metrics (--enable-metrics) at :{self.http_port}{METRICS_PATH} "
+                "on node 0's server."
+            )
         return notes
 
     @property
@@ -147,6 +173,8 @@ class Job:
         env = dict(self.fabric.job_env) if self.crosses_nodes else {}
         if self.serve is not None:
             env |= serve_env(self.serve)
+        if self.fetch:
+            env["HF_HUB_OFFLINE"] = "1"  # the weights are in the volume: no pod downloads on its own
         return env | self.site.volume_env() | self.site.env
 
 
@@ -162,6 +190,7 @@ def make_job(
     profile: str | None = None,
     a2a: str = "deepep_v2",
     model_path: str | None = None,
+    model_revision: str | None = None,
     fabric_devices: int | None = None,
     instance_type: str | None = None,
     site: Site | None = None,
@@ -193,6 +222,7 @@ def make_job(
             gpus_per_node=gpus_per_node,
             a2a=a2a,
             model_path=model_path,
+            model_revision=model_revision,
         )
         if kind == "serve"
         else None

@@ -1,14 +1,15 @@
 """Kubernetes objects for a Job: a LeaderWorkerSet, or an indexed Job with a headless Service; a serve
-job's smoke as a Job of its own; and the pre-pull DaemonSet. Plain dicts, in a fixed key order, written
-out by yamltext.
+job's smoke as a Job of its own; the model's claim and fetch (epstack.cluster.k8smodel) and the
+PodMonitor, when asked; and the pre-pull DaemonSet. Plain dicts, in a fixed key order, written out by
+yamltext; the pieces shared with .k8smodel and .router are in .k8sparts.
 
 Every pod: the image by digest, nvidia.com/gpu, CPUs, /dev/shm as a memory emptyDir, IPC_LOCK (DeepEP
 and NCCL pin memory; Kubernetes has no memlock setting, the capability lifts the limit), the site's
 volumes (model cache, JIT cache, results; epstack.cluster.site), its environment, scheduling and
 network settings, and, when the job crosses nodes, the fabric's device resource, its huge pages, its
 environment and what its GIN type needs from the host (/dev/gdrdrv, capabilities). Serve pods get
-startup and liveness probes on SGLang's /health. The launcher variables come from
-epstack.smoke.launchenv, the fabric facts from epstack.fabric.
+startup and liveness probes on SGLang's /health, and secrets by reference (secretKeyRef, envFrom).
+The launcher variables come from epstack.smoke.launchenv, the fabric facts from epstack.fabric.
 """
 
 from __future__ import annotations
@@ -16,19 +17,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from epstack.cluster import servesmoke
+from epstack.cluster import modelfetch, servesmoke
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import Job
-from epstack.cluster.site import Site, Storage
+from epstack.cluster.k8smodel import fetch_job, model_claim, model_init
+from epstack.cluster.k8sparts import (
+    MONITORING_API,
+    Obj,
+    env_from,
+    job_labels,
+    leader_selector,
+    literal,
+    pod_monitor,
+    secret_env,
+    tolerations,
+    volume_of,
+)
+from epstack.cluster.serve import METRICS_PATH
+from epstack.cluster.site import Site
 from epstack.errors import BadInput
 from epstack.fabric import GDRDRV
 from epstack.smoke import launchenv as V
 
-Obj = dict[str, Any]
 K8S_VERSION = "1.34"  # the Kubernetes version the manifests are validated against (kubernetes-validate)
 LWS_API = "leaderworkerset.x-k8s.io/v1"
-LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-JOB_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"  # Kubernetes >= 1.28 labels indexed pods
 EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 # The LWS release whose controller sets LWS_WORKER_INDEX in every container (kubernetes-sigs/lws#416).
 LWS_MIN_VERSION = "0.6.0"
@@ -43,28 +55,19 @@ class PodSettings:
     shm_size: str = "64Gi"
     memory: str = "256Gi"  # a memory request: Kubernetes requires one beside huge pages
     rdma_resource: str = ""  # overrides the fabric's device plugin resource
-
-
-def _literal(text: str) -> str:
-    """Text Kubernetes passes as written: it expands $(VAR) in args and reads $$ as $."""
-    return text.replace("$", "$$")
-
-
-def _labels(job: Job) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": "epstack",
-        "app.kubernetes.io/component": job.kind,
-        "epstack.io/job": job.name,
-        "epstack.io/image-digest": job.image.short,
-    }
+    storage_class: str = ""  # the shared model claim's storage class (default: the cluster's)
+    pod_monitor: dict[str, str] | None = None  # a PodMonitor with these labels, or none
+    replicas: int = 1  # LWS serving groups, each `nodes` pods
+    endpoint: str = ""  # the Service clients use (the router's), else the job's HTTP Service
 
 
 def _env(job: Job, env: dict[str, str]) -> list[Obj]:
-    """The container's environment; Kubernetes expands $(VAR) in values too, so each is written literally."""
+    """The container's environment; Kubernetes expands $(VAR) in values too, so each is written literally.
+    Secrets by reference (secretKeyRef), last: the kubelet reads their values, epstack never does."""
     if GDRDRV in job.devices:
         # The NVIDIA container toolkit adds /dev/gdrdrv to the container's allowed devices.
         env = {"NVIDIA_GDRCOPY": "enabled", **env}
-    return [{"name": key, "value": _literal(value)} for key, value in env.items()]
+    return [{"name": key, "value": literal(value)} for key, value in env.items()] + secret_env(job)
 
 
 def _resources(job: Job, settings: PodSettings) -> Obj:
@@ -78,14 +81,6 @@ def _resources(job: Job, settings: PodSettings) -> Obj:
     if model is not None and model.kind == "ephemeral":
         requests["ephemeral-storage"] = model.source
     return {"limits": limits, "requests": {**requests, **limits}}
-
-
-def _volume(storage: Storage) -> Obj:
-    if storage.kind == "host":
-        return {"name": storage.name, "hostPath": {"path": storage.source, "type": "DirectoryOrCreate"}}
-    if storage.kind == "pvc":
-        return {"name": storage.name, "persistentVolumeClaim": {"claimName": storage.source}}
-    return {"name": storage.name, "emptyDir": {"sizeLimit": storage.source}}
 
 
 def _device_name(path: str) -> str:
@@ -144,6 +139,7 @@ def _container(
         # args only: the image's entrypoint runs `epstack guard` before the command.
         "args": args,
         "env": _env(job, env),
+        **env_from(job),
         "resources": _resources(job, settings),
         "securityContext": _security(job),
         "volumeMounts": _volume_mounts(job),
@@ -155,16 +151,6 @@ def _container(
     return container | _health_probes(job)
 
 
-def _tolerations(site: Site) -> Obj:
-    if not site.tolerations:
-        return {}
-    return {
-        "tolerations": [
-            {"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in site.tolerations
-        ]
-    }
-
-
 def _scheduling(site: Site) -> Obj:
     """Where the pods may run: host network, node selector, tolerations."""
     spec: Obj = {}
@@ -172,20 +158,23 @@ def _scheduling(site: Site) -> Obj:
         spec |= {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}
     if site.node_selector:
         spec["nodeSelector"] = dict(site.node_selector)
-    return spec | _tolerations(site)
+    return spec | tolerations(site)
 
 
 def _pod_spec(job: Job, container: Obj, settings: PodSettings, **extra: Any) -> Obj:
     volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}}]
-    volumes += [_volume(v) for v in job.site.volumes]
+    volumes += [volume_of(v, job) for v in job.site.volumes]
     volumes += [
         {"name": _device_name(path), "hostPath": {"path": path, "type": "CharDevice"}} for path in job.devices
     ]
-    return {**extra, **_scheduling(job.site), "containers": [container], "volumes": volumes}
+    init: Obj = {}
+    if job.fetch:
+        init["initContainers"] = [model_init(job)]
+    return {**extra, **_scheduling(job.site), **init, "containers": [container], "volumes": volumes}
 
 
 def _template(job: Job, spec: Obj) -> Obj:
-    metadata: Obj = {"labels": _labels(job)}
+    metadata: Obj = {"labels": job_labels(job)}
     if job.site.annotations:
         metadata["annotations"] = dict(job.site.annotations)
     return {"metadata": metadata, "spec": spec}
@@ -198,7 +187,7 @@ def _service(name: str, job: Job, selector: dict[str, str], *, headless: bool, p
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": name, "labels": _labels(job)},
+        "metadata": {"name": name, "labels": job_labels(job)},
         "spec": spec,
     }
 
@@ -206,12 +195,6 @@ def _service(name: str, job: Job, selector: dict[str, str], *, headless: bool, p
 def http_service(job: Job) -> str:
     """The Service in front of node 0's HTTP port: the serve job's endpoint, in its namespace."""
     return f"{job.name}-http"
-
-
-def _leader_selector(job: Job, kind: str) -> dict[str, str]:
-    """Node 0's pod: the LWS leader (worker index 0) or the indexed Job's pod 0."""
-    index = LWS_WORKER_INDEX_LABEL if kind == "lws" else JOB_INDEX_LABEL
-    return {"epstack.io/job": job.name, index: "0"}
 
 
 def indexed_job(job: Job, settings: PodSettings) -> list[Obj]:
@@ -226,7 +209,7 @@ def indexed_job(job: Job, settings: PodSettings) -> list[Obj]:
             V.MASTER_ADDR: leader,
             V.MASTER_PORT: str(job.rendezvous_port),
         }
-    args = job.words(_literal, node_rank=f"$({V.JOB_COMPLETION_INDEX})", leader=leader)
+    args = job.words(literal, node_rank=f"$({V.JOB_COMPLETION_INDEX})", leader=leader)
     container = _container(job, args, env, settings, _readiness(job, every_pod=True))
     placement: Obj = {}
     if job.site.topology_key:
@@ -242,7 +225,7 @@ def indexed_job(job: Job, settings: PodSettings) -> list[Obj]:
         {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": {"name": job.name, "labels": _labels(job)},
+            "metadata": {"name": job.name, "labels": job_labels(job)},
             "spec": {
                 "completionMode": "Indexed",
                 "completions": job.nodes,
@@ -253,7 +236,7 @@ def indexed_job(job: Job, settings: PodSettings) -> list[Obj]:
         },
     ]
     if job.http_port is not None:
-        selector = _leader_selector(job, "job")
+        selector = leader_selector(job, "job")
         objects.append(_service(http_service(job), job, selector, headless=False, port=job.http_port))
     return objects
 
@@ -263,7 +246,7 @@ def leader_worker_set(job: Job, settings: PodSettings) -> list[Obj]:
     env = job.env()
     if job.kind == "elastic-smoke":
         env |= {V.EPSTACK_NPROC_PER_NODE: str(job.gpus_per_node), V.MASTER_PORT: str(job.rendezvous_port)}
-    args = job.words(_literal, node_rank=f"$({V.LWS_WORKER_INDEX})", leader=f"$({V.LWS_LEADER_ADDRESS})")
+    args = job.words(literal, node_rank=f"$({V.LWS_WORKER_INDEX})", leader=f"$({V.LWS_LEADER_ADDRESS})")
     leader = _container(job, args, env, settings, _readiness(job, every_pod=False))
     worker = _container(job, args, env, settings, None)
     template: Obj = {
@@ -272,7 +255,7 @@ def leader_worker_set(job: Job, settings: PodSettings) -> list[Obj]:
         "leaderTemplate": _template(job, _pod_spec(job, leader, settings)),
         "workerTemplate": _template(job, _pod_spec(job, worker, settings)),
     }
-    metadata: Obj = {"name": job.name, "labels": _labels(job)}
+    metadata: Obj = {"name": job.name, "labels": job_labels(job)}
     if job.site.topology_key:
         # LWS places each group alone in one domain of the key (exclusive placement).
         metadata["annotations"] = {EXCLUSIVE_TOPOLOGY: job.site.topology_key}
@@ -281,16 +264,25 @@ def leader_worker_set(job: Job, settings: PodSettings) -> list[Obj]:
             "apiVersion": LWS_API,
             "kind": "LeaderWorkerSet",
             "metadata": metadata,
-            "spec": {"replicas": 1, "startupPolicy": "LeaderCreated", "leaderWorkerTemplate": template},
+            "spec": {
+                "replicas": settings.replicas,
+                "startupPolicy": "LeaderCreated",
+                "leaderWorkerTemplate": template,
+            },
         }
     ]
     if job.http_port is not None:
-        selector = _leader_selector(job, "lws")
+        selector = leader_selector(job, "lws")
         objects.append(_service(http_service(job), job, selector, headless=False, port=job.http_port))
     return objects
 
 
-def serve_smoke_job(job: Job, kind: str) -> Obj:
+def endpoint(job: Job, settings: PodSettings) -> str:
+    """The Service the serve smoke (and any client) calls: the router's, else node 0's HTTP Service."""
+    return settings.endpoint or http_service(job)
+
+
+def serve_smoke_job(job: Job, kind: str, host: str) -> Obj:
     """`epstack smoke serve --url` against the job's HTTP Service (what clients use; it routes once the
     leader is ready), as a Job of its own: a postStart hook would hold the leader's start for the whole
     start-up, and its failure would restart the serving group. Its pod runs on the leader pod's node,
@@ -310,7 +302,7 @@ def serve_smoke_job(job: Job, kind: str) -> Obj:
         "name": "serve-smoke",
         "image": job.image.ref,
         "imagePullPolicy": "IfNotPresent",
-        "command": servesmoke.words(job, _literal, host=http_service(job), run_id=""),
+        "command": servesmoke.words(job, literal, host=host, run_id=""),
         # A GPU node's NVIDIA runtime would otherwise honour the CUDA image's NVIDIA_VISIBLE_DEVICES=all
         # in a pod that asked for no GPU.
         "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
@@ -319,18 +311,18 @@ def serve_smoke_job(job: Job, kind: str) -> Obj:
     if results is not None:
         container["volumeMounts"] = [{"name": results.name, "mountPath": results.mount}]
     beside_leader = {
-        "labelSelector": {"matchLabels": _leader_selector(job, kind)},
+        "labelSelector": {"matchLabels": leader_selector(job, kind)},
         "topologyKey": HOSTNAME_TOPOLOGY,
     }
     spec: Obj = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [beside_leader]}},
-        **_tolerations(job.site),
+        **tolerations(job.site),
         "containers": [container],
     }
     if results is not None:
-        spec["volumes"] = [_volume(results)]
+        spec["volumes"] = [volume_of(results, job)]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -349,23 +341,58 @@ def k8s_kind(job: Job, kind: str | None) -> str:
 
 
 def job_objects(job: Job, settings: PodSettings, kind: str | None = None) -> list[Obj]:
-    """The job as a LeaderWorkerSet ("lws") or an indexed Job ("job"), default lws for serve; then the
-    serve smoke's Job, unless it is off."""
+    """The model's claim (`shared:SIZE`) and its fetch, if any; the job as a LeaderWorkerSet ("lws") or
+    an indexed Job ("job"), default lws for serve; the serve smoke's Job, unless it is off; the
+    PodMonitor, when asked."""
     chosen = k8s_kind(job, kind)
-    objects = (leader_worker_set if chosen == "lws" else indexed_job)(job, settings)
+    if settings.replicas > 1 and chosen != "lws":
+        raise BadInput(
+            f"--replicas {settings.replicas}: serving groups are LWS replicas; fix: --k8s-kind lws"
+        )
+    objects = []
+    if job.site.model is not None and job.site.model.kind == "shared":
+        objects.append(model_claim(job, settings.storage_class))
+    if job.fetch and job.site.model is not None and job.site.model.kind != "host":
+        objects.append(fetch_job(job))
+    objects += (leader_worker_set if chosen == "lws" else indexed_job)(job, settings)
     if job.serve_smoke == "exit":
         raise BadInput(
             "--serve-smoke exit: a Kubernetes serve job keeps serving (the smoke is a Job of its own); "
             f"fix: use on, and wait for it: kubectl wait --for=condition=complete job/{servesmoke.name(job)}"
         )
     if job.serve_smoke == "on":
-        objects.append(serve_smoke_job(job, chosen))
+        objects.append(serve_smoke_job(job, chosen, endpoint(job, settings)))
+    if settings.pod_monitor is not None:
+        if job.http_port is None:
+            raise BadInput("--pod-monitor: SGLang's metrics are a serve job's; fix: use it with --job serve")
+        # SGLang serves its metrics on node 0's HTTP port.
+        selector = leader_selector(job, chosen)
+        objects.append(pod_monitor(job, f"{job.name}-metrics", selector, "http", settings.pod_monitor))
     return objects
 
 
-def notes(job: Job, kind: str | None = None) -> list[str]:
+def notes(job: Job, settings: PodSettings, kind: str | None = None) -> list[str]:
     """The comments heading the manifests: what the cluster must provide, and why each grant."""
     lines = []
+    model = job.site.model
+    if model is not None and model.kind == "shared":
+        lines.append(
+            f"Model claim {modelfetch.claim(job.name)}: ReadWriteMany, {model.source} (a storage class that "
+            "offers it: EFS, FSx for Lustre, Filestore, NFS); every pod mounts it; it outlives the job "
+            "until deleted (`kubectl delete -f` deletes it, and the weights)."
+        )
+    if job.fetch and model is not None and model.kind == "host":
+        lines.append("Model fetch: each serve pod's init container, under the lock in its node's directory.")
+    elif job.fetch:
+        lines.append(
+            f"Model fetch: Job {modelfetch.name(job.name)} (no GPU); each serve pod's init container waits "
+            f"for it: `kubectl wait --for=condition=complete job/{modelfetch.name(job.name)}`."
+        )
+    if settings.pod_monitor is not None:
+        lines.append(
+            f"PodMonitor {job.name}-metrics (Prometheus Operator, {MONITORING_API}): node 0's "
+            f"{METRICS_PATH}, port http, every 30 s."
+        )
     if k8s_kind(job, kind) == "lws":
         lines.append(
             f"Needs LeaderWorkerSet >= {LWS_MIN_VERSION}: its controller sets LWS_WORKER_INDEX, which "
@@ -390,7 +417,8 @@ def notes(job: Job, kind: str | None = None) -> list[str]:
             where = f"{servesmoke.report(job, run_id='')} (results: {results.kind} {results.source}{node})"
         lines.append(
             f"Serve smoke: Job {smoke} runs `epstack smoke serve --url "
-            f"{servesmoke.url(job, http_service(job))} --no-sweep` beside the leader pod once it answers "
+            f"{servesmoke.url(job, endpoint(job, settings))} --no-sweep` beside the leader pod once it "
+            "answers "
             f"(--health-timeout {servesmoke.health_timeout_s(job)}); prove the endpoint with `kubectl wait "
             f"--for=condition=complete job/{smoke} --timeout={deadline}s`, read `kubectl logs job/{smoke}`; "
             f"report: {where}; --serve-smoke off leaves it out."

@@ -85,6 +85,7 @@ class ServePlan:
     gpus_per_node: int
     a2a: A2A
     model_path: str
+    model_revision: str | None = None  # a hub commit (or branch) for the weights: --revision
 
     def without_deepep(self) -> ServePlan:
         """The same model and layout with --moe-a2a-backend none: the serve smoke's reference."""
@@ -133,7 +134,13 @@ class ServePlan:
 
 
 def serve_plan(
-    profile: str, *, nodes: int, gpus_per_node: int, a2a: str = "deepep_v2", model_path: str | None = None
+    profile: str,
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    a2a: str = "deepep_v2",
+    model_path: str | None = None,
+    model_revision: str | None = None,
 ) -> ServePlan:
     if profile not in PROFILES:
         raise BadInput(f"--profile {profile}: not a profile; fix: use one of {', '.join(PROFILES)}")
@@ -146,6 +153,7 @@ def serve_plan(
         gpus_per_node=gpus_per_node,
         a2a="deepep" if a2a == "deepep" else "deepep_v2",
         model_path=model_path or chosen.model_path,
+        model_revision=model_revision,
     )
     if chosen.shape.num_experts % plan.ep_size:
         raise BadInput(

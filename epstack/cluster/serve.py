@@ -13,6 +13,8 @@ from epstack.cluster.profiles import ServePlan
 SGLANG_ENTRY: tuple[str, ...] = ("sglang", "serve", "--model-type", "llm")
 HTTP_PORT = 30000
 HEALTH_PATH = "/health"
+# --enable-metrics: SGLang's Prometheus metrics at /metrics on the HTTP port (node 0's server).
+METRICS_PATH = "/metrics"
 DIST_INIT_PORT = 5000
 
 # SGLang's environment variables (sglang/srt/environ.py) for each backend's per-rank token budget.
@@ -24,6 +26,8 @@ def sglang_args(plan: ServePlan, *, node_rank: str, leader: str) -> list[str]:
     """The arguments after SGLANG_ENTRY. node_rank and leader may be expressions a platform expands
     ($(LWS_WORKER_INDEX), "$SLURM_NODEID"); leader is node 0's host, without a port."""
     args = ["--model-path", plan.model_path]
+    if plan.model_revision:
+        args += ["--revision", plan.model_revision]
     if plan.profile.dummy_weights:
         args += ["--load-format", "dummy"]
     if plan.profile.trust_remote_code:
@@ -50,7 +54,8 @@ def sglang_args(plan: ServePlan, *, node_rank: str, leader: str) -> list[str]:
 
 
 def sglang_command(plan: ServePlan, *, node_rank: str, leader: str) -> list[str]:
-    return [*SGLANG_ENTRY, *sglang_args(plan, node_rank=node_rank, leader=leader)]
+    """A cluster job's command: the plan's arguments, metrics on."""
+    return [*SGLANG_ENTRY, *sglang_args(plan, node_rank=node_rank, leader=leader), "--enable-metrics"]
 
 
 def serve_env(plan: ServePlan) -> dict[str, str]:

@@ -2,8 +2,12 @@
 network, scheduling and privileges. Flag values are parsed and checked here; epstack.cluster.k8s and
 .slurm write them.
 
-Storage is `host:DIR` (a node's directory), `pvc:CLAIM` (Kubernetes), `ephemeral:SIZE` (a pod's own
-disk: an emptyDir of that size and an ephemeral-storage request) or `none`. The defaults follow
+Storage is `host:DIR` (a node's directory), `pvc:CLAIM` (Kubernetes), `shared:SIZE` (Kubernetes, the
+model only: a ReadWriteMany claim rendered with the job, filled once by epstack.cluster.modelfetch),
+`ephemeral:SIZE` (a pod's own disk: an emptyDir of that size and an ephemeral-storage request) or `none`.
+
+Secrets are references, never values: a Kubernetes Secret's key (`secretKeyRef`) or a whole Secret
+(`envFrom`), or on Slurm a file on the node the batch script reads when the job runs. The defaults follow
 public deployments (docs/guides/clusters.md): the model cache on the pod's ephemeral storage sized for the
 model in Kubernetes (llm-d's wide-EP pods request ephemeral storage), a node directory on Slurm
 (ai-dynamo's SGLang Slurm jobs mount the model directory); the JIT cache and the results on node
@@ -24,8 +28,8 @@ from epstack.errors import BadInput
 from epstack.inputs import read_text
 from epstack.smoke import launchenv as V
 
-StorageKind = Literal["host", "pvc", "ephemeral"]
-STORAGE_KINDS: tuple[StorageKind, ...] = ("host", "pvc", "ephemeral")
+StorageKind = Literal["host", "pvc", "shared", "ephemeral"]
+STORAGE_KINDS: tuple[StorageKind, ...] = ("host", "pvc", "shared", "ephemeral")
 # Where each volume is mounted in the container.
 MODEL_MOUNT = "/models"  # HF_HOME: hub ids download here once; --model-path may name a directory here
 CACHE_MOUNT = str(imagepaths.JIT_CACHES)
@@ -48,6 +52,7 @@ GPU_TAINT = "nvidia.com/gpu"  # GPU node pools' usual taint (EKS, GKE, the GPU o
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SIZE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
 _DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # a Secret's data key
 _LAUNCHER_NAMES = frozenset(v for k, v in vars(V).items() if k.isupper() and isinstance(v, str))
 
 
@@ -62,6 +67,17 @@ class Storage:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SecretRef:
+    """A variable whose value only the platform holds: a Kubernetes Secret's key (secret, key), or a file
+    on the node that the batch script reads when the job runs (path). Where it is, never what it is."""
+
+    env: str
+    secret: str = ""
+    key: str = ""
+    path: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Site:
     """Everything about the cluster a job runs on that the job itself does not decide."""
 
@@ -69,6 +85,8 @@ class Site:
     cache: Storage | None = None
     results: Storage | None = None
     env: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[SecretRef, ...] = ()
+    secret_env_from: tuple[str, ...] = ()  # Kubernetes Secrets whose every key becomes a variable
     annotations: dict[str, str] = field(default_factory=dict)
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[str, ...] = (GPU_TAINT,)
@@ -103,9 +121,52 @@ def parse_storage(text: str, *, flag: str, name: str, mount: str) -> Storage | N
         raise BadInput(f"{flag} {text}: the node directory must be an absolute path; fix: write host:/DIR")
     if kind == "pvc" and not _DNS_NAME.fullmatch(source):
         raise BadInput(f"{flag} {text}: not a claim name; fix: lowercase letters, digits, '-' and '.'")
-    if kind == "ephemeral" and not _SIZE.fullmatch(source):
+    if kind == "shared" and name != "model":
+        raise BadInput(f"{flag} {text}: shared:SIZE is the model's volume; fix: write pvc:CLAIM or host:/DIR")
+    if kind in ("ephemeral", "shared") and not _SIZE.fullmatch(source):
         raise BadInput(f"{flag} {text}: not a size; fix: write a Kubernetes quantity such as 800Gi")
     return Storage(name=name, kind=kind, source=source, mount=mount)
+
+
+def _secret_name(text: str) -> str:
+    """The variable's name of NAME=...: a shell-style name the launcher does not own."""
+    name, sep, _ = text.partition("=")
+    if not sep:
+        raise ValueError("write NAME=...")
+    env_pair(f"{name}=")
+    return name
+
+
+def secret_key_ref(text: str) -> SecretRef:
+    """NAME=SECRET:KEY (Kubernetes); ValueError says what is wrong."""
+    name = _secret_name(text)
+    secret, sep, key = text.partition("=")[2].partition(":")
+    if not sep or not _DNS_NAME.fullmatch(secret) or not _SECRET_KEY.fullmatch(key):
+        raise ValueError("write NAME=SECRET:KEY (a Secret's name, one of its keys)")
+    return SecretRef(env=name, secret=secret, key=key)
+
+
+def secret_file(text: str) -> SecretRef:
+    """NAME=/PATH (Slurm: a file on the node, read when the job runs); ValueError says what is wrong."""
+    name = _secret_name(text)
+    path = text.partition("=")[2]
+    if not absolute_clean(path):
+        raise ValueError("write NAME=/PATH, an absolute path without '..'")
+    return SecretRef(env=name, path=path)
+
+
+def secret_name(text: str) -> str:
+    """A Kubernetes Secret's name (--secret-env-from)."""
+    if not _DNS_NAME.fullmatch(text):
+        raise ValueError("not a Secret name: lowercase letters, digits, '-' and '.'")
+    return text
+
+
+def dns_label(text: str) -> str:
+    """A Kubernetes namespace's name (--namespace)."""
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", text):
+        raise ValueError("not a namespace: up to 63 lowercase letters, digits and '-'")
+    return text
 
 
 def absolute_clean(path: str) -> bool:

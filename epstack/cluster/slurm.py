@@ -30,6 +30,7 @@ from epstack import __version__
 from epstack.cluster import servesmoke
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import IMAGE_ENTRYPOINT, Job
+from epstack.cluster.serve import METRICS_PATH
 from epstack.errors import BadInput
 from epstack.fabric import RDMA_DEVICE_DIR
 from epstack.smoke import launchenv as V
@@ -204,10 +205,53 @@ def _serve_steps(job: Job, server: str, squashfs_dir: str | None) -> list[str]:
     ]
 
 
+def _secret_reads(job: Job) -> list[str]:
+    """Each --secret-file read when the job runs, on the batch script's node; a missing file stops the
+    job before any step. The script holds the path only."""
+    lines = []
+    if job.site.secrets:
+        lines.append(
+            "# Secrets the site provides, read from files when the job runs (their values are not here)."
+        )
+    for secret in job.site.secrets:
+        path = shlex.quote(secret.path)
+        why = f"epstack: --secret-file {secret.env}={secret.path}: not readable on the batch node"
+        lines += [
+            f"if [ ! -r {path} ]; then",
+            f"    echo {shlex.quote(why + '; fix: provide the file there or change the flag')} >&2",
+            "    exit 1",
+            "fi",
+            f"{secret.env}=$(cat -- {path})",
+        ]
+    return lines
+
+
+def _fetch_step(job: Job, squashfs_dir: str | None, exported: list[str]) -> list[str]:
+    """The model's one download, a task on every node before the server step (epstack.cluster.modelfetch):
+    a node's own directory is filled on each node, a shared one once (the others wait on its lock)."""
+    fetch, model = job.fetch, job.site.model
+    if fetch is None or model is None:
+        return []
+    srun = [
+        "srun",
+        "--ntasks-per-node=1",
+        f"--container-image={_container_image(job, squashfs_dir)}",
+        f"--container-env={','.join(exported)}",
+        "--no-container-mount-home",
+        f"--container-mounts={model.source}:{model.mount}",
+    ]
+    return [
+        "# The model, fetched once into the model directory before the servers start.",
+        "# shellcheck disable=SC2016",
+        " \\\n    ".join([shlex.join(srun), shlex.join(fetch.command())]),
+        "",
+    ]
+
+
 def sbatch_script(job: Job, *, squashfs_dir: str | None = None, pins_target: str = "") -> str:
     host_dirs = _host_dirs(job)
     env = job.env() | {V.MASTER_PORT: str(job.rendezvous_port)}
-    exported = [V.MASTER_ADDR, *env]
+    exported = [V.MASTER_ADDR, *env, *(secret.env for secret in job.site.secrets)]
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={job.name}",
@@ -235,12 +279,17 @@ def sbatch_script(job: Job, *, squashfs_dir: str | None = None, pins_target: str
     lines += _assignments(env)
     if any(shlex.quote(value) != value for value in env.values()):
         lines.append(f"# shellcheck disable=SC2090  # {_LITERAL}")
+    lines += _secret_reads(job)
     lines.append("export " + " ".join(exported))
     lines.append("")
     if host_dirs:
         lines.append("# The node directories the container mounts, on every node.")
         lines.append(shlex.join(["srun", "--ntasks-per-node=1", "mkdir", "-p", "--", *host_dirs]))
         lines.append("")
+    lines += _fetch_step(job, squashfs_dir, exported)
+    if job.http_port is not None:
+        url = f"http://${V.MASTER_ADDR}:{job.http_port}{METRICS_PATH}"
+        lines += [f'echo "epstack: SGLang serves Prometheus metrics at {url} (scrape it there)"', ""]
     srun = [
         "srun",
         f"--ntasks-per-node={job.tasks_per_node}",

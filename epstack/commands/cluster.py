@@ -6,14 +6,18 @@ Exit 0 written, 2 bad input (one line naming the flag or file and the fix; nothi
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from rich.console import Console
 
-from epstack.cluster import k8s, site, slurm
-from epstack.cluster.image import PLACEHOLDER, chosen_image, pins_target
-from epstack.cluster.jobs import JOB_KINDS, SERVE_SMOKE_MODES, make_job, node_commands
+from epstack import metrics
+from epstack.cluster import k8s, router, site, slurm
+from epstack.cluster.image import PLACEHOLDER, chosen_image, parse_image, pins_target
+from epstack.cluster.jobs import JOB_KINDS, SERVE_SMOKE_MODES, Job, make_job, node_commands
 from epstack.cluster.profiles import A2A_BACKENDS, PROFILES
 from epstack.cluster.yamltext import dump_all
 from epstack.commands.common import PINS, SubParsers, one_line, path_arg, pins_path, positive_int, rename
@@ -40,6 +44,7 @@ def _check_out(args: argparse.Namespace) -> None:
 
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+T = TypeVar("T")
 
 
 def _mount_path(text: str) -> str:
@@ -69,6 +74,40 @@ def _env_arg(text: str) -> str:
     return text
 
 
+def _typed(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse type from a site parser: one line of text, its ValueError as the flag's error."""
+
+    def check(text: str) -> T:
+        one_line(text)
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+    return check
+
+
+def _revision(text: str) -> str:
+    """--model-revision: a hub commit or branch name."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}", text) or ".." in text:
+        raise ValueError("write a commit hash (40 hex) or a branch name")
+    return text
+
+
+def _secrets(args: argparse.Namespace, env: dict[str, str]) -> tuple[site.SecretRef, ...]:
+    """--secret-env (Kubernetes) or --secret-file (Slurm): each variable once, and not also an --env."""
+    if args.target == "k8s" and args.secret_file:
+        raise BadInput(
+            "--secret-file: Slurm reads a node's file; fix: on Kubernetes use --secret-env NAME=SECRET:KEY"
+        )
+    secrets = [*args.secret_env, *args.secret_file]
+    names = [secret.env for secret in secrets]
+    for name in names:
+        if names.count(name) > 1 or name in env:
+            raise BadInput(f"--secret-* {name}: given twice (or also by --env); fix: give each variable once")
+    return tuple(secrets)
+
+
 def _site_env(args: argparse.Namespace) -> dict[str, str]:
     """--env-file's variables, then --env's (the later wins); a bad value names file:line."""
     env = {}
@@ -88,11 +127,30 @@ def _storage(args: argparse.Namespace, name: str, default: str) -> site.Storage 
 
 
 # Pod settings Slurm has no place for: refused there rather than dropped unseen.
-K8S_ONLY = ("annotation", "node_selector", "toleration", "topology_key", "privileged")
+K8S_ONLY = (
+    "annotation",
+    "node_selector",
+    "toleration",
+    "topology_key",
+    "privileged",
+    "secret_env",
+    "secret_env_from",
+    "storage_class",
+    "pod_monitor",
+    "pod_monitor_label",
+    "router_image",
+    "namespace",
+    "replicas",
+)
 
 
 def _site(args: argparse.Namespace) -> site.Site:
     """The site's settings from the flags, with the defaults of the target (docs/guides/clusters.md)."""
+    if args.target == "slurm" and args.secret_env:
+        raise BadInput(
+            "--secret-env: a Kubernetes Secret's key; fix: on Slurm use --secret-file NAME=/PATH (read "
+            "when the job runs)"
+        )
     if args.target == "slurm" and (given := [name for name in K8S_ONLY if getattr(args, name)]):
         flags = " ".join("--" + name.replace("_", "-") for name in given)
         raise BadInput(
@@ -103,17 +161,26 @@ def _site(args: argparse.Namespace) -> site.Site:
     if args.job != "serve":
         model_default = "none"
     elif args.target == "k8s":
-        model_default = f"ephemeral:{PROFILES[args.profile or 'deepseek-v3'].disk}"
+        # Several pods of a hub model: one shared volume, filled once (epstack.cluster.modelfetch);
+        # one pod, or weights named by path: the pod's own disk.
+        profile = PROFILES[args.profile or "deepseek-v3"]
+        hub_model = not profile.dummy_weights and not (args.model_path or profile.model_path).startswith("/")
+        model_default = f"{'shared' if args.nodes > 1 and hub_model else 'ephemeral'}:{profile.disk}"
     else:
         model_default = "host:" + node_dir.format("hf")
     selector = site.split_pairs(args.node_selector)
     if args.instance_type:
         selector.setdefault(INSTANCE_TYPE_LABEL, args.instance_type)
+    if args.pod_monitor_label and not args.pod_monitor:
+        raise BadInput("--pod-monitor-label: labels the PodMonitor; fix: add --pod-monitor")
+    env = _site_env(args)
     return site.Site(
         model=_storage(args, "model", model_default),
         cache=_storage(args, "cache", "host:" + node_dir.format("jit-cache")),
         results=_storage(args, "results", "host:" + node_dir.format("results")),
-        env=_site_env(args),
+        env=env,
+        secrets=_secrets(args, env),
+        secret_env_from=tuple(args.secret_env_from),
         annotations=site.split_pairs(args.annotation),
         node_selector=selector,
         tolerations=tuple(dict.fromkeys([site.GPU_TAINT, *args.toleration])),
@@ -147,6 +214,7 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
         profile=args.profile,
         a2a=args.a2a,
         model_path=args.model_path,
+        model_revision=args.model_revision,
         fabric_devices=args.fabric_devices,
         instance_type=args.instance_type,
         site=_site(args),
@@ -158,11 +226,7 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     if args.target == "slurm":
         text = slurm.sbatch_script(job, squashfs_dir=args.squashfs_dir, pins_target=target)
     else:
-        settings = k8s.PodSettings(
-            shm_size=args.shm_size, memory=args.memory, rdma_resource=args.rdma_resource or ""
-        )
-        objects = k8s.job_objects(job, settings, args.k8s_kind)
-        text = dump_all(objects, comments=k8s.notes(job, args.k8s_kind))
+        text = _k8s_text(args, job)
     _write(text, args.out)
     if args.out:
         console.print(
@@ -170,6 +234,39 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
             markup=False,
         )
     return 0
+
+
+def _k8s_text(args: argparse.Namespace, job: Job) -> str:
+    """The job's Kubernetes objects, and the router in front of them when --router-image is given."""
+    router_image = parse_image(args.router_image, what="--router-image") if args.router_image else None
+    if router_image and job.http_port is None:
+        raise BadInput("--router-image: the router fronts a serve job; fix: use it with --job serve")
+    if args.namespace and not router_image:
+        raise BadInput("--namespace: the namespace the router watches; fix: add --router-image, or drop it")
+    if args.replicas and job.http_port is None:
+        raise BadInput(f"--replicas {args.replicas}: serving groups; fix: use it with --job serve")
+    model = job.site.model
+    if args.storage_class and (model is None or model.kind != "shared"):
+        raise BadInput(
+            "--storage-class: the class of the shared model claim; fix: add --model-storage shared:SIZE "
+            "(the default for a serve job on 2 or more nodes), or drop it"
+        )
+    settings = k8s.PodSettings(
+        shm_size=args.shm_size,
+        memory=args.memory,
+        rdma_resource=args.rdma_resource or "",
+        storage_class=args.storage_class or "",
+        pod_monitor=site.split_pairs(args.pod_monitor_label) if args.pod_monitor else None,
+        replicas=args.replicas or 1,
+        endpoint=router.name(job) if router_image else "",
+    )
+    objects = k8s.job_objects(job, settings, args.k8s_kind)
+    notes = k8s.notes(job, settings, args.k8s_kind)
+    if router_image:
+        kind, namespace = k8s.k8s_kind(job, args.k8s_kind), args.namespace or "default"
+        objects += router.objects(job, kind, router_image, namespace=namespace, monitor=settings.pod_monitor)
+        notes.append(router.note(job, namespace))
+    return dump_all(objects, comments=notes)
 
 
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:
@@ -185,6 +282,19 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
         selector = dict(item.split("=", 1) for item in args.node_selector)
         text = dump_all([k8s.prepull_daemonset(image, node_selector=selector)])
     _write(text, args.out)
+    return 0
+
+
+def cmd_metrics(args: argparse.Namespace, console: Console) -> int:
+    """A report's verdict as OpenMetrics text, labelled with the image digest and the pins hash."""
+    if args.out:
+        check_writable(args.out, what="--out", inputs=[pins_path(args.pins), args.report])
+    pins = load_pins(pins_path(args.pins))
+    target, _ = pins_target(pins, arch=args.arch, fabric=args.fabric)
+    verdict = metrics.read_verdict(args.report)
+    digest = parse_image(args.image).digest if args.image else ""
+    pins_hash = pins.layer_hash(verdict.layer or "sglang", target)
+    _write(metrics.openmetrics(verdict, image_digest=digest, pins_hash=pins_hash), args.out)
     return 0
 
 
@@ -205,8 +315,9 @@ def _site_arguments(render: argparse.ArgumentParser) -> None:
     """The cluster's own settings (epstack.cluster.site); defaults in docs/guides/clusters.md."""
     group = render.add_argument_group("site (storage: host:/DIR, pvc:CLAIM, ephemeral:SIZE or none)")
     for name, what, mount in (
-        ("model", "serve: HF cache (HF_HOME) / model weights (default k8s ephemeral:<profile's size>, "
-         "slurm host:/var/tmp/epstack/hf)", site.MODEL_MOUNT),
+        ("model", "serve: HF cache (HF_HOME) / model weights; also shared:SIZE (k8s; default: a hub "
+         "model on 2+ nodes shared:<profile's size>, else ephemeral:<size>; slurm host:/var/tmp/epstack/hf)",
+         site.MODEL_MOUNT),
         ("cache", "writable JIT caches (default host:/var/tmp/epstack/jit-cache)", site.CACHE_MOUNT),
         ("results", "smoke report and rank logs (default host:/var/tmp/epstack/results)", site.RESULTS_MOUNT),
     ):  # fmt: skip
@@ -218,6 +329,57 @@ def _site_arguments(render: argparse.ArgumentParser) -> None:
             help=f"where the container sees it ({mount})",
         )
     group.add_argument("--env", type=_env_arg, action="append", default=[], help="KEY=VALUE (repeatable)")
+    group.add_argument(
+        "--secret-env",
+        type=_typed(site.secret_key_ref),
+        action="append",
+        default=[],
+        metavar="NAME=SECRET:KEY",
+        help="k8s: NAME from a Secret's key (secretKeyRef), e.g. HF_TOKEN=hf-token:token",
+    )
+    group.add_argument(
+        "--secret-env-from",
+        type=_typed(site.secret_name),
+        action="append",
+        default=[],
+        metavar="SECRET",
+        help="k8s: every key of a Secret as a variable (envFrom)",
+    )
+    group.add_argument(
+        "--secret-file",
+        type=_typed(site.secret_file),
+        action="append",
+        default=[],
+        metavar="NAME=/PATH",
+        help="slurm: NAME read from the node's file when the job runs, e.g. HF_TOKEN=/etc/hf/token",
+    )
+    group.add_argument(
+        "--storage-class", type=one_line, help="k8s: the shared model claim's class (needs ReadWriteMany)"
+    )
+    group.add_argument(
+        "--pod-monitor", action="store_true", help="k8s serve: a PodMonitor for node 0's /metrics"
+    )
+    group.add_argument(
+        "--router-image",
+        type=one_line,
+        help=f"k8s serve: SGLang's router ({router.PACKAGE}) in front of the groups, from this image "
+        "REPOSITORY[:TAG]@sha256:<64 hex>",
+    )
+    group.add_argument(
+        "--namespace",
+        type=_typed(site.dns_label),
+        help="k8s: the namespace the router watches (default: default)",
+    )
+    group.add_argument(
+        "--replicas", type=positive_int, help="k8s serve: serving groups (LWS replicas, default 1)"
+    )
+    group.add_argument(
+        "--pod-monitor-label",
+        type=_key_value,
+        action="append",
+        default=[],
+        help="k8s: KEY=VALUE on the PodMonitor, for the Prometheus' podMonitorSelector",
+    )
     group.add_argument("--env-file", type=path_arg, help="KEY=VALUE lines (before --env)")
     group.add_argument(
         "--instance-type", type=one_line, help="EFA device count (default p5.48xlarge: 32); k8s node selector"
@@ -263,6 +425,11 @@ def register(subparsers: SubParsers) -> None:
     render.add_argument(
         "--model-path", type=one_line, help="serve: weights path or hub id (default: the profile's)"
     )
+    render.add_argument(
+        "--model-revision",
+        type=_typed(_revision),
+        help="serve: the hub commit of the weights (SGLang --revision; the one fetch downloads it)",
+    )
     render.add_argument("--name", type=one_line, help="job name (default epstack-smoke / epstack-serve)")
     render.add_argument(
         "--k8s-kind", choices=("job", "lws"), help="default: lws for serve, job for the smoke"
@@ -293,3 +460,28 @@ def register(subparsers: SubParsers) -> None:
     pull.add_argument("--nodes", type=positive_int, default=1, help="slurm: nodes to import on")
     pull.add_argument("--node-selector", type=_key_value, action="append", default=[], help="k8s: KEY=VALUE")
     pull.set_defaults(func=cmd_pull)
+
+    metrics_parser = cluster.add_parser(
+        "metrics",
+        parents=[PINS],
+        help="a guard/smoke report as OpenMetrics text (node_exporter's textfile collector)",
+    )
+    metrics_parser.add_argument(
+        "--report",
+        type=path_arg,
+        required=True,
+        help="the --json of epstack guard / smoke elastic / smoke serve",
+    )
+    metrics_parser.add_argument(
+        "--image",
+        type=one_line,
+        help="the image it ran in, REPOSITORY[:TAG]@sha256:<64 hex>: its digest label",
+    )
+    metrics_parser.add_argument(
+        "--arch", type=one_line, help="pins hash of this arch (default: DEFAULT_TARGET's)"
+    )
+    metrics_parser.add_argument("--fabric", choices=tuple(FABRICS), help="default: DEFAULT_TARGET's")
+    metrics_parser.add_argument(
+        "--out", type=path_arg, help="write here (whole or not at all), e.g. DIR/epstack-guard.prom"
+    )
+    metrics_parser.set_defaults(func=cmd_metrics)

@@ -40,6 +40,7 @@ EXAMPLES: dict[str, str] = {
     "smoke plot": "epstack smoke plot serve.json --out sweep.png",
     "cluster render": "epstack cluster render --platform k8s --job serve --nodes 2 --gpus-per-node 8 "
     "--manifest build/manifest.json --out serve.yaml",
+    "cluster metrics": "epstack cluster metrics --report reports/guard.json --out metrics/epstack-guard.prom",
     "cluster pull": "epstack cluster pull --platform slurm --manifest build/manifest.json --nodes 16",
     "publish push": f"epstack publish push build/report.json --registry {IMAGE.rsplit('/', 1)[0]}",
     "publish pull": f"epstack publish pull --registry {IMAGE.rsplit('/', 1)[0]} --target hopper-ib",

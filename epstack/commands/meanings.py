@@ -48,7 +48,7 @@ MEANINGS: dict[str, Meaning] = {
     "--pins": Meaning(text="the pins file (default $EPSTACK_PINS or ./pins.env)", metavar="FILE"),
     "--locks": Meaning(text="the lock folder"),
     "--out": Meaning(text="where the command writes its result: a file or a folder, as its help says"),
-    "--report": Meaning(text="write the build report (JSON) to FILE", metavar="FILE"),
+    "--report": Meaning(text="a JSON report: the one `build` writes, the one `cluster metrics` reads"),
     "--build-report": Meaning(text="a build report `epstack build --report` wrote", metavar="FILE"),
     "--summary": Meaning(text="also write the result as Markdown to FILE", metavar="FILE"),
     "--manifest": Meaning(text="a build manifest (JSON) naming the built images"),
@@ -161,6 +161,16 @@ MEANINGS: dict[str, Meaning] = {
     "--toleration": Meaning(text="k8s: a taint to tolerate"),
     "--topology-key": Meaning(text="k8s: the node label whose one domain holds every pod"),
     "--cpus-per-gpu": Meaning(text="CPUs requested per GPU"),
+    "--model-revision": Meaning(text="the hub commit of the model's weights"),
+    "--secret-env": Meaning(text="k8s: a variable from a Secret's key, NAME=SECRET:KEY"),
+    "--secret-env-from": Meaning(text="k8s: every key of a Secret as a variable"),
+    "--secret-file": Meaning(text="Slurm: a variable read from a node's file, NAME=/PATH"),
+    "--storage-class": Meaning(text="k8s: the storage class of a shared claim"),
+    "--pod-monitor": _flag("k8s: a PodMonitor for the server's metrics"),
+    "--pod-monitor-label": Meaning(text="k8s: a label KEY=VALUE on the PodMonitor"),
+    "--router-image": Meaning(text="k8s: the image of SGLang's router, by digest"),
+    "--namespace": Meaning(text="k8s: a namespace"),
+    "--replicas": Meaning(text="k8s: serving groups"),
     **{
         f"--{what}-storage": Meaning(text=f"where the {what} storage comes from", metavar="SPEC")
         for what in ("model", "cache", "results")

@@ -31,15 +31,17 @@ def env_dir() -> Path:
     return REPO / ".cache" / f"sglang-parser-{pinned_sglang()}"
 
 
-def _stamp() -> str:
-    return hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
-
-
 def ensure() -> Path:
     """Install when missing or when the requirements changed; return the directory."""
-    target = env_dir()
+    return install(env_dir(), REQUIREMENTS.read_text(), ["-r", str(REQUIREMENTS)])
+
+
+def install(target: Path, stamp_text: str, requirements: list[str]) -> Path:
+    """`pip install --no-deps --target` of `requirements` into `target`, again only when `stamp_text`
+    (what the requirements say) changed; whole or not at all (a .partial folder renamed)."""
     stamp = target / ".epstack-requirements.sha256"
-    if stamp.is_file() and stamp.read_text() == _stamp():
+    digest = hashlib.sha256(stamp_text.encode()).hexdigest()
+    if stamp.is_file() and stamp.read_text() == digest:
         return target
     shutil.rmtree(target, ignore_errors=True)
     partial = target.with_name(target.name + ".partial")
@@ -55,12 +57,11 @@ def ensure() -> Path:
             "--no-deps",
             "--target",
             str(partial),
-            "-r",
-            str(REQUIREMENTS),
+            *requirements,
         ],
         check=True,
     )
-    (partial / stamp.name).write_text(_stamp())
+    (partial / stamp.name).write_text(digest)
     partial.rename(target)
     return target
 

@@ -31,6 +31,11 @@ FIELDS = (
     "trust_remote_code",
     "load_format",
     "attention_backend",
+    "revision",
+    "enable_metrics",
+    "disaggregation_mode",
+    "disaggregation_transfer_backend",
+    "disaggregation_bootstrap_port",
 )
 
 

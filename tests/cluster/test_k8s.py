@@ -37,7 +37,10 @@ def _objects(tmp_path: Path, job: str, kind: str, fabric: str, nodes: int) -> li
 
 
 def _container(objects: list[dict[str, Any]], template: str = "") -> dict[str, Any]:
+    """The workload's container (not the model fetch's nor the serve smoke's)."""
     for obj in objects:
+        if obj["metadata"]["labels"]["app.kubernetes.io/component"] not in ("serve", "elastic-smoke"):
+            continue
         if obj["kind"] == "Job":
             return dict(obj["spec"]["template"]["spec"]["containers"][0])
         if obj["kind"] == "LeaderWorkerSet":

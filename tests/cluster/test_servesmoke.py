@@ -186,7 +186,8 @@ def test_the_manifest_says_how_to_wait_for_the_smoke(tmp_path: Path) -> None:
 
 def test_serve_smoke_off_renders_the_serve_job_alone(tmp_path: Path) -> None:
     objects = load_all(_render(tmp_path, "k8s", "--serve-smoke", "off"))
-    assert [o["kind"] for o in objects] == ["LeaderWorkerSet", "Service"]
+    # The model's claim and its fetch, then the serve job: no smoke Job.
+    assert [o["kind"] for o in objects] == ["PersistentVolumeClaim", "Job", "LeaderWorkerSet", "Service"]
     script = _render(tmp_path, "slurm", "--serve-smoke", "off")
     assert "smoke serve" not in script and "node%n.log" not in script
     assert not _smoke_tasks(_steps(tmp_path, script, nodes=2))

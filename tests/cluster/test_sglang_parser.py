@@ -25,6 +25,7 @@ pytestmark = pytest.mark.network
 
 NODES = (1, 2, 4)
 GPUS = 8
+REVISION = "0123456789abcdef0123456789abcdef01234567"  # the manifests' --model-revision
 
 
 def _argv(command: list[str]) -> list[str]:
@@ -98,7 +99,10 @@ def _manifest_commands(tmp_path: Path) -> list[dict[str, Any]]:
     commands = []
     pins = pins_for(tmp_path, "ib", 2)
     for kind in ("lws", "job"):
-        args = render_args(target="k8s", job="serve", nodes=2, gpus=GPUS, fabric="ib", pins=pins)
+        args = render_args(
+            target="k8s", job="serve", nodes=2, gpus=GPUS, fabric="ib", pins=pins,
+            extra=["--model-revision", REVISION],
+        )  # fmt: skip
         for obj in load_all(render(tmp_path, *args, "--k8s-kind", kind, name=kind)):
             if obj["metadata"]["labels"]["app.kubernetes.io/component"] != "serve":
                 continue  # the serve smoke's Job: an HTTP client (tests/cluster/test_servesmoke.py)
@@ -196,6 +200,9 @@ def test_manifest_commands_carry_the_expanded_rank(parsed: dict[str, dict[str, A
     for kind in ("k8s-lws", "k8s-job"):
         assert parsed[kind]["ok"], parsed[kind]["error"]
         assert parsed[kind]["values"]["node_rank"] == 1
+        # The weights' pinned revision, and SGLang's Prometheus metrics on.
+        assert parsed[kind]["values"]["revision"] == REVISION
+        assert parsed[kind]["values"]["enable_metrics"] is True
     assert parsed["k8s-lws"]["values"]["dist_init_addr"] == "epstack-serve-0.epstack-serve:5000"
 
 

@@ -30,8 +30,10 @@ def _render(tmp_path: Path, target: str, job: str, fabric: str, *extra: str) -> 
 
 
 def _pods(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every pod template: the Job's, or the LWS leader's and worker's."""
+    """Every pod template of the workload: the Job's, or the LWS leader's and worker's."""
     for obj in objects:
+        if obj["metadata"]["labels"]["app.kubernetes.io/component"] not in ("serve", "elastic-smoke"):
+            continue
         if obj["kind"] == "Job":
             return [obj["spec"]["template"]]
         if obj["kind"] == "LeaderWorkerSet":
@@ -116,8 +118,10 @@ def test_defaults_give_every_pod_storage_tolerations_and_probes(tmp_path: Path) 
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
         ]
         volumes = {volume["name"]: volume for volume in spec["volumes"]}
-        assert volumes["model"]["emptyDir"] == {"sizeLimit": "800Gi"}
-        assert container["resources"]["requests"]["ephemeral-storage"] == "800Gi"
+        # Two pods: one shared claim, filled once by the fetch Job, each pod waiting for its marker.
+        assert volumes["model"]["persistentVolumeClaim"] == {"claimName": "epstack-serve-models"}
+        assert "ephemeral-storage" not in container["resources"]["requests"]
+        assert [init["name"] for init in spec["initContainers"]] == ["wait-for-model"]
         assert volumes["cache"]["hostPath"] == {
             "path": "/var/tmp/epstack/jit-cache",
             "type": "DirectoryOrCreate",
@@ -175,7 +179,8 @@ def test_topology_key_places_lws_groups_and_job_pods(tmp_path: Path) -> None:
 
 def test_lws_output_states_the_lws_version_it_needs(tmp_path: Path) -> None:
     lws = _render(tmp_path, "k8s", "serve", "ib")
-    assert lws.startswith("# Needs LeaderWorkerSet >= 0.6.0") and "$(LWS_WORKER_INDEX)" in lws
+    assert any(line.startswith("# Needs LeaderWorkerSet >= 0.6.0") for line in lws.splitlines())
+    assert "$(LWS_WORKER_INDEX)" in lws
     job = _render(tmp_path, "k8s", "serve", "ib", "--k8s-kind", "job")
     assert "LeaderWorkerSet" not in job
 

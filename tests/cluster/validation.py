@@ -1,6 +1,6 @@
 """Validate rendered Kubernetes objects: the real Kubernetes schemas (kubernetes-validate, strict) for
 built-in kinds; for a LeaderWorkerSet, its pod templates against the real PodTemplate schema and the
-rest against LWS_SCHEMA below.
+rest against LWS_SCHEMA below; a PodMonitor against POD_MONITOR_SCHEMA.
 
 LWS_SCHEMA is written here from the fields the LeaderWorkerSet CRD documents (kubernetes-sigs/lws,
 api/leaderworkerset/v1/leaderworkerset_types.go: LeaderWorkerSetSpec, LeaderWorkerTemplate,
@@ -16,6 +16,7 @@ import jsonschema
 import kubernetes_validate
 
 from epstack.cluster.k8s import K8S_VERSION, LWS_API
+from epstack.cluster.k8sparts import MONITORING_API
 
 _POD_TEMPLATE = {"type": "object"}  # checked separately, against Kubernetes' own PodTemplate schema
 
@@ -65,8 +66,64 @@ LWS_SCHEMA: dict[str, Any] = {
 }
 
 
+_DURATION = "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+_LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
+# Written from the fields the Prometheus Operator documents for PodMonitor (prometheus-operator,
+# pkg/apis/monitoring/v1/podmonitor_types.go: PodMonitorSpec, PodMetricsEndpoint; the CRD's
+# required `selector`, the endpoint's port name, path, and Duration pattern), the fields rendered here
+# closed; the CRD is third-party content and is not committed.
+POD_MONITOR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": MONITORING_API},
+        "kind": {"const": "PodMonitor"},
+        "metadata": {
+            "type": "object",
+            "required": ["name"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63},
+                "labels": _LABELS,
+            },
+        },
+        "spec": {
+            "type": "object",
+            "required": ["selector"],
+            "additionalProperties": False,
+            "properties": {
+                "selector": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"matchLabels": _LABELS},
+                },
+                "podMetricsEndpoints": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "port": {"type": "string", "minLength": 1},
+                            "path": {"type": "string", "pattern": "^/"},
+                            "interval": {
+                                "type": "string",
+                                "pattern": _DURATION,
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
 def validate_object(obj: dict[str, Any]) -> None:
     """Raise on the first violation (jsonschema.ValidationError from either path)."""
+    if obj.get("apiVersion") == MONITORING_API:
+        jsonschema.validate(obj, POD_MONITOR_SCHEMA)
+        return
     if obj.get("apiVersion") == LWS_API:
         jsonschema.validate(obj, LWS_SCHEMA)
         template = obj["spec"]["leaderWorkerTemplate"]

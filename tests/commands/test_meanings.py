@@ -42,9 +42,8 @@ def test_a_second_meaning_fails(
         subparsers.choices["jit"].add_argument(name, help="an option with another meaning", **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(jit, "register", with_one_more)
-    assert conflicts(clireference.uses()) == [
-        f"epstack jit {name}: {broken}" + ("; fix: add one" if "no meaning" in broken else "")
-    ]
+    fix = "; fix: add one" if "no meaning" in broken else ""
+    assert f"epstack jit {name}: {broken}{fix}" in conflicts(clireference.uses())
 
 
 IMAGE = "registry.example/sglang@sha256:" + "a" * 64

@@ -1,0 +1,111 @@
+"""The router in front of a serve job's groups on Kubernetes: SGLang's model gateway, `smg launch`.
+
+SGLang 0.5.23's README names SMG (smg-project/smg; PyPI `smg`, 1.13.0 of 2026-10, the renamed
+`sglang-router`, whose last release is 0.3.2 of 2026-01) for routing and load balancing. It runs from
+an image by digest the site names (`--router-image`): epstack's images do not carry it. The router finds
+the serving groups itself (`--service-discovery`): every leader pod of the job (node 0 of each LWS
+replica, or the indexed Job's pod 0) once it is ready, at SGLang's HTTP port, and routes cache-aware.
+For that it reads pods in its namespace: a ServiceAccount, a Role (pods: get, list, watch) and a
+RoleBinding, which names the namespace (`--namespace`). Its own metrics are Prometheus text on
+METRICS_PORT. Clients, and the serve smoke, call the `<job>-router` Service. Every flag is one its own
+parser takes (tests/cluster/test_router_parser.py runs smg 1.13.0's RouterArgs over the command).
+"""
+
+from __future__ import annotations
+
+from epstack.cluster.image import ImageRef
+from epstack.cluster.jobs import Job
+from epstack.cluster.k8sparts import Obj, leader_selector, part_labels, pod_monitor
+from epstack.cluster.serve import HTTP_PORT
+
+PACKAGE = "smg==1.13.0"  # what --router-image must carry (its CLI is what the command is checked against)
+PORT = 30000
+METRICS_PORT = 29000  # smg's --prometheus-port default, written out
+POLICY = "cache_aware"
+# The router pod: a Rust proxy; the figures of smg's own Kubernetes examples' order of magnitude.
+RESOURCES: Obj = {"requests": {"cpu": 2, "memory": "4Gi"}, "limits": {"memory": "8Gi"}}
+
+
+def name(job: Job) -> str:
+    return f"{job.name}-router"
+
+
+def command(job: Job, kind: str, namespace: str) -> list[str]:
+    """`smg launch`, discovering the job's leader pods in `namespace`."""
+    selector = [f"{key}={value}" for key, value in leader_selector(job, kind).items()]
+    return [
+        "smg", "launch", "--host", "0.0.0.0", "--port", str(PORT), "--policy", POLICY,
+        "--service-discovery", "--selector", *selector,
+        "--service-discovery-port", str(HTTP_PORT), "--service-discovery-namespace", namespace,
+        "--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT),
+    ]  # fmt: skip
+
+
+def _rbac(job: Job, labels: dict[str, str], namespace: str) -> list[Obj]:
+    """What discovery needs: read the pods of its namespace, nothing else."""
+    meta = {"name": name(job), "labels": labels}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name(job)},
+            "subjects": [{"kind": "ServiceAccount", "name": name(job), "namespace": namespace}],
+        },
+    ]
+
+
+def objects(
+    job: Job, kind: str, image: ImageRef, *, namespace: str, monitor: dict[str, str] | None
+) -> list[Obj]:
+    """ServiceAccount, Role, RoleBinding, the router's Deployment and Service; its PodMonitor when the
+    job has one (`--pod-monitor`)."""
+    labels = part_labels(job, "router", name(job))
+    container: Obj = {
+        "name": "router",
+        "image": image.ref,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command(job, kind, namespace),
+        "ports": [
+            {"name": "http", "containerPort": PORT},
+            {"name": "metrics", "containerPort": METRICS_PORT},
+        ],
+        "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 10},
+        "resources": RESOURCES,
+    }
+    pod: Obj = {"serviceAccountName": name(job), "containers": [container]}
+    deployment: Obj = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name(job), "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+    service: Obj = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name(job), "labels": labels},
+        "spec": {"selector": labels, "ports": [{"name": "http", "port": PORT, "targetPort": PORT}]},
+    }
+    found = [*_rbac(job, labels, namespace), deployment, service]
+    if monitor is not None:
+        found.append(pod_monitor(job, f"{name(job)}-metrics", labels, "metrics", monitor))
+    return found
+
+
+def note(job: Job, namespace: str) -> str:
+    return (
+        f"Router: Deployment {name(job)} (`smg launch`, {PACKAGE} in --router-image) in front of every "
+        f"serving group, found by their leader pods in namespace {namespace} (a Role to read pods); "
+        f"clients call http://{name(job)}:{PORT}; its metrics on :{METRICS_PORT}/metrics."
+    )

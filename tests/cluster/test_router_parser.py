@@ -1,0 +1,99 @@
+"""The router's command, parsed by the pinned router's own parser: smg's RouterArgs (smg==1.13.0 with
+--no-deps into .cache/, 37 MB; its parser needs only its own Rust module). A renamed flag fails here, not
+in a cluster. Marked network: the first run installs it (tests/cluster/sglang_env.install)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from epstack.cluster import router
+from tests.cluster import sglang_env
+from tests.cluster.conftest import load_all, pins_for, render, render_args
+from tests.cluster.validation import validate_object
+
+pytestmark = pytest.mark.network
+
+ROUTER_IMAGE = "registry.example/smg:1.13.0@sha256:" + "ab" * 32
+# Runs in the smg folder: each argv through RouterArgs' argparse and from_cli_args; the fields read back.
+PARSE = """
+import argparse, json, sys
+from smg.router_args import RouterArgs
+out = []
+for argv in json.load(sys.stdin):
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    RouterArgs.add_cli_args(parser)
+    try:
+        args = RouterArgs.from_cli_args(parser.parse_args(argv))
+    except (argparse.ArgumentError, SystemExit) as exc:
+        out.append({"ok": False, "error": str(exc)})
+        continue
+    fields = ("host", "port", "policy", "service_discovery", "selector", "service_discovery_port",
+              "service_discovery_namespace", "prometheus_host", "prometheus_port")
+    out.append({"ok": True, "values": {name: getattr(args, name) for name in fields}})
+print(json.dumps(out))
+"""
+
+
+def _parse(argvs: list[list[str]]) -> list[dict[str, Any]]:
+    version = router.PACKAGE.split("==")[1]
+    where = sglang_env.install(
+        sglang_env.REPO / ".cache" / f"smg-{version}", router.PACKAGE, [router.PACKAGE]
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", PARSE],
+        input=json.dumps(argvs),
+        env=dict(os.environ, PYTHONPATH=str(where)),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    parsed: list[dict[str, Any]] = json.loads(result.stdout)
+    return parsed
+
+
+def _router_command(objects: list[dict[str, Any]]) -> list[str]:
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    command: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:2] == ["smg", "launch"]
+    return command[2:]
+
+
+@pytest.mark.parametrize("kind", ["lws", "job"])
+def test_the_rendered_router_parses_and_finds_the_leaders(tmp_path: Path, kind: str) -> None:
+    pins = pins_for(tmp_path, "ib", 2)
+    args = render_args(target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
+    objects = load_all(
+        render(
+            tmp_path, *args, "--router-image", ROUTER_IMAGE, "--namespace", "inference", "--k8s-kind", kind
+        )
+    )
+    for obj in objects:
+        validate_object(obj)
+    command = _router_command(objects)
+    renamed = [*command, "--service-discovery-prt", "1"]  # the control: a misspelt flag is refused
+    good, bad = _parse([command, renamed])
+    assert not bad["ok"]
+    assert good["ok"], good
+    values = good["values"]
+    (http,) = [o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == "epstack-serve-http"]
+    # It discovers exactly the pods the job's HTTP Service routes to: node 0 of each group.
+    assert values["selector"] == http["spec"]["selector"]
+    assert values["service_discovery"] is True and values["service_discovery_namespace"] == "inference"
+    assert (values["port"], values["service_discovery_port"], values["prometheus_port"]) == (
+        30000,
+        30000,
+        29000,
+    )
+    (binding,) = [o for o in objects if o["kind"] == "RoleBinding"]
+    assert binding["subjects"][0]["namespace"] == "inference"
+    (smoke,) = [o for o in objects if o["metadata"]["name"] == "epstack-serve-smoke"]
+    url = smoke["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert url[url.index("--url") + 1] == "http://epstack-serve-router:30000"  # the smoke goes through it
