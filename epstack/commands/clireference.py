@@ -92,16 +92,19 @@ RENAMED_HEADER = (
 
 
 def options_page() -> str:
-    """options.md: each option name, its meaning and the commands that have it; then the renamed ones."""
-    commands: dict[str, list[str]] = {}
+    """options.md: each option name (with its short form), its meaning and the commands that have it;
+    then the renamed ones."""
+    commands: dict[str, set[str]] = {}
+    names: dict[str, str] = {}  # long name -> how the table writes it, `-q`, `--quiet`
     renamed: dict[tuple[str, str], list[str]] = {}
     for path, action in uses():
-        for name in action.option_strings:
-            commands.setdefault(name, []).append(path.removeprefix("epstack ") or "epstack")
+        long = next((n for n in action.option_strings if n.startswith("--")), action.option_strings[0])
+        names[long] = ", ".join(f"`{name}`" for name in action.option_strings)
+        commands.setdefault(long, set()).add(path.removeprefix("epstack ") or "epstack")
         for old, new in getattr(action, "renamed", {}).items():
             renamed.setdefault((old, new), []).append(path.removeprefix("epstack "))
     rows = [
-        f"| `{name}` | {_cell(MEANINGS[name].text)} | {', '.join(sorted(set(commands[name])))} |"
+        f"| {names[name]} | {_cell(MEANINGS[name].text)} | {', '.join(sorted(commands[name]))} |"
         for name in sorted(commands)
         if name in MEANINGS
     ]
