@@ -68,13 +68,15 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def example(command: str) -> str:
-    """The epilog of `command`'s --help."""
-    return "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[command].splitlines())
+    """The epilog of `command`'s --help: its examples; a group's, the first of each of its commands'."""
+    lines = EXAMPLES[command].splitlines() if command in EXAMPLES else [
+        text.splitlines()[0] for path, text in EXAMPLES.items() if path.startswith(f"{command} ")
+    ]  # fmt: skip
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def document(parser: argparse.ArgumentParser) -> None:
-    """Give `parser` and every command under it the help formatter and its example."""
+    """Give `parser` and every command under it the help formatter and its examples."""
     for path, command in commands(parser):
         command.formatter_class = HelpFormatter
-        if path in EXAMPLES:
-            command.epilog = example(path)
+        command.epilog = example(path)
