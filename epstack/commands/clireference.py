@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from epstack.cli import build_parser
-from epstack.commands.common import commands
+from epstack.commands.common import FileOrBare, commands
 from epstack.commands.meanings import MEANINGS
 from epstack.errors import EXIT_CODES
 
@@ -101,7 +101,10 @@ def options_page() -> str:
         long = next((n for n in action.option_strings if n.startswith("--")), action.option_strings[0])
         names[long] = ", ".join(f"`{name}`" for name in action.option_strings)
         commands.setdefault(long, set()).add(path.removeprefix("epstack ") or "epstack")
-        for old, new in getattr(action, "renamed", {}).items():
+        olds = getattr(action, "renamed", {}) | (
+            {f"{long} (no FILE)": f"{long} -"} if isinstance(action, FileOrBare) else {}
+        )
+        for old, new in olds.items():
             renamed.setdefault((old, new), []).append(path.removeprefix("epstack "))
     rows = [
         f"| {names[name]} | {_cell(MEANINGS[name].text)} | {', '.join(sorted(commands[name]))} |"

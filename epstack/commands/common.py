@@ -158,6 +158,10 @@ def _locks_parent() -> argparse.ArgumentParser:
 LOCKS = _locks_parent()
 
 
+def _deprecated(old: str, new: str) -> None:
+    sys.stderr.write(f"warning: {old} is deprecated and goes in the next release; fix: write {new}\n")
+
+
 class _Renamed(argparse.Action):
     """Mixed into an option's action by `rename`: its old names still work, each use warned on stderr."""
 
@@ -171,10 +175,7 @@ class _Renamed(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         if option_string in self.renamed:
-            new = self.renamed[option_string]
-            sys.stderr.write(
-                f"warning: {option_string} is deprecated and goes in the next release; fix: write {new}\n"
-            )
+            _deprecated(option_string, self.renamed[option_string])
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -190,6 +191,22 @@ def rename(parser: argparse._ActionsContainer, new: str, *old: str) -> None:
     renamed = cast(_Renamed, action)
     renamed.renamed = getattr(renamed, "renamed", {}) | dict.fromkeys(old, new)
     parser._option_string_actions.update(dict.fromkeys(old, action))
+
+
+class FileOrBare(argparse.Action):
+    """`--json FILE` (add it with nargs="?") where the option was once a flag: bare, it still means
+    `-` (stdout), warned on stderr for one release."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        if values is None:
+            _deprecated(f"{option_string} without FILE", f"{option_string} -")
+        setattr(namespace, self.dest, Path("-") if values is None else values)
 
 
 def commands(

@@ -16,12 +16,21 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack.commands.common import LOCKS, PINS, SubParsers, path_arg, pins_path, positive_int, working
+from epstack.commands.common import (
+    LOCKS,
+    PINS,
+    FileOrBare,
+    SubParsers,
+    path_arg,
+    pins_path,
+    positive_int,
+    working,
+)
 from epstack.commands.lock import moves_table
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.journal import staging
 from epstack.layers import LAYER_NAMES
-from epstack.output import STDOUT, check_writable, write_file
+from epstack.output import check_writable, write_file
 from epstack.pins.branch import branch_name, checkout_of, commit_files, push, remote_url
 from epstack.pins.bump import Bump, apply_bump, plan_bump
 from epstack.pins.bumpreport import Section, markdown, sections, short, title, verdict
@@ -323,9 +332,9 @@ def register(subparsers: SubParsers) -> None:
         "--json",
         type=path_arg,
         nargs="?",
-        const=STDOUT,
+        action=FileOrBare,
         metavar="FILE",
-        help="write the validated pins as JSON to FILE instead of the table (- or no FILE: stdout)",
+        help="write the validated pins as JSON to FILE instead of the table (- for stdout)",
     )
     check.set_defaults(func=cmd_pins_check)
     get = commands.add_parser("get", parents=[PINS], help="print validated pins, one per line (for scripts)")
