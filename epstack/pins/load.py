@@ -179,8 +179,8 @@ SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 
 def pins_json_schema() -> str:
-    """JSON schema of `epstack pins check --json` output; committed as epstack/pins.schema.json."""
+    """JSON schema of `epstack pins check --json -` output; committed as epstack/pins.schema.json."""
     schema = Pins.model_json_schema(by_alias=True)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "epstack pins (pins.env, as `epstack pins check --json` prints it)"
+    schema["title"] = "epstack pins (pins.env, as `epstack pins check --json -` prints it)"
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
