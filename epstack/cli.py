@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.text import Text
 
-from epstack import __version__
+from epstack import __version__, cmd
 from epstack.commands.common import execute as execute_command
 from epstack.commands.common import parse
+from epstack.commands.examples import document
 
 LOG_WIDTH = 160
 
@@ -51,19 +52,31 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="epstack", description="Pinned, layered, proven SGLang + DeepEP V2 images from one pins.env."
     )
     parser.add_argument("--version", action="version", version=f"epstack {__version__}")
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="on stderr only errors and warnings: no results, no commands (stdout as it is)",
+    )
+    loudness.add_argument(
+        "-v", "--verbose", action="store_true", help="print every command run, the quiet probes too"
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
     for name in modules:
         importlib.import_module(name).register(subparsers)
+    document(parser)
     return parser
 
 
-def console_for_stderr() -> Console:
+def console_for_stderr(*, quiet: bool = False) -> Console:
     """Markup only where epstack writes it (user text goes through rich.markup.escape, or is printed
-    with markup=False); no emoji codes, so a path with `:fire:` in it is printed as it is."""
+    with markup=False); no emoji codes, so a path with `:fire:` in it is printed as it is. Colour as
+    rich decides it: none off a terminal or with NO_COLOR set. `quiet`: prints nothing (-q)."""
     # Logs (CI, docker build) are no terminal: give tables room instead of rich's 80 columns.
     width = None if sys.stderr.isatty() else LOG_WIDTH
-    return Console(stderr=True, highlight=False, soft_wrap=True, width=width, emoji=False)
+    return Console(stderr=True, highlight=False, soft_wrap=True, width=width, emoji=False, quiet=quiet)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,10 +84,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(build_parser(chosen_command(argv)), argv)
     if isinstance(args, int):
         return args
-    console = console_for_stderr()
+    cmd.verbosity = cmd.QUIET if args.quiet else cmd.VERBOSE if args.verbose else cmd.NORMAL
+    console, errors = console_for_stderr(quiet=args.quiet), console_for_stderr()
 
     def report(kind: str, line: str) -> None:
-        console.print(Text.assemble((f"{kind}:", "red"), " ", line))
+        errors.print(Text.assemble((f"{kind}:", "red"), " ", line))
 
     return execute_command(lambda: int(args.func(args, console)), report)
 

@@ -29,8 +29,15 @@ class Completed:
         return shlex.join(self.argv)
 
 
-def _start(args: Sequence[str]) -> None:
-    print("+ " + shlex.join(args), file=sys.stderr, flush=True)
+# Which commands are printed as `+ cmd`: 0 none (-q), 1 those that do the work (the default), 2 the
+# quiet probes too (-v). Set by epstack.cli.main for each run.
+QUIET, NORMAL, VERBOSE = 0, 1, 2
+verbosity = NORMAL
+
+
+def _start(args: Sequence[str], *, echo: bool) -> None:
+    if verbosity >= (NORMAL if echo else VERBOSE):
+        print("+ " + shlex.join(args), file=sys.stderr, flush=True)
 
 
 _PR_SET_PDEATHSIG = 1
@@ -67,8 +74,7 @@ def run(
     password never goes on the command line). `own_group`: in a process group of its own, killed
     when this process dies, even by SIGKILL (a resolver a killed command must not leave running)."""
     argv = tuple(str(a) for a in args)
-    if echo:
-        _start(argv)
+    _start(argv, echo=echo)
     try:
         result = subprocess.run(
             argv,
@@ -113,7 +119,7 @@ def call(
 
 
 def succeeds(*args: str | Path, env: Mapping[str, str] | None = None, timeout: float = 60) -> bool:
-    """True when the command exits 0 within `timeout`; output discarded, nothing printed."""
+    """True when the command exits 0 within `timeout`; output discarded, printed only with -v."""
     try:
         return run(*args, env=env, echo=False, timeout=timeout).returncode == 0
     except (EnvironmentProblem, CommandFailed):
@@ -122,7 +128,7 @@ def succeeds(*args: str | Path, env: Mapping[str, str] | None = None, timeout: f
 
 def pipe(producer: Sequence[str], consumer: Sequence[str]) -> None:
     """`producer | consumer`, both checked."""
-    _start([*producer, "|", *consumer])
+    _start([*producer, "|", *consumer], echo=True)
     with subprocess.Popen(list(producer), stdout=subprocess.PIPE) as first:
         second = subprocess.run(list(consumer), stdin=first.stdout, capture_output=True, check=False)
     if first.returncode != 0 or second.returncode != 0:

@@ -4,7 +4,7 @@ value in a message goes through `shown`."""
 
 from __future__ import annotations
 
-# The exit codes of every epstack command. docs/reference/exit-codes.md states this table.
+# The exit codes of every epstack command; docs/reference/exit-codes.md is written from this table.
 OK = 0
 CHECK_FAILED = 1
 BAD_INPUT = 2
@@ -12,10 +12,11 @@ ENVIRONMENT = 3
 INTERRUPTED = 130
 EXIT_CODES: dict[int, str] = {
     OK: "ok",
-    CHECK_FAILED: "a check failed (drift, a wrong token, a hang, a failed command)",
-    BAD_INPUT: "bad input (pins file, flags, paths, environment variables); nothing was done",
-    ENVIRONMENT: "the environment lacks something (Docker, CUDA, torch, a GPU, the network, disk)",
-    INTERRUPTED: "interrupted (Ctrl-C, SIGTERM); what was started was stopped",
+    CHECK_FAILED: "a check failed: drift in the guard, a wrong token or a hang in the smoke, a predicted "
+    "move, a failed command",
+    BAD_INPUT: "bad input (pins file, flags, paths, environment variables; see below); nothing was done",
+    ENVIRONMENT: "the environment lacks something: Docker, CUDA, torch, a GPU, the network, disk space",
+    INTERRUPTED: "interrupted (Ctrl-C, SIGTERM): what was started was stopped, nothing left half-written",
 }
 
 

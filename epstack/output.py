@@ -24,6 +24,7 @@ import fcntl
 import os
 import shutil
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -247,11 +248,18 @@ def replace_output(out: Path, files: Mapping[str, bytes], *, executable: Sequenc
             _remove_staging(staging)
 
 
+# A file name that means standard output: `--json -`.
+STDOUT = Path("-")
+
+
 def write_file(path: Path, text: str | bytes, *, what: str) -> None:
     """A file the user named (--json, --report, --out FILE), written whole: a new or regular file gets a
     sibling swapped in (readers see the old text or the new; a file replaced keeps its mode), a device
-    such as /dev/stdout is written to. A directory, a FIFO nobody reads or a path that cannot hold a
-    file is BadInput naming `what`; a full disk is an EnvironmentProblem."""
+    such as /dev/stdout is written to, and so is STDOUT (`-`). A directory, a FIFO nobody reads or a
+    path that cannot hold a file is BadInput naming `what`; a full disk is an EnvironmentProblem."""
+    if path == STDOUT:
+        sys.stdout.write(text if isinstance(text, str) else text.decode())
+        return
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -308,7 +316,9 @@ def _as_input(path: Path, source: Path) -> str | None:
 def check_writable(path: Path, *, what: str, inputs: Sequence[Path] = ()) -> None:
     """Before any work: BadInput unless `path` can take a file (not a directory, and its nearest
     existing ancestor a writable directory), so a run never ends unable to write its report, and
-    unless it is none of the command's `inputs` (files it reads, folders it reads from)."""
+    unless it is none of the command's `inputs` (files it reads, folders it reads from). STDOUT can."""
+    if path == STDOUT:
+        return
     for source in inputs:
         relation = _as_input(path, source)
         if relation:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack import cmd
+from epstack.cli import console_for_stderr, main
 from epstack.pins.load import SCHEMA_PATH, pins_json_schema
 from tests.conftest import PINS, REPO, pins_variant, venv_tool
 
@@ -66,3 +67,55 @@ def test_shell_scripts_pass_shellcheck() -> None:
     scripts.append(str(REPO / ".ci/run"))
     result = subprocess.run([venv_tool("shellcheck"), *scripts], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout
+
+
+def test_pins_json_to_a_file_or_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "pins.json"
+    assert main(["pins", "check", "--pins", str(PINS), "--json", str(out)]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["pins", "check", "--pins", str(PINS), "--json", "-"]) == 0
+    assert capsys.readouterr() == (out.read_text(), "")
+    assert main(["pins", "check", "--json", "--pins", str(PINS)]) == 0  # the old flag: stdout, warned
+    assert capsys.readouterr() == (
+        out.read_text(),
+        "warning: --json without FILE is deprecated and goes in the next release; fix: write --json -\n",
+    )
+
+
+def test_quiet_keeps_only_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-q", "pins", "check", "--pins", str(PINS)]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(["-q", "pins", "check", "--pins", str(tmp_path / "none.env")]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+    assert main(["pins", "check", "--pins", str(PINS)]) == 0 and cmd.verbosity == cmd.NORMAL
+
+
+@pytest.mark.parametrize(
+    ("verbosity", "work", "probe"),
+    [(cmd.QUIET, False, False), (cmd.NORMAL, True, False), (cmd.VERBOSE, True, True)],
+)
+def test_verbosity_says_which_commands_are_printed(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    verbosity: int,
+    work: bool,
+    probe: bool,
+) -> None:
+    monkeypatch.setattr(cmd, "verbosity", verbosity)
+    cmd.call("true")
+    assert cmd.succeeds("false") is False
+    err = capsys.readouterr().err
+    assert ("+ true" in err, "+ false" in err) == (work, probe)
+
+
+def test_no_color_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")  # a terminal, as far as rich knows
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    outputs = []
+    for no_color in ("", "1"):
+        monkeypatch.setenv("NO_COLOR", no_color)
+        console = console_for_stderr()
+        with console.capture() as captured:
+            console.print("[red]error:[/] x")
+        outputs.append(captured.get())
+    assert "\x1b[" in outputs[0] and "\x1b[" not in outputs[1] and "error: x" in outputs[1]

@@ -4,12 +4,15 @@ every docs page it names there."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from markdown.extensions.toc import slugify
 
 from epstack.commands import clireference, jit
 from tests.conftest import REPO
@@ -59,9 +62,10 @@ def test_the_readme_is_short_and_every_page_it_links_exists() -> None:
     assert links and not missing, missing
 
 
-def test_the_cli_reference_is_the_parsers_own() -> None:
-    assert (REPO / "docs" / "reference" / "cli.md").read_text() == clireference.page(), (
-        "the parsers changed: run `make reference` and commit docs/reference/cli.md"
+@pytest.mark.parametrize("name", sorted(clireference.PAGES))
+def test_each_reference_page_is_the_codes_own(name: str) -> None:
+    assert (REPO / "docs" / "reference" / name).read_text() == clireference.PAGES[name](), (
+        f"the code changed: run `make reference` and commit docs/reference/{name}"
     )
 
 
@@ -75,3 +79,58 @@ def test_an_option_added_to_a_parser_changes_the_reference(monkeypatch: pytest.M
 
     monkeypatch.setattr(jit, "register", with_one_more)
     assert "`--brand-new` | an option the page does not have |" in clireference.page()
+
+
+DOCS_PAGE = re.compile(r"docs/([\w/.-]+\.md)(?:#([\w-]+))?")
+
+
+def anchors(page: Path) -> set[str]:
+    """The heading anchors mkdocs gives `page` (its toc's slugs), fenced code left out."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.MULTILINE | re.DOTALL)
+    return {slugify(heading, "-") for heading in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
+
+
+def messages(source: Path) -> Iterator[str]:
+    """The string literals of a module that are not docstrings: what it prints."""
+    tree = ast.parse(source.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.value
+
+
+SOURCES = sorted((REPO / "epstack").rglob("*.py"))
+
+
+def test_every_docs_page_and_anchor_the_package_names_exists() -> None:
+    named = {match for source in SOURCES for match in DOCS_PAGE.findall(source.read_text())}
+    assert named, "the scan found no docs reference"
+    missing = [
+        f"docs/{page}#{anchor}"
+        for page, anchor in sorted(named)
+        if not (REPO / "docs" / page).is_file() or (anchor and anchor not in anchors(REPO / "docs" / page))
+    ]
+    assert missing == []
+
+
+def test_every_message_that_sends_to_the_docs_names_the_section() -> None:
+    pageonly = [
+        f"{source.relative_to(REPO)}: {text!r}"
+        for source in SOURCES
+        for text in messages(source)
+        for _, anchor in DOCS_PAGE.findall(text)
+        if not anchor
+    ]
+    assert pageonly == []
+
+
+def test_a_missing_anchor_is_found(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n## Sources offline\n\n```\n# not a heading\n```\n")
+    assert anchors(page) == {"title", "sources-offline"}

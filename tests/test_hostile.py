@@ -170,7 +170,7 @@ NUMBERS = st.one_of(
 @given(nodes=NUMBERS, gpus=NUMBERS)
 def test_any_cluster_counts(nodes: str, gpus: str, capsys: pytest.CaptureFixture[str]) -> None:
     image = "registry.example/epstack:t@sha256:" + "0" * 64
-    argv = ["cluster", "render", "--pins", str(PINS), "--target", "slurm", "--job", "elastic-smoke",
+    argv = ["cluster", "render", "--pins", str(PINS), "--platform", "slurm", "--job", "elastic-smoke",
             f"--nodes={nodes}", f"--gpus-per-node={gpus}", "--fabric", "ib", "--image", image]  # fmt: skip
     code, _ = run(argv, capsys)
     assert code in (0, 2)
@@ -233,7 +233,7 @@ def special_files(root: Path) -> dict[str, str]:
     }
 
 
-CLUSTER = ["cluster", "render", "--target", "k8s", "--job", "serve"]
+CLUSTER = ["cluster", "render", "--platform", "k8s", "--job", "serve"]
 SLURM = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "MASTER_ADDR": "h"}
 NAMED = [
     Case(

@@ -761,3 +761,12 @@ def test_a_run_killed_after_the_marker_went_leaves_nothing_of_the_old_tree(
     assert list(left.iterdir()) == []
     replace_output(out, {"c.txt": b"c"})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_dash_is_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    output.check_writable(output.STDOUT, what="the report", inputs=[tmp_path])
+    output.write_file(output.STDOUT, b"{}\n", what="the report")
+    assert capsys.readouterr().out == "{}\n" and list(tmp_path.iterdir()) == []

@@ -261,8 +261,8 @@ COMMANDS = {
     "guard --json": "guard --pins {pins} --json {out}",
     "doctor --json": "doctor --pins {pins} --json {out}",
     "sbom --out": "sbom --layer base --pins {pins} --out {out}",
-    "cluster render --out": f"{CLUSTER_RENDER} --target k8s --image {IMAGE} --out {{out}}",
-    "cluster pull --out": f"cluster pull --target slurm --image {IMAGE} --pins {{pins}} --out {{out}}",
+    "cluster render --out": f"{CLUSTER_RENDER} --platform k8s --image {IMAGE} --out {{out}}",
+    "cluster pull --out": f"cluster pull --platform slurm --image {IMAGE} --pins {{pins}} --out {{out}}",
     "build --report": "build --pins {pins} --out {tmp}/render --report {out}",
 }
 
@@ -286,7 +286,7 @@ def test_an_output_that_is_the_pins_file_is_refused(
 def test_cluster_out_is_not_the_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     manifest = tmp_path / "build-manifest.json"
     manifest.write_text("{}")
-    command = f"{CLUSTER_RENDER} --target slurm --manifest {manifest} --out {manifest}"
+    command = f"{CLUSTER_RENDER} --platform slurm --manifest {manifest} --out {manifest}"
     assert main(command.format(pins=PINS).split()) == BAD_INPUT
     assert "which this command reads" in capsys.readouterr().err and manifest.read_text() == "{}"
 

@@ -71,9 +71,7 @@ def test_the_cycle_finder_finds_one() -> None:
 
 def test_only_the_command_modules_know_the_command_line() -> None:
     knows = {
-        name
-        for name, path in MODULES.items()
-        if {"argparse", "epstack.commands.common"} & _imports_any(path)
+        name for name, path in MODULES.items() if {"argparse", "epstack.commands.common"} & _imports_any(path)
     }
     commands = {name for name in MODULES if name.startswith("epstack.commands")}
     entry_points = {name for name in MODULES if name.endswith("__main__")}

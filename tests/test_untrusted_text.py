@@ -27,7 +27,7 @@ from epstack.pins.load import load_pins, read_layer_pins
 from tests.conftest import PINS, pins_variant
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/epstack:sglang-0.5.23-test@sha256:" + "4f" * 32
-PULL = ["cluster", "pull", "--pins", str(PINS), "--target", "slurm", "--image", IMAGE]
+PULL = ["cluster", "pull", "--pins", str(PINS), "--platform", "slurm", "--image", IMAGE]
 SERVE = ["cluster", "render", "--pins", str(PINS), "--job", "serve", "--nodes", "2", "--gpus-per-node", "8",
          "--fabric", "ib", "--image", IMAGE]  # fmt: skip
 
@@ -97,14 +97,14 @@ def test_a_line_break_in_a_squashfs_dir_is_refused_at_the_flag(
 
 
 TEXT_FLAGS = {
-    "--arch": [*SERVE, "--target", "k8s"],
-    "--image": [*SERVE[:-2], "--target", "k8s"],
-    "--squashfs-dir": [*SERVE, "--target", "slurm"],
-    "--model-path": [*SERVE, "--target", "slurm"],
-    "--name": [*SERVE, "--target", "slurm"],
-    "--rdma-resource": [*SERVE, "--target", "k8s"],
-    "--shm-size": [*SERVE, "--target", "k8s"],
-    "--memory": [*SERVE, "--target", "k8s"],
+    "--arch": [*SERVE, "--platform", "k8s"],
+    "--image": [*SERVE[:-2], "--platform", "k8s"],
+    "--squashfs-dir": [*SERVE, "--platform", "slurm"],
+    "--model-path": [*SERVE, "--platform", "slurm"],
+    "--name": [*SERVE, "--platform", "slurm"],
+    "--rdma-resource": [*SERVE, "--platform", "k8s"],
+    "--shm-size": [*SERVE, "--platform", "k8s"],
+    "--memory": [*SERVE, "--platform", "k8s"],
     "--node-selector": [*PULL[:5], "k8s", *PULL[6:]],
 }
 
@@ -138,7 +138,7 @@ def test_any_model_path_reaches_sglang_as_written_on_kubernetes(
 ) -> None:
     with tempfile.TemporaryDirectory() as work:
         out = Path(work) / "serve.yaml"
-        argv = [*SERVE, "--target", "k8s", "--k8s-kind", "lws", f"--model-path={model}", "--out", str(out)]
+        argv = [*SERVE, "--platform", "k8s", "--k8s-kind", "lws", f"--model-path={model}", "--out", str(out)]
         code, _ = run(argv, capsys)
         assert code == 0
         lws = next(doc for doc in yaml.safe_load_all(out.read_text()) if doc["kind"] == "LeaderWorkerSet")
@@ -159,7 +159,7 @@ def test_any_model_path_reaches_sglang_as_written_on_slurm(
     """The task's `bash -c` script run with sglang faked: the model path as given, the rank expanded."""
     with tempfile.TemporaryDirectory() as work:
         out, log = Path(work) / "serve.sbatch", Path(work) / "sglang.log"
-        code, _ = run([*SERVE, "--target", "slurm", f"--model-path={model}", "--out", str(out)], capsys)
+        code, _ = run([*SERVE, "--platform", "slurm", f"--model-path={model}", "--out", str(out)], capsys)
         assert code == 0
         lines = out.read_text().replace("\\\n", " ").splitlines()
         (srun,) = [line for line in lines if line.startswith("srun ") and " bash -c " in line]
@@ -297,7 +297,7 @@ MARKUP = st.lists(
 def test_any_out_path_is_printed_as_it_is(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     with tempfile.TemporaryDirectory() as work:
         out = Path(work) / name
-        code, err = run([*SERVE, "--target", "k8s", "--out", str(out)], capsys)
+        code, err = run([*SERVE, "--platform", "k8s", "--out", str(out)], capsys)
         assert code == 0 and out.is_file()
     assert f"wrote {out}: serve" in err
 

@@ -93,7 +93,7 @@ for phase in "$@"; do
         note "install: DeepEP (epstack deepep build)"
         # Where an image keeps the wheel, so the guard finds its manifest as in an image.
         wheels=$("$py" -c 'from epstack.imagepaths import WHEELS; print(WHEELS)')
-        cmd=("$py" -m epstack deepep build --pins pins.env --arch 9.0 --sources "$srcs" --wheel-dir "$wheels")
+        cmd=("$py" -m epstack deepep build --pins pins.env --cuda-arch 9.0 --sources "$srcs" --wheel-dir "$wheels")
         echo "+ ${cmd[*]}" >>"$out/run.log"
         "${cmd[@]}" 2>&1 | tee -a "$out/install.log" | tail -n 3
         "$py" -m pip install --quiet --no-deps --force-reinstall "$wheels"/deep_ep-*.whl
@@ -122,7 +122,7 @@ for phase in "$@"; do
             EP_JIT_CACHE_DIR=/tmp/first-request/ep-cache "${cmd[@]}" >/tmp/first-request/smoke.console 2>&1
         note "first-request: smoke exit $?; DeepEP kernels compiled: $(find /tmp/first-request/ep-cache -type f | wc -l) files"
         tail -n 12 /tmp/first-request/smoke.console
-        cmd=("$py" -m epstack jit probe --layer all --arch 9.0a --json "$out/first-request-jit.json")
+        cmd=("$py" -m epstack jit probe --layer all --cuda-arch 9.0a --json "$out/first-request-jit.json")
         echo "+ CUDA_HOME=$home ${cmd[*]}" >>"$out/run.log"
         CUDA_HOME=$home CUDA_PATH=$home PATH="$home/bin:$PATH" PYTHONPATH="$hook:$PYTHONPATH" "${cmd[@]}" \
             >/tmp/first-request/jit.console 2>&1
@@ -142,7 +142,7 @@ for phase in "$@"; do
         unset CC CXX CUDAHOSTCXX
         run_preset() {  # preset cache name [smoke flags...]
             local preset=$1 cache=$2 name=$3; shift 3
-            local c=("${smoke[@]}" --nproc-per-node "$nproc" --preset "$preset" --skip-bench --timeout 300
+            local c=("${smoke[@]}" --nproc-per-node "$nproc" --profile "$preset" --skip-bench --timeout 300
                      --run-dir "$k/run-$name" --json "$out/$name.json" "$@")
             echo "+ EP_JIT_CACHE_DIR=$cache CUDA_HOME=<the image's, nvcc logged> ${c[*]}" >>"$out/run.log"
             : >"$k/nvcc.log"
@@ -203,7 +203,7 @@ for phase in "$@"; do
         compiles() { grep -vc -- '--version' "$f/nvcc.log"; }
         : >"$f/nvcc.log"
         # FlashInfer alone: DeepGEMM's wheel does not load under this host's torch (README).
-        cmd=("$py" -m epstack jit probe --layer sglang --toolchain flashinfer --arch 9.0a --ship
+        cmd=("$py" -m epstack jit probe --layer sglang --toolchain flashinfer --cuda-arch 9.0a --ship
              --json "$out/flashinfer-build-jit.json")
         echo "+ CUDA_VISIBLE_DEVICES= ${cmd[*]}" >>"$out/run.log"
         CUDA_VISIBLE_DEVICES="" "${cmd[@]}" >"$f/build.console" 2>&1

@@ -77,7 +77,8 @@ def check_privileged(client: CodeBuildClient, project: str, backoff: Backoff) ->
     if not environment.get("privilegedMode"):
         raise BadInput(
             f"{project}: privileged mode is off and build.yml runs Docker; fix: aws codebuild update-project "
-            f"--name {project} --environment ... privilegedMode=true (docs/guides/codebuild.md)"
+            f"--name {project} --environment ... privilegedMode=true "
+            "(docs/guides/codebuild.md#setting-up-the-codebuild-project)"
         )
 
 

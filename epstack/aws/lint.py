@@ -174,7 +174,7 @@ def _pins_from_pins_env(document: Document, data: dict[str, Any], pins: Pins) ->
             yield _at(
                 document,
                 path,
-                "pins.env is data, never sourced or grepped; fix: use `epstack pins check --json` "
+                "pins.env is data, never sourced or grepped; fix: use `epstack pins check --json -` "
                 "or the epstack command that needs the pins",
                 "epstack",
             )

@@ -22,7 +22,7 @@ from epstack.aws.runner import (
     run_local,
 )
 from epstack.aws.secrets import aws_secrets
-from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, seconds
+from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, rename, seconds
 from epstack.errors import BadInput
 from epstack.image.engine import DockerEngine
 from epstack.inputs import read_text
@@ -114,12 +114,12 @@ def cmd_start(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_batchspec(args: argparse.Namespace, console: Console) -> int:
     text = render_batchspec(load_pins(pins_path(args.pins)))
-    if args.check:
-        if read_text(args.check, what="a batch buildspec") != text:
+    if args.compare:
+        if read_text(args.compare, what="a batch buildspec") != text:
             raise LintFailed(
-                f"{args.check} differs from pins.env; fix: epstack codebuild batchspec > {args.check}"
+                f"{args.compare} differs from pins.env; fix: epstack codebuild batchspec > {args.compare}"
             )
-        console.print(f"[green]{escape(str(args.check))} matches pins.env[/]")
+        console.print(f"[green]{escape(str(args.compare))} matches pins.env[/]")
         return 0
     print(text, end="")
     return 0
@@ -156,7 +156,7 @@ def register(subparsers: SubParsers) -> None:
     lint_parser = commands.add_parser(
         "lint", parents=[PINS], help="check buildspecs: CodeBuild's documented rules, and epstack's own"
     )
-    lint_parser.add_argument("files", nargs="+", type=path_arg, metavar="FILE")
+    lint_parser.add_argument("files", nargs="+", type=path_arg, metavar="FILE", help="buildspec files")
     lint_parser.add_argument(
         "--source", type=path_arg, help="source root for batch buildspec paths (default: git root)"
     )
@@ -172,7 +172,7 @@ def register(subparsers: SubParsers) -> None:
     run = commands.add_parser(
         "run-local", parents=[PINS], help="run a buildspec's phases here, as CodeBuild would"
     )
-    run.add_argument("file", type=path_arg, metavar="FILE")
+    run.add_argument("file", type=path_arg, metavar="FILE", help="the buildspec to run")
     run.add_argument(
         "--registry",
         metavar="127.0.0.1:PORT",
@@ -221,8 +221,9 @@ def register(subparsers: SubParsers) -> None:
         "batchspec", parents=[PINS], help="print buildspecs/batch.yml rendered from pins.env"
     )
     batch.add_argument(
-        "--check", type=path_arg, metavar="FILE", help="exit 1 unless FILE equals the rendering"
+        "--compare", type=path_arg, metavar="FILE", help="exit 1 unless FILE equals the rendering"
     )
+    rename(batch, "--compare", "--check")
     batch.set_defaults(func=cmd_batchspec)
 
     ecr = subparsers.add_parser("ecr", help="Amazon ECR: login, digest of a tag, promote by manifest")
@@ -235,9 +236,9 @@ def register(subparsers: SubParsers) -> None:
     )
     login_parser.set_defaults(func=cmd_ecr_login)
     digest = ecr_commands.add_parser("digest", help="print the digest a tag names")
-    digest.add_argument("image", metavar="IMAGE:TAG")
+    digest.add_argument("image", metavar="IMAGE:TAG", help="an image in ECR by tag")
     digest.set_defaults(func=cmd_ecr_digest)
     promote = ecr_commands.add_parser("promote", help="point DST's tag at SRC's manifest (same digest)")
-    promote.add_argument("source", metavar="SRC")
-    promote.add_argument("destination", metavar="DST")
+    promote.add_argument("source", metavar="SRC", help="IMAGE:TAG whose manifest to point at")
+    promote.add_argument("destination", metavar="DST", help="IMAGE:TAG to point at it")
     promote.set_defaults(func=cmd_ecr_promote)

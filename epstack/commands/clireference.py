@@ -1,30 +1,40 @@
-"""The command-line reference page, written from the argparse parsers themselves (never by hand):
-`python -m epstack.commands.clireference docs/reference/cli.md`; tests/test_docs.py fails when the
-committed page and the parsers differ."""
+"""The reference pages written from the code itself (never by hand): the command line from the argparse
+parsers (cli.md), every option name and its one meaning (options.md, from epstack.commands.meanings),
+the exit codes (exit-codes.md, from epstack.errors). `python -m epstack.commands.clireference
+docs/reference` writes them (`make reference`); tests/test_docs.py fails when a committed page differs."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from epstack.cli import build_parser
+from epstack.commands.common import FileOrBare, commands
+from epstack.commands.meanings import MEANINGS
+from epstack.errors import EXIT_CODES
 
 WIDTH = 100  # usage lines wrapped here, whatever the terminal
 HEADER = (
     "# Command-line reference\n\n"
     "Written from the parsers by `make reference` (`python -m epstack.commands.clireference`); a test\n"
-    "fails when this page and the code differ. `epstack COMMAND --help` prints the same.\n"
+    "fails when this page and the code differ. `epstack COMMAND --help` prints the same.\n\n"
+    "Before the command: `-q` (on stderr only errors and warnings) or `-v` (every command run, the quiet\n"
+    "probes too). `NO_COLOR=1` turns colour off. A FILE of `-` is stdout (`--json -`). Each option name\n"
+    "has one meaning in every command: [Option names](options.md).\n"
 )
 
 
-def _commands(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, child in action.choices.items():
-                yield from _commands(child, f"{path} {name}")
+_NOT_OPTIONS = (argparse._HelpAction, argparse._SubParsersAction)
+
+
+def uses() -> Iterator[tuple[str, argparse.Action]]:
+    """Each command (`epstack cluster render`) with each of its options, --help left out."""
+    for path, parser in commands(build_parser()):
+        for action in parser._actions:
+            if action.option_strings and not isinstance(action, _NOT_OPTIONS):
+                yield f"epstack {path}".rstrip(), action
 
 
 def _cell(text: str) -> str:
@@ -47,9 +57,10 @@ def _option(action: argparse.Action) -> str:
 
 
 def page() -> str:
-    """The whole page: each command and subcommand, its usage, description and options."""
+    """cli.md: each command and subcommand, its usage, description, options and examples."""
     parts = [HEADER]
-    for path, parser in _commands(build_parser(), "epstack"):
+    for words, parser in commands(build_parser()):
+        path = f"epstack {words}".rstrip()
         parser.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=WIDTH)
         usage = parser.format_usage().removeprefix("usage: ").strip()
         options = [
@@ -62,8 +73,85 @@ def page() -> str:
             parts.append(f"\n{parser.description.strip()}\n")
         if options:
             parts.append("\n| option | meaning |\n| --- | --- |\n" + "\n".join(options) + "\n")
+        if parser.epilog:
+            parts.append(f"\n```\n{parser.epilog}\n```\n")
     return "".join(parts)
 
 
+OPTIONS_HEADER = (
+    "# Option names\n\n"
+    "Every option name means one thing in every command that has it. Written by `make reference` from\n"
+    "`epstack/commands/meanings.py`, which a test checks every parser against.\n\n"
+    "| option | meaning | commands |\n| --- | --- | --- |\n"
+)
+RENAMED_HEADER = (
+    "\n## Renamed options\n\n"
+    "An old name still works for one release and warns on stderr naming the new one.\n\n"
+    "| old | new | commands |\n| --- | --- | --- |\n"
+)
+
+
+def options_page() -> str:
+    """options.md: each option name (with its short form), its meaning and the commands that have it;
+    then the renamed ones."""
+    commands: dict[str, set[str]] = {}
+    names: dict[str, str] = {}  # long name -> how the table writes it, `-q`, `--quiet`
+    renamed: dict[tuple[str, str], list[str]] = {}
+    for path, action in uses():
+        long = next((n for n in action.option_strings if n.startswith("--")), action.option_strings[0])
+        names[long] = ", ".join(f"`{name}`" for name in action.option_strings)
+        commands.setdefault(long, set()).add(path.removeprefix("epstack ") or "epstack")
+        olds = getattr(action, "renamed", {}) | (
+            {f"{long} (no FILE)": f"{long} -"} if isinstance(action, FileOrBare) else {}
+        )
+        for old, new in olds.items():
+            renamed.setdefault((old, new), []).append(path.removeprefix("epstack "))
+    rows = [
+        f"| {names[name]} | {_cell(MEANINGS[name].text)} | {', '.join(sorted(commands[name]))} |"
+        for name in sorted(commands)
+        if name in MEANINGS
+    ]
+    old = [f"| `{o}` | `{n}` | {', '.join(sorted(paths))} |" for (o, n), paths in sorted(renamed.items())]
+    return OPTIONS_HEADER + "\n".join(rows) + "\n" + RENAMED_HEADER + "\n".join(old) + "\n"
+
+
+EXIT_CODES_HEADER = (
+    "# Exit codes\n\n"
+    "Every command (`epstack ...`, `python -m epstack.smoke`, `python3 -m epstack.doctor`) ends with one\n"
+    "of these; errors are one line each (`error: ...`, with the fix), never a traceback. Written by\n"
+    "`make reference` from `epstack/errors.py`.\n\n"
+    "| code | meaning |\n| --- | --- |\n"
+)
+EXIT_CODES_NOTES = """
+## Bad input
+
+Exit 2 comes before any work: a pins file that does not validate; flags out of range (NaN or negative
+timeouts, zero counts, ports out of range); paths epstack may not write (`--out` that epstack may not
+replace, `--json` that is a directory, an output that is a file the command reads, through a link or a
+hard link too; a `--run-dir` holding smoke-named files the smoke did not write); environment variables
+(`EPSTACK_PINS`, `SOURCE_DATE_EPOCH`, launcher variables); a JSON document epstack reads back (deep_ep
+manifest, build report, build manifest, guard report, smoke rank result: each carries a `schema` such
+as `build-report/1`) that is not JSON, has no schema or another version, or lacks a field.
+
+What the user gave (paths, values) is printed as it is: no rich markup (`[/x]`) and no emoji code
+(`:fire:`) in it is interpreted.
+"""
+
+
+def exit_codes_page() -> str:
+    """exit-codes.md: epstack.errors' table."""
+    rows = [f"| {code} | {_cell(meaning)} |" for code, meaning in EXIT_CODES.items()]
+    return EXIT_CODES_HEADER + "\n".join(rows) + "\n" + EXIT_CODES_NOTES
+
+
+# Each page under docs/reference/ and what writes it.
+PAGES: dict[str, Callable[[], str]] = {
+    "cli.md": page,
+    "options.md": options_page,
+    "exit-codes.md": exit_codes_page,
+}
+
+
 if __name__ == "__main__":
-    Path(sys.argv[1]).write_text(page())
+    for name, write in PAGES.items():
+        (Path(sys.argv[1]) / name).write_text(write())

@@ -20,7 +20,7 @@ from epstack.cluster.image import PLACEHOLDER, chosen_image, parse_image, pins_t
 from epstack.cluster.jobs import JOB_KINDS, SERVE_SMOKE_MODES, Job, make_job, node_commands
 from epstack.cluster.profiles import A2A_BACKENDS, PROFILES
 from epstack.cluster.yamltext import dump_all
-from epstack.commands.common import PINS, SubParsers, one_line, path_arg, pins_path, positive_int
+from epstack.commands.common import PINS, SubParsers, one_line, path_arg, pins_path, positive_int, rename
 from epstack.errors import BadInput
 from epstack.fabric import FABRICS
 from epstack.output import check_writable, write_file
@@ -154,7 +154,7 @@ def _site(args: argparse.Namespace) -> site.Site:
     if args.target == "slurm" and (given := [name for name in K8S_ONLY if getattr(args, name)]):
         flags = " ".join("--" + name.replace("_", "-") for name in given)
         raise BadInput(
-            f"{flags}: Kubernetes pod settings; fix: drop them for --target slurm (pyxis has no "
+            f"{flags}: Kubernetes pod settings; fix: drop them for --platform slurm (pyxis has no "
             "privileged mode; place a Slurm job with sbatch's own options)"
         )
     node_dir = f"{site.HOST_ROOT}/{{}}"
@@ -299,7 +299,10 @@ def cmd_metrics(args: argparse.Namespace, console: Console) -> int:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", choices=("k8s", "slurm"), required=True)
+    parser.add_argument(
+        "--platform", dest="target", choices=("k8s", "slurm"), required=True, help="the scheduler"
+    )
+    rename(parser, "--platform", "--target")
     parser.add_argument("--arch", type=one_line, help="image arch, e.g. hopper (default: DEFAULT_TARGET's)")
     parser.add_argument("--fabric", choices=tuple(FABRICS), help="default: DEFAULT_TARGET's")
     parser.add_argument("--image", type=one_line, help="REPOSITORY[:TAG]@sha256:<64 hex>")
@@ -395,7 +398,9 @@ def _site_arguments(render: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--topology-key", type=one_line, help="k8s: all pods in one domain (LWS exclusive-topology)"
     )
-    group.add_argument("--cpus-per-gpu", type=positive_int, default=site.DEFAULT_CPUS_PER_GPU)
+    group.add_argument(
+        "--cpus-per-gpu", type=positive_int, default=site.DEFAULT_CPUS_PER_GPU, help="CPUs requested per GPU"
+    )
     group.add_argument(
         "--startup-timeout",
         type=positive_int,
@@ -412,9 +417,9 @@ def register(subparsers: SubParsers) -> None:
         "render", parents=[PINS], help="a smoke or serve job as Kubernetes objects or an sbatch script"
     )
     _common(render)
-    render.add_argument("--job", choices=JOB_KINDS, required=True)
-    render.add_argument("--nodes", type=positive_int, required=True)
-    render.add_argument("--gpus-per-node", type=positive_int, required=True)
+    render.add_argument("--job", choices=JOB_KINDS, required=True, help="what the job runs")
+    render.add_argument("--nodes", type=positive_int, required=True, help="nodes of the job")
+    render.add_argument("--gpus-per-node", type=positive_int, required=True, help="GPUs (ranks) per node")
     render.add_argument("--profile", choices=tuple(PROFILES), help="serve: model (default deepseek-v3)")
     render.add_argument("--a2a", choices=A2A_BACKENDS, default="deepep_v2", help="MoE all-to-all backend")
     render.add_argument(

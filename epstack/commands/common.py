@@ -14,13 +14,14 @@ import argparse
 import math
 import os
 import signal
+import sys
 import threading
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias, cast
 
 if TYPE_CHECKING:  # the stdlib-only `python3 -m epstack.doctor` imports this module too: no rich here
     from rich.console import Console
@@ -155,6 +156,68 @@ def _locks_parent() -> argparse.ArgumentParser:
 
 # The one --locks of the commands that read or write the lock folder (the guard's differs: no default).
 LOCKS = _locks_parent()
+
+
+def _deprecated(old: str, new: str) -> None:
+    sys.stderr.write(f"warning: {old} is deprecated and goes in the next release; fix: write {new}\n")
+
+
+class _Renamed(argparse.Action):
+    """Mixed into an option's action by `rename`: its old names still work, each use warned on stderr."""
+
+    renamed: dict[str, str]  # old name -> new name
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        if option_string in self.renamed:
+            _deprecated(option_string, self.renamed[option_string])
+        super().__call__(parser, namespace, values, option_string)
+
+
+def rename(parser: argparse._ActionsContainer, new: str, *old: str) -> None:
+    """Keep `new`'s old names working for one release: the same option (its dest, type, required-ness),
+    not shown in --help or the reference, each use warned on stderr naming `new`."""
+    action = parser._option_string_actions[new]
+    taken = [name for name in old if name in parser._option_string_actions]
+    if taken:
+        raise ValueError(f"{taken[0]} is another option of this command")
+    if not isinstance(action, _Renamed):
+        action.__class__ = type(f"Renamed{type(action).__name__}", (_Renamed, type(action)), {})
+    renamed = cast(_Renamed, action)
+    renamed.renamed = getattr(renamed, "renamed", {}) | dict.fromkeys(old, new)
+    parser._option_string_actions.update(dict.fromkeys(old, action))
+
+
+class FileOrBare(argparse.Action):
+    """`--json FILE` (add it with nargs="?") where the option was once a flag: bare, it still means
+    `-` (stdout), warned on stderr for one release."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        if values is None:
+            _deprecated(f"{option_string} without FILE", f"{option_string} -")
+        setattr(namespace, self.dest, Path("-") if values is None else values)
+
+
+def commands(
+    parser: argparse.ArgumentParser, path: str = ""
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """`parser` and every command under it, each with its words after `epstack` ("" for `parser`)."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from commands(child, f"{path} {name}".strip())
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:

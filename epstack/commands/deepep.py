@@ -6,7 +6,7 @@ import argparse
 
 from rich.console import Console
 
-from epstack.commands.common import PINS, SubParsers, path_arg, pins_path
+from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, rename
 from epstack.fabric import FABRICS
 from epstack.image.deepep import build
 
@@ -16,7 +16,7 @@ def cmd_deepep_build(args: argparse.Namespace, console: Console) -> int:
         pins_file=pins_path(args.pins),
         sources=args.sources,
         wheel_dir=args.wheel_dir,
-        arch=args.arch,
+        arch=" ".join(args.cuda_arch) if args.cuda_arch else None,
         fabric=args.fabric,
     )
     console.print(
@@ -42,7 +42,13 @@ def register(subparsers: SubParsers) -> None:
         help="folder of `git archive` tarballs, verified whole (without it: git clone)",
     )
     parser.add_argument("--wheel-dir", type=path_arg, required=True, help="where the wheel and manifest go")
-    parser.add_argument("--arch", help="TORCH_CUDA_ARCH_LIST (default: the layer pins file's)")
+    parser.add_argument(
+        "--cuda-arch",
+        action="append",
+        metavar="ARCH",
+        help="CUDA arch to compile for, e.g. 9.0 (repeatable; default: the pins' TORCH_CUDA_ARCH_LIST)",
+    )
+    rename(parser, "--cuda-arch", "--arch")
     parser.add_argument(
         "--fabric",
         choices=tuple(FABRICS),

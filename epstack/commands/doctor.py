@@ -75,7 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--root", type=path_arg, default=host.ROOT, help="read /proc and /sys under here (default /)"
     )
-    parser.add_argument("--json", type=path_arg, metavar="FILE", help="also write the report as JSON")
+    parser.add_argument(
+        "--json", type=path_arg, metavar="FILE", help="also write the report as JSON (- for stdout)"
+    )
     parser.set_defaults(func=cmd_doctor)
 
 

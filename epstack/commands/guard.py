@@ -17,7 +17,7 @@ from epstack.guard.record import make_record, record_path
 from epstack.guard.run import run_guard
 from epstack.guard.start import PROVEN, Trusted, trusted_report
 from epstack.layers import GUARD_CHOICES
-from epstack.output import check_writable, write_file
+from epstack.output import STDOUT, check_writable, write_file
 
 _STYLE: dict[Verdict, str] = {
     "ok": "green",
@@ -34,8 +34,10 @@ _STYLE: dict[Verdict, str] = {
 def cmd_guard(args: argparse.Namespace, console: Console) -> int:
     locks = args.locks or (Path(os.environ["EPSTACK_LOCKS"]) if os.environ.get("EPSTACK_LOCKS") else None)
     pins = pins_path(args.pins)
-    if args.record and not args.json:
-        raise BadInput("--record needs --json: the record vouches for that report; fix: add --json FILE")
+    if args.record and args.json in (None, STDOUT):
+        raise BadInput(
+            "--record needs --json: the record vouches for that report; fix: add --json FILE (not -)"
+        )
     if args.json:
         check_writable(args.json, what="the --json report", inputs=[pins, *([locks] if locks else [])])
     trusted = trusted_report(pins, args.layer, locks, os.environ) if args.at_start else None
@@ -90,7 +92,9 @@ def register(subparsers: SubParsers) -> None:
         help="also check every distribution of this Python against the layer's locks in this folder "
         "(default $EPSTACK_LOCKS, set in the images; none: no such check)",
     )
-    guard.add_argument("--json", type=path_arg, metavar="FILE", help="also write the report as JSON")
+    guard.add_argument(
+        "--json", type=path_arg, metavar="FILE", help="also write the report as JSON (- for stdout)"
+    )
     when = guard.add_mutually_exclusive_group()
     when.add_argument(
         "--record",

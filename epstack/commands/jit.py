@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from epstack import imagepaths
-from epstack.commands.common import SubParsers, path_arg, seconds
+from epstack.commands.common import SubParsers, path_arg, rename, seconds
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.guard.jitprobe import TIMEOUT_S, TOOLCHAINS, JitReport, probe_layer, report_path
 from epstack.image.engine import DockerEngine
@@ -36,7 +36,7 @@ WORKSPACE_VARIABLE = "FLASHINFER_WORKSPACE_BASE"
 
 
 def _archs(values: Sequence[str] | None) -> tuple[str, ...]:
-    """--arch values, else the image's TORCH_CUDA_ARCH_LIST (its layer pins file, EPSTACK_PINS)."""
+    """--cuda-arch values, else the image's TORCH_CUDA_ARCH_LIST (its layer pins file, EPSTACK_PINS)."""
     if values:
         archs = tuple(values)
     else:
@@ -47,15 +47,16 @@ def _archs(values: Sequence[str] | None) -> tuple[str, ...]:
         archs = tuple(listed.split())
     unknown = [arch for arch in archs if arch not in GPU_ARCHS]
     if unknown:
-        raise BadInput(f"--arch {unknown[0]}: not a GPU architecture; fix: e.g. --arch 9.0a")
+        raise BadInput(f"--cuda-arch {unknown[0]}: not a GPU architecture; fix: e.g. --cuda-arch 9.0a")
     return archs
 
 
 def cmd_probe(args: argparse.Namespace, console: Console) -> int:
-    archs = _archs(args.arch)
+    archs = _archs(args.cuda_arch)
     if not archs and args.layer != "base":
         raise BadInput(
-            "no arch to compile for: no --arch and no TORCH_CUDA_ARCH_LIST in $EPSTACK_PINS; fix: --arch 9.0a"
+            "no arch to compile for: no --cuda-arch and no TORCH_CUDA_ARCH_LIST in $EPSTACK_PINS; "
+            "fix: --cuda-arch 9.0a"
         )
     out = args.json or report_path(args.layer)
     # A layer's guard step runs again in built images (publish, a user's layer): what it shipped stays.
@@ -231,8 +232,12 @@ def register(subparsers: SubParsers) -> None:
     probe = actions.add_parser("probe", help="compile one real module of each toolchain of a layer, now")
     probe.add_argument("--layer", choices=(*LAYER_NAMES, "all"), default="all", help="default all")
     probe.add_argument(
-        "--arch", action="append", help="GPU arch to compile for (repeatable; default: the image's)"
+        "--cuda-arch",
+        action="append",
+        metavar="ARCH",
+        help="CUDA arch to compile for, e.g. 9.0a (repeatable; default: the image's TORCH_CUDA_ARCH_LIST)",
     )
+    rename(probe, "--cuda-arch", "--arch")
     probe.add_argument("--json", type=path_arg, metavar="FILE", help="default: the image's jit-<layer>.json")
     probe.add_argument("--timeout", type=seconds, default=TIMEOUT_S, help="seconds per toolchain")
     probe.add_argument(

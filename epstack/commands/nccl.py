@@ -1,5 +1,5 @@
 """`epstack nccl check`: is this NCCL the pinned one? A source tree, a built library or the libnccl torch
-loads (epstack.guard.nccl), against NCCL_VERSION of the pins (or --version). scripts/gpu/install-nccl.sh
+loads (epstack.guard.nccl), against NCCL_VERSION of the pins (or --nccl-version). scripts/gpu/install-nccl.sh
 calls it instead of reading versions in awk.
 """
 
@@ -10,7 +10,7 @@ import argparse
 from rich.console import Console
 from rich.markup import escape
 
-from epstack.commands.common import PINS, SubParsers, path_arg, pins_path
+from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, rename
 from epstack.errors import BadInput
 from epstack.guard.nccl import library_version, loaded_version, source_version
 from epstack.pins.load import pin_values
@@ -18,11 +18,11 @@ from epstack.pins.values import exact_version
 
 
 def cmd_nccl_check(args: argparse.Namespace, console: Console) -> int:
-    if args.version is not None:
+    if args.nccl_version is not None:
         try:
-            expected = exact_version(args.version)
+            expected = exact_version(args.nccl_version)
         except ValueError as exc:
-            raise BadInput(f"--version {exc}") from None
+            raise BadInput(f"--nccl-version {exc}") from None
     else:
         pinned = pin_values(pins_path(args.pins))
         if "NCCL_VERSION" not in pinned:
@@ -54,7 +54,10 @@ def register(subparsers: SubParsers) -> None:
     check = commands.add_parser(
         "check", parents=[PINS], help="exit 0 when each NCCL named is NCCL_VERSION (1 otherwise)"
     )
-    check.add_argument("--version", help="expected version instead of the pins' NCCL_VERSION")
+    check.add_argument(
+        "--nccl-version", metavar="VERSION", help="expected NCCL version instead of the pins' NCCL_VERSION"
+    )
+    rename(check, "--nccl-version", "--version")
     check.add_argument("--source", type=path_arg, metavar="TREE", help="an NCCL source tree")
     check.add_argument("--library", type=path_arg, metavar="LIB", help="a built libnccl.so")
     check.add_argument("--loaded", action="store_true", help="the libnccl torch loads in this Python")

@@ -16,7 +16,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack.commands.common import LOCKS, PINS, SubParsers, path_arg, pins_path, positive_int, working
+from epstack.commands.common import (
+    LOCKS,
+    PINS,
+    FileOrBare,
+    SubParsers,
+    path_arg,
+    pins_path,
+    positive_int,
+    working,
+)
 from epstack.commands.lock import moves_table
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.journal import staging
@@ -43,7 +52,12 @@ def cmd_pins_check(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
     pins = load_pins(path)
     if args.json:
-        print(json.dumps(pins.model_dump(by_alias=True), indent=2, sort_keys=True))
+        check_writable(args.json, what="the pins JSON", inputs=[path])
+        write_file(
+            args.json,
+            json.dumps(pins.model_dump(by_alias=True), indent=2, sort_keys=True) + "\n",
+            what="the pins JSON",
+        )
         return 0
     table = Table("target", "layer", "image")
     for target in pins.targets:
@@ -65,7 +79,7 @@ def cmd_pins_get(args: argparse.Namespace, console: Console) -> int:
     values = {key: str(value) for key, value in load_pins(path).as_env().items()}
     for key in args.keys:
         if key not in values:
-            hint = did_you_mean(key, values) or "see docs/reference/pins.md"
+            hint = did_you_mean(key, values) or "see docs/reference/pins.md#keys"
             raise BadInput(f"{key}: not a key of {path}; fix: {hint}")
         print(values[key])
     return 0
@@ -314,7 +328,14 @@ def register(subparsers: SubParsers) -> None:
     pins = subparsers.add_parser("pins", help="check the pins file, read a pin, predict SGLang's moves")
     commands = pins.add_subparsers(dest="pins_command", required=True, metavar="SUBCOMMAND")
     check = commands.add_parser("check", parents=[PINS], help="validate pins.env and its compatibility rules")
-    check.add_argument("--json", action="store_true", help="print the validated pins as JSON")
+    check.add_argument(
+        "--json",
+        type=path_arg,
+        nargs="?",
+        action=FileOrBare,
+        metavar="FILE",
+        help="write the validated pins as JSON to FILE instead of the table (- for stdout)",
+    )
     check.set_defaults(func=cmd_pins_check)
     get = commands.add_parser("get", parents=[PINS], help="print validated pins, one per line (for scripts)")
     get.add_argument("keys", nargs="+", metavar="KEY", help="pins.env keys, e.g. NCCL_VERSION")
@@ -373,7 +394,9 @@ def register(subparsers: SubParsers) -> None:
         parents=[PINS],
         help="each pin against upstream: the newest release and the newest that resolves with the rest held",
     )
-    newer.add_argument("--json", type=path_arg, metavar="FILE", help="also write the rows (pins-outdated/1)")
+    newer.add_argument(
+        "--json", type=path_arg, metavar="FILE", help="also write the rows (pins-outdated/1; - for stdout)"
+    )
     newer.add_argument(
         "--candidates",
         type=positive_int,

@@ -8,7 +8,7 @@ import os
 from rich.console import Console
 from rich.markup import escape
 
-from epstack.commands.common import LOCKS, PINS, SubParsers, path_arg, pins_path
+from epstack.commands.common import LOCKS, PINS, SubParsers, path_arg, pins_path, rename
 from epstack.errors import BadInput
 from epstack.image.sbom import SBOM_DIR, collect
 from epstack.inputs import read_text
@@ -40,7 +40,7 @@ def cmd_sbom(args: argparse.Namespace, console: Console) -> int:
     locks = locks_dir(args.locks)
     out = args.out or SBOM_DIR / f"{layer}.cdx.json"
     check_writable(out, what="the SBOM", inputs=[pins_file, locks])
-    facts = collect(layer=layer, target=args.target, version=args.version, base_image=args.base_image,
+    facts = collect(layer=layer, target=args.target, version=args.image_tag, base_image=args.base_image,
                     pins_file=pins_file, locks=locks)  # fmt: skip
     text = cdx.document(facts)
     errors = cdx.validate(text)
@@ -61,8 +61,13 @@ def register(subparsers: SubParsers) -> None:
         "sbom", parents=[PINS, LOCKS], help="write this image's CycloneDX SBOM (run inside an image)"
     )
     parser.add_argument("--layer", choices=LAYER_NAMES, help="default $EPSTACK_GUARD_LAYER")
-    parser.add_argument("--target", default="", help="the target the image was built for")
-    parser.add_argument("--version", default="", help="the image's tag (its pins hash at the end)")
+    parser.add_argument(
+        "--target", default="", help="the image target the image was built for, e.g. hopper-ib"
+    )
+    parser.add_argument(
+        "--image-tag", default="", metavar="TAG", help="the image's tag (its pins hash at the end)"
+    )
+    rename(parser, "--image-tag", "--version")
     parser.add_argument("--base-image", default="", help="NAME:TAG@sha256:... the image is built FROM")
     parser.add_argument("--out", type=path_arg, help=f"default {SBOM_DIR}/<layer>.cdx.json")
     parser.add_argument(

@@ -27,6 +27,7 @@ from epstack.commands.common import (
     path_arg,
     port,
     positive_int,
+    rename,
     seconds,
 )
 from epstack.errors import OK, BadInput
@@ -44,6 +45,15 @@ from epstack.smoke.serving.sweep import CONCURRENCIES
 from epstack.smoke.supervise import Supervised
 from epstack.smoke.upstream import UpstreamResult
 
+ELASTIC = """\
+Start one rank per GPU here (--nproc-per-node) or under torchrun, Slurm or Kubernetes; each builds
+DeepEP V2's ElasticBuffer, checks dispatch and combine against torch's all_to_all at the model's shape,
+then times them. One JSON report (--json) from rank 0.
+
+Exit 0 pass; 1 a check failed (wrong tokens, a hang, DeepEP's own suite failed, bandwidth under
+--min-bandwidth-ratio); 2 bad input; 3 the environment (no torch, no GPU, no deep_ep); 130 interrupted.
+"""
+
 
 def register(subparsers: SubParsers) -> None:
     """Add `smoke elastic` to epstack's top-level subparsers."""
@@ -53,14 +63,16 @@ def register(subparsers: SubParsers) -> None:
     p = smoke.add_parser(
         "elastic",
         help="deep_ep.ElasticBuffer: start, dispatch/combine checked against all_to_all, speed",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=ELASTIC,
     )
     shape = p.add_argument_group("model shape (default: DeepEP test_ep's 4096 x 7168, top-6/256)")
-    shape.add_argument("--preset", choices=sorted(PRESETS))
-    shape.add_argument("--hidden", type=positive_int)
-    shape.add_argument("--num-topk", type=positive_int)
-    shape.add_argument("--num-experts", type=positive_int)
+    shape.add_argument(
+        "--profile", dest="preset", choices=sorted(PRESETS), help="a model's MoE shape (default: test_ep's)"
+    )
+    rename(shape, "--profile", "--preset")
+    shape.add_argument("--hidden", type=positive_int, help="hidden size (default: the profile's)")
+    shape.add_argument("--num-topk", type=positive_int, help="experts per token (default: the profile's)")
+    shape.add_argument("--num-experts", type=positive_int, help="routed experts (default: the profile's)")
     shape.add_argument(
         "--num-tokens",
         type=positive_int,
@@ -84,7 +96,7 @@ def register(subparsers: SubParsers) -> None:
         default="auto",
         help="auto: hybrid when an RDMA NIC (GIN) is present, else direct",
     )
-    run.add_argument("--seed", type=non_negative_int, default=0)
+    run.add_argument("--seed", type=non_negative_int, default=0, help="the random seed of the top-k choices")
     run.add_argument("--masked-ratio", type=fraction, default=0.1, help="share of -1 top-k slots")
     run.add_argument(
         "--hot-rank-ratio",
@@ -93,7 +105,7 @@ def register(subparsers: SubParsers) -> None:
         help="unbalanced case: rank 0's experts are this much likelier",
     )
     run.add_argument("--iters", type=positive_int, default=50, help="timed calls per operation")
-    run.add_argument("--skip-bench", action="store_true")
+    run.add_argument("--skip-bench", action="store_true", help="check only; no timed calls")
     run.add_argument(
         "--prefer-overlap-with-compute",
         action="store_true",
@@ -111,6 +123,7 @@ def register(subparsers: SubParsers) -> None:
     run.add_argument(
         "--json",
         type=path_arg,
+        metavar="FILE",
         default=Path("epstack-smoke-elastic.json"),
         help="report path, written by the process of global rank 0",
     )
@@ -124,10 +137,16 @@ def register(subparsers: SubParsers) -> None:
     )
     where = p.add_argument_group("launch (flags win over torchrun/Slurm/Kubernetes variables)")
     where.add_argument("--nproc-per-node", type=positive_int, help="ranks to start here (no launcher)")
-    where.add_argument("--nnodes", type=positive_int)
-    where.add_argument("--node-rank", type=non_negative_int)
-    where.add_argument("--master-addr")
-    where.add_argument("--master-port", type=port)
+    where.add_argument(
+        "--nnodes", type=positive_int, help="nodes of the run (default: the launcher's, else 1)"
+    )
+    where.add_argument(
+        "--node-rank", type=non_negative_int, help="this node's rank (default: the launcher's, else 0)"
+    )
+    where.add_argument("--master-addr", help="rank 0's host (default: $MASTER_ADDR or the launcher's)")
+    where.add_argument(
+        "--master-port", type=port, help="rank 0's rendezvous port (default: $MASTER_PORT, else 29500)"
+    )
     up = p.add_argument_group("DeepEP's own suite")
     up.add_argument(
         "--upstream-tests",
@@ -136,7 +155,9 @@ def register(subparsers: SubParsers) -> None:
         help="also run DEEPEP_CHECKOUT/tests/elastic/test_ep.py and compare",
     )
     up.add_argument("--upstream-only", action="store_true", help="run only DeepEP's test_ep")
-    up.add_argument("--upstream-timeout", type=seconds, default=600.0)
+    up.add_argument(
+        "--upstream-timeout", type=seconds, default=600.0, help="seconds before test_ep is stopped"
+    )
     up.add_argument(
         "--upstream-args", default="", help="extra test_ep.py arguments, e.g. '--test-first-only'"
     )
@@ -181,7 +202,6 @@ def _register_serve(smoke: Any) -> None:
         "serve",
         help="SGLang through DeepEP V2: health, backend, greedy checks, against no DeepEP, a load sweep",
         description=serving_run.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     what = p.add_argument_group("what to serve (the flags and environment `epstack cluster` emits)")
     what.add_argument(
@@ -252,7 +272,9 @@ def _register_serve(smoke: Any) -> None:
     limits.add_argument(
         "--run-dir", type=path_arg, help="server logs, the tiny model, sweep files (default: temp)"
     )
-    limits.add_argument("--json", type=path_arg, default=Path("epstack-smoke-serve.json"), help="report path")
+    limits.add_argument(
+        "--json", type=path_arg, metavar="FILE", default=Path("epstack-smoke-serve.json"), help="report path"
+    )
     p.set_defaults(func=cmd_serve)
 
 

@@ -25,6 +25,6 @@ def register(subparsers: SubParsers) -> None:
     verify_parser = sources.add_parser(
         "verify", help="verify a `git archive` tarball whole, and that it is a given commit"
     )
-    verify_parser.add_argument("archive", type=path_arg)
-    verify_parser.add_argument("commit")
+    verify_parser.add_argument("archive", type=path_arg, help="a `git archive` tarball (.tar.gz)")
+    verify_parser.add_argument("commit", help="the 40-hex commit it must hold")
     verify_parser.set_defaults(func=cmd_sources_verify)

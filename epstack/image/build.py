@@ -151,7 +151,7 @@ def build_target(
     if absent and not github_reachable(pins):
         skip = (
             f"no {', '.join(absent)} archive in sources/ and {pins.deepep_repo} is unreachable; "
-            "fix: epstack build --sources DIR (docs/guides/images.md, Sources offline)"
+            "fix: epstack build --sources DIR (docs/guides/images.md#sources-offline)"
         )
     for image in plan.images_for(target):
         spec = on_standin(image, standin) if standin else image

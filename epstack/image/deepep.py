@@ -166,7 +166,7 @@ def build(
     if missing or not arch_list:
         absent = ", ".join(missing or ["TORCH_CUDA_ARCH_LIST"])
         raise BadInput(
-            f"{pins_file}: no {absent}; fix: pass pins.env with --arch, or the deepep layer pins file"
+            f"{pins_file}: no {absent}; fix: pass pins.env with --cuda-arch, or the deepep layer pins file"
         )
     fabric = fabric or pinned.get("FABRIC")
     patches = fabric_patches(pinned, fabric) if fabric else ()

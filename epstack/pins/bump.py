@@ -112,7 +112,7 @@ def parse_assignments(assignments: Sequence[str], pins: Pins, path: Path) -> dic
         if not sep or not key:
             raise BadInput(f"{shown(assignment)}: not KEY=VALUE; fix: write e.g. SGLANG_VERSION=0.5.24")
         if key not in known:
-            hint = did_you_mean(key, known) or "see docs/reference/pins.md"
+            hint = did_you_mean(key, known) or "see docs/reference/pins.md#keys"
             raise BadInput(f"{key}: not a key of {path}; fix: {hint}")
         if key in values:
             raise BadInput(f"{key} is given twice; fix: bump each key once")

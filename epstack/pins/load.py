@@ -29,7 +29,7 @@ def load_pins(path: Path) -> Pins:
     known = known_keys()
     for problem in pins_file.problems:  # a bad line's key may be misspelt too
         if problem.key and problem.key not in known and not problem.key.startswith("ARCH_"):
-            hint = did_you_mean(problem.key, known) or "remove it (see docs/reference/pins.md)"
+            hint = did_you_mean(problem.key, known) or "remove it (see docs/reference/pins.md#keys)"
             problems.append(
                 Problem(line=problem.line, key=problem.key, text=f"unknown key {problem.key}; fix: {hint}")
             )
@@ -100,7 +100,7 @@ def _value_problems(pins_file: PinsFile, exc: ValidationError) -> Iterator[Probl
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
         if error["type"] == "extra_forbidden":
-            hint = did_you_mean(field, known_keys()) or "remove it (see docs/reference/pins.md)"
+            hint = did_you_mean(field, known_keys()) or "remove it (see docs/reference/pins.md#keys)"
             yield pins_file.problem(field, f"unknown key {field}", hint)
             continue
         alias = Pins.model_fields[field].alias if field in Pins.model_fields else field
@@ -108,7 +108,8 @@ def _value_problems(pins_file: PinsFile, exc: ValidationError) -> Iterator[Probl
             yield Problem(
                 line=0,
                 key=alias or "",
-                text=f"missing key {alias}; fix: add a line {alias}=<value> (see docs/reference/pins.md)",
+                text=f"missing key {alias}; fix: add a line {alias}=<value> "
+                "(see docs/reference/pins.md#keys)",
             )
             continue
         message, _, fix = str(error.get("ctx", {}).get("error", error["msg"])).partition("; fix: ")
@@ -178,8 +179,8 @@ SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 
 def pins_json_schema() -> str:
-    """JSON schema of `epstack pins check --json` output; committed as epstack/pins.schema.json."""
+    """JSON schema of `epstack pins check --json -` output; committed as epstack/pins.schema.json."""
     schema = Pins.model_json_schema(by_alias=True)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "epstack pins (pins.env, as `epstack pins check --json` prints it)"
+    schema["title"] = "epstack pins (pins.env, as `epstack pins check --json -` prints it)"
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"

@@ -87,7 +87,7 @@ def resolve_shape(
 ) -> Shape:
     """Preset (or test_ep's default), then any explicit flag over it."""
     if preset is not None and preset not in PRESETS:
-        raise BadInput(f"--preset {preset}: not a preset; use one of {', '.join(PRESETS)}")
+        raise BadInput(f"--profile {preset}: not a model profile; fix: use one of {', '.join(PRESETS)}")
     base = PRESETS[preset] if preset else DEFAULT_SHAPE
     return Shape(
         hidden=hidden if hidden is not None else base.hidden,

@@ -552,7 +552,7 @@ def test_lint_or_raise_applies_epstack_s_rules_to_its_own_buildspecs_and_reads_p
         lint_or_raise(paths, read, source=tmp_path)
     assert str(raised.value) == (
         f"{paths[0]}:5: [epstack] pins.env is data, never sourced or grepped; fix: use `epstack pins "
-        "check --json` or the epstack command that needs the pins (and 1 more: epstack codebuild lint)"
+        "check --json -` or the epstack command that needs the pins (and 1 more: epstack codebuild lint)"
     )
     assert calls == [1]
 
@@ -600,7 +600,7 @@ def test_epstack_s_rules_name_the_pin_the_package_and_the_account_id_with_their_
         (
             12,
             "epstack",
-            "pins.env is data, never sourced or grepped; fix: use `epstack pins check --json` or the "
+            "pins.env is data, never sourced or grepped; fix: use `epstack pins check --json -` or the "
             "epstack command that needs the pins",
         ),
     ]

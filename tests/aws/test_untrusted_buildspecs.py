@@ -45,9 +45,7 @@ i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
 """
 
 
-def run_local_cli(
-    path: Path, out: Path, *args: str, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
+def run_local_cli(path: Path, out: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """`epstack codebuild run-local PATH` from PATH's folder into OUT, with the checkout's pins."""
     return epstack(
         "codebuild",

@@ -37,7 +37,7 @@ def render_args(
 ) -> list[str]:
     return [
         "render",
-        "--target",
+        "--platform",
         target,
         "--job",
         job,

@@ -16,7 +16,7 @@ from epstack.pins.load import load_pins
 from tests.cluster.conftest import DIGEST, IMAGE, REGISTRY, load_all, render
 from tests.conftest import PINS
 
-SERVE = ["cluster", "render", "--target", "k8s", "--job", "serve", "--nodes", "2", "--gpus-per-node", "8"]
+SERVE = ["cluster", "render", "--platform", "k8s", "--job", "serve", "--nodes", "2", "--gpus-per-node", "8"]
 
 
 def _bad(capsys: pytest.CaptureFixture[str], tmp_path: Path, *args: str) -> str:
@@ -143,7 +143,7 @@ def test_a_fifo_manifest_is_refused_not_waited_on(capsys: pytest.CaptureFixture[
 
 
 def test_print_command_is_only_for_serve(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    args = ["cluster", "render", "--target", "slurm", "--job", "elastic-smoke", "--nodes", "1"]
+    args = ["cluster", "render", "--platform", "slurm", "--job", "elastic-smoke", "--nodes", "1"]
     line = _bad(capsys, tmp_path, *args, "--gpus-per-node", "8", "--print-command")
     assert "--print-command" in line
 

@@ -180,7 +180,7 @@ def test_golden_smoke_job_efa(tmp_path: Path) -> None:
 
 
 def test_prepull_daemonset(tmp_path: Path) -> None:
-    text = render(tmp_path, "pull", "--target", "k8s", "--image", IMAGE, "--node-selector", "gpu=h200")
+    text = render(tmp_path, "pull", "--platform", "k8s", "--image", IMAGE, "--node-selector", "gpu=h200")
     (daemonset,) = load_all(text)
     validate_object(daemonset)
     assert set(images_of(daemonset)) == {IMAGE}

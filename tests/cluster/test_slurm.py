@@ -174,7 +174,7 @@ def test_pull_script_and_render_agree_on_the_squashfs_file(tmp_path: Path) -> No
     pull = render(
         tmp_path,
         "pull",
-        "--target",
+        "--platform",
         "slurm",
         "--image",
         IMAGE,

@@ -137,7 +137,7 @@ def test_arches_come_from_the_flag_or_the_images_pins(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["jit", "probe", "--layer", "sglang", "--arch", "9.1x"]) == 2
-    assert "--arch 9.1x: not a GPU architecture" in capsys.readouterr().err
+    assert "--cuda-arch 9.1x: not a GPU architecture" in capsys.readouterr().err
     monkeypatch.delenv("EPSTACK_PINS", raising=False)
     assert main(["jit", "probe", "--layer", "sglang", "--json", str(tmp_path / "r.json")]) == 2
     assert "no arch to compile for" in capsys.readouterr().err

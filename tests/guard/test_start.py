@@ -211,8 +211,9 @@ def test_a_trusted_start_reports_the_builds_rows_and_checks_the_rest_now(
 def test_record_needs_json_and_a_failing_guard_records_nothing(
     image: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["guard", "--pins", str(PINS), "--layer", LAYER, "--record"]) == 2
-    assert "--record needs --json" in capsys.readouterr().err
+    for json_to in ([], ["--json", "-"]):  # a record vouches for a report file; stdout is none
+        assert main(["guard", "--pins", str(PINS), "--layer", LAYER, "--record", *json_to]) == 2
+        assert "--record needs --json" in capsys.readouterr().err
     out = image / "reports" / f"{LAYER}.json"
     assert main(["guard", "--pins", str(PINS), "--layer", LAYER, "--record", "--json", str(out)]) == 1
     assert out.exists() and not record_path(LAYER).exists()

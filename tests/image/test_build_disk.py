@@ -20,9 +20,7 @@ def fake_docker(tmp_path: Path, data_root: Path) -> tuple[Path, Path]:
     log = tmp_path / "argv"
     cli = tmp_path / "docker"
     cli.write_text(
-        "#!/bin/sh\n"
-        f'printf "%s\\n" "$*" >> {log}\n'
-        f'case "$*" in *DockerRootDir*) echo {data_root} ;; esac\n'
+        f'#!/bin/sh\nprintf "%s\\n" "$*" >> {log}\ncase "$*" in *DockerRootDir*) echo {data_root} ;; esac\n'
     )
     cli.chmod(0o755)
     return cli, log

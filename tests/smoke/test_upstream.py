@@ -76,7 +76,7 @@ def test_shapes_and_validation() -> None:
     assert resolve_shape(None, None, None, None) == DEFAULT_SHAPE
     assert resolve_shape("qwen3-30b-a3b", None, None, None).hidden == 2048
     assert resolve_shape("deepseek-v3", None, 4, None).num_topk == 4
-    with pytest.raises(BadInput, match="not a preset"):
+    with pytest.raises(BadInput, match="not a model profile"):
         resolve_shape("deepseek", None, None, None)
     cfg = SmokeConfig(hidden=7168, num_topk=6, num_experts=256, num_tokens=4096, num_max_tokens_per_rank=4096)
     cfg.validate(2)
