@@ -151,7 +151,7 @@ class Job:
             # The smoke moves the serve plan's per-rank batch through ElasticBuffer at the model's shape.
             plan = serve_plan(self.smoke_profile, nodes=self.nodes, gpus_per_node=self.gpus_per_node)
             budget = str(plan.dispatch_budget)
-            args += ["--preset", self.smoke_profile, "--num-tokens", budget]
+            args += ["--profile", self.smoke_profile, "--num-tokens", budget]
             args += ["--num-max-tokens-per-rank", budget]
         return args
 

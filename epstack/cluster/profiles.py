@@ -27,7 +27,7 @@ A2A_BACKENDS: tuple[A2A, ...] = ("deepep_v2", "deepep")
 class Profile:
     name: str
     model_path: str
-    shape: Shape  # the MoE shape, shared with `epstack smoke elastic --preset`
+    shape: Shape  # the MoE shape, shared with `epstack smoke elastic --profile`
     attention_dp: bool  # DP attention across every rank (MLA models), else TP attention
     chunk_per_dp_rank: int  # prefill tokens one attention-DP rank takes per chunk
     decode_graph_bs: int  # --cuda-graph-max-bs-decode

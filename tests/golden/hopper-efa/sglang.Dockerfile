@@ -29,7 +29,7 @@ ENV EPSTACK_PINS=/opt/epstack/pins/sglang.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/hopper-efa/sglang.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh sglang && \
-    epstack sbom --target hopper-efa --version sglang-0.5.23-deepep-d4f41e4-cu13.0-hopper-efa-d95e10840ef7 \
+    epstack sbom --target hopper-efa --image-tag sglang-0.5.23-deepep-d4f41e4-cu13.0-hopper-efa-d95e10840ef7 \
       --base-image nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
 LABEL \
     org.opencontainers.image.title="epstack sglang (hopper-efa)" \
