@@ -118,8 +118,21 @@ def probe_flashinfer(archs: Sequence[str], work: Path) -> Compiled:
         tokens = sampling_from_probs(probs / probs.sum(dim=-1, keepdim=True))
         if not bool((tokens < 500).all()):
             raise RuntimeError(f"FlashInfer sampled tokens of probability 0: {tokens.tolist()}")
+        _check_rmsnorm()
     nvcc = os.environ.get("FLASHINFER_NVCC") or str(Path(cpp_ext.get_cuda_path()) / "bin" / "nvcc")
     return Compiled(compiler=nvcc, version=_tool_version(nvcc))
+
+
+def _check_rmsnorm() -> None:
+    """FlashInfer's rmsnorm (the `norm` module) against the formula, on the GPU."""
+    import torch  # noqa: PLC0415
+    from flashinfer.norm import rmsnorm  # noqa: PLC0415
+
+    x = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
+    weight = torch.rand(256, device="cuda", dtype=torch.bfloat16)
+    exact = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * weight.float()
+    if not torch.allclose(rmsnorm(x, weight, 1e-6).float(), exact, atol=3e-2, rtol=3e-2):
+        raise RuntimeError("FlashInfer's rmsnorm differs from x / rms(x) * weight")
 
 
 def probe_deepgemm(archs: Sequence[str], work: Path) -> Compiled:

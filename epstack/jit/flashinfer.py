@@ -30,11 +30,15 @@ from epstack.jit.shipped import CacheFile, install_folder, manifest_beside, sha2
 
 SHIPPED = Path(imagepaths.JIT) / "flashinfer"  # the workspace's .cache/flashinfer tree, read-only
 # The modules SGLang 0.5.23 compiles on its serve path for the profiles epstack knows: its default
-# sampler is FlashInfer's (`_sampling_backend_default`, srt/arg_groups/overrides.py); attention and
-# norms come precompiled in sglang-kernel, and FlashInfer's allreduce fusion stays off beside an
-# all-to-all backend such as deepep_v2 (`moe_a2a_backend == "none"` is one of its conditions).
+# sampler is FlashInfer's (`_sampling_backend_default`, srt/arg_groups/overrides.py), and sglang-kernel's
+# rmsnorm calls FlashInfer's `norm` (sgl_kernel/elementwise.py), whose CUDA JIT module took 35-39 s of
+# every cold start's first forward on an H200 (benchmarks/serve/results/cold-start-2/, sampled stacks).
+# The image sets FLASHINFER_USE_CUDA_NORM=1, so FlashInfer takes that shipped module rather than its
+# CuTe DSL kernels, which compile at run time. Attention comes precompiled in sglang-kernel, and
+# FlashInfer's allreduce fusion stays off beside an all-to-all backend such as deepep_v2.
 MODULES: dict[str, tuple[str, str]] = {
     "sampling": ("flashinfer.jit.sampling", "gen_sampling_module"),
+    "norm": ("flashinfer.jit.norm", "gen_norm_module"),
 }
 _LOCKS = "tmp"  # cached_ops/tmp holds FlashInfer's lock files, never shipped
 

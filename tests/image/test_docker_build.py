@@ -29,6 +29,7 @@ from epstack.image.engine import DockerEngine
 from epstack.image.render import plan_render, source_date, write_plan
 from epstack.image.standin import STANDIN_LABEL, standin_for
 from epstack.jit import deepgemm
+from epstack.jit import flashinfer as flashinfer_jit
 from epstack.jit.deepep import CacheKey, pack
 from epstack.layers import venv_locks
 from epstack.pins.load import load_pins
@@ -397,10 +398,12 @@ def test_the_sglang_image_proves_every_jit_toolchain_for_its_arch(
     assert rows["CUDA major of distributions"].verdict == "ok"
 
 
+# Each module the image ships, through FlashInfer's own build_and_load: the library it loads, and its sha256.
 FLASHINFER_LOAD = (
-    "import hashlib; from flashinfer.jit.sampling import gen_sampling_module; spec = gen_sampling_module(); "
-    "spec.build_and_load(); so = spec.jit_library_path; "
-    "print(so, hashlib.sha256(so.read_bytes()).hexdigest())"
+    "import hashlib, importlib\n"
+    f"for module, generator in {json.dumps(list(flashinfer_jit.MODULES.values()))}:\n"
+    "    spec = getattr(importlib.import_module(module), generator)(); spec.build_and_load()\n"
+    "    so = spec.jit_library_path; print(so, hashlib.sha256(so.read_bytes()).hexdigest())"
 )
 
 
@@ -416,7 +419,7 @@ def test_the_sglang_image_ships_flashinfers_module_and_flashinfer_loads_it_witho
     built_row = next(
         r for r in guard_report(engine, image, "sglang").checks if r.component == "JIT cache FlashInfer"
     )
-    assert built_row.verdict == "ok" and built_row.found.startswith("sampling: "), built_row
+    assert built_row.verdict == "ok" and built_row.found.startswith("norm, sampling: "), built_row
     assert built_row.found.endswith("9.0a, nvcc 13.0.88") and "copies them into" in built_row.detail
     manifest = json.loads(
         docker(
@@ -424,8 +427,10 @@ def test_the_sglang_image_ships_flashinfers_module_and_flashinfer_loads_it_witho
         ).stdout
     )
     shipped = {f["path"]: f["sha256"] for f in manifest["files"]}
-    library = next(path for path in shipped if path.endswith("/sampling.so"))
-    log = f"{library.rsplit('/', 1)[0]}/.ninja_log"
+    names = tuple(f"/{name}.so" for name in flashinfer_jit.MODULES)
+    libraries = sorted(path for path in shipped if path.endswith(names))
+    assert len(libraries) == len(flashinfer_jit.MODULES), sorted(shipped)
+    log = f"{libraries[0].rsplit('/', 1)[0]}/.ninja_log"
     workspace = f"{imagepaths.JIT_CACHES}/flashinfer"
     check = f'cmp "{imagepaths.JIT}/flashinfer/{log}" "{workspace}/{log}" && cat /tmp/epstack-guard.json'
     for user in ("0", "1000:1000"):
@@ -442,9 +447,10 @@ def test_the_sglang_image_ships_flashinfers_module_and_flashinfer_loads_it_witho
             "-c",
             f"python -c '{FLASHINFER_LOAD}' && {check}",
         )
-        path, digest = started.stdout.splitlines()[0].split()
-        assert (path, digest) == (f"{workspace}/{library}", shipped[library]), started.stderr[-2000:]
-        rows = GUARD_REPORT.loads("\n".join(started.stdout.splitlines()[1:]), "start").checks
+        lines = started.stdout.splitlines()
+        loaded = sorted(tuple(line.split()) for line in lines[: len(libraries)])
+        assert loaded == [(f"{workspace}/{lib}", shipped[lib]) for lib in libraries], started.stderr[-2000:]
+        rows = GUARD_REPORT.loads("\n".join(lines[len(libraries) :]), "start").checks
         row = next(r for r in rows if r.component == "JIT cache FlashInfer")
         assert (row.verdict, row.detail) == ("ok", f"in {workspace}: ninja has nothing to build"), user
     read_only = docker(

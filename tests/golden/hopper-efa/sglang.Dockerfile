@@ -18,9 +18,11 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 # FlashInfer compiles its modules at first use into its workspace: the guard step compiles SGLang's
 # (epstack jit probe --ship) there for the target's archs and keeps them under /opt/epstack/jit; the
 # entrypoint copies them back at start, into this folder that every user can write.
+# FLASHINFER_USE_CUDA_NORM=1: rmsnorm from the shipped `norm` module, not CuTe DSL kernels compiled at start.
 # SGLang points DeepGEMM's JIT at $SGLANG_DG_CACHE_DIR (it overrides DG_JIT_CACHE_DIR); the kernels layer's
 # DeepGEMM kernels (`epstack jit layer`) are copied there at start.
 ENV FLASHINFER_WORKSPACE_BASE=/var/cache/epstack-jit/flashinfer \
+    FLASHINFER_USE_CUDA_NORM=1 \
     SGLANG_DG_CACHE_DIR=/var/cache/epstack-jit/deep_gemm \
     DG_JIT_CACHE_DIR=/var/cache/epstack-jit/deep_gemm
 RUN install -d -m 1777 /var/cache/epstack-jit/flashinfer /var/cache/epstack-jit/deep_gemm
