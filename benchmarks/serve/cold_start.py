@@ -15,8 +15,8 @@ under `empty` and `shipped`, each start's phases from its log, and the exports' 
 
 A third start, `warm` (unless COLD_WARM=0), adds every other cache the empty start filled (Triton,
 Inductor, SGLang's JIT, FlashInfer, the driver's) to the shipped ones: the floor that shipping every
-cache could reach. Each start's processes sample their Python stacks (stack_sampler/, summarised by
-stacks.py) and, where py-spy is installed, its native stacks every few seconds: where the seconds go.
+cache could reach. Each start's processes sample their Python stacks every second (stack_sampler/,
+summarised by stacks.py into `<start>-stacks.json`): where the seconds go.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,6 @@ WORK = Path(os.environ.get("WORK", "/tmp/cold"))
 SERVE = ("--profile", "tiny", "--no-sweep", "--no-compare", "--sglang-arg=--attention-backend=triton")
 EXPORTS = {"deepep": "deep_ep", "deepgemm": "deep_gemm"}  # jit export's toolchain: the shipped folder
 SAMPLER = Path(__file__).resolve().parent / "stack_sampler"
-PY_SPY_EVERY_S = 4.0
 
 
 def caches(root: Path) -> dict[str, str]:
@@ -72,25 +70,6 @@ def step(log: Any, what: str, *argv: str, env: dict[str, str]) -> subprocess.Com
     return result
 
 
-def native_stacks(out: Path, done: threading.Event) -> None:
-    """py-spy's native and Python stacks of every SGLang process, every PY_SPY_EVERY_S s, into `out`."""
-    py_spy = shutil.which("py-spy")
-    if not py_spy:
-        return
-    with out.open("a") as sink:
-        while not done.wait(PY_SPY_EVERY_S):
-            for proc in Path("/proc").glob("[0-9]*"):
-                try:
-                    cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                except OSError:
-                    continue
-                if "sglang" in cmdline or "multiprocessing" in cmdline:
-                    sink.write(f"@@ {time.time():.2f} {proc.name} {cmdline[:160]}\n")
-                    sink.flush()
-                    dump = [py_spy, "dump", "--native", "--nonblocking", "--pid", proc.name]
-                    subprocess.run(dump, stdout=sink, stderr=subprocess.STDOUT, timeout=30, check=False)
-
-
 def serve(log: Any, name: str, env: dict[str, str]) -> dict[str, Any]:
     report = WORK / f"{name}.json"
     samples = WORK / name / "stacks"
@@ -100,13 +79,9 @@ def serve(log: Any, name: str, env: dict[str, str]) -> dict[str, Any]:
         "PYTHONPATH": f"{SAMPLER}:{env.get('PYTHONPATH', '')}",
         "SGLANG_JIT_CACHE_DEBUG": "1",
     }
-    done = threading.Event()
-    spy = threading.Thread(target=native_stacks, args=(WORK / f"{name}-py-spy.txt", done), daemon=True)
-    spy.start()
     began = time.monotonic()
     result = step(log, f"serve {name}", sys.executable, "-m", "epstack", "smoke", "serve", *SERVE,
                   "--run-dir", str(WORK / name / "run"), "--json", str(report), env=env)  # fmt: skip
-    done.set()
     (WORK / f"{name}-stacks.json").write_text(json.dumps(stacks.timeline(samples), indent=1) + "\n")
     data = json.loads(report.read_text()) if report.is_file() else {}
     run = (data.get("runs") or [{}])[0]
@@ -120,7 +95,7 @@ def serve(log: Any, name: str, env: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def compiled(env: dict[str, str], shipped: Path | None) -> dict[str, int]:
+def compiled(env: dict[str, str], shipped: Path | None) -> dict[str, object]:
     """What the start compiled into its caches: DeepGEMM's committed entries and DeepEP's kernels not
     shipped, and the folders Triton's cache holds."""
     manifest = deepgemm.read_manifest(shipped / "deep_gemm") if shipped else None
@@ -173,8 +148,8 @@ def run() -> None:
             step(log, f"unpack {toolchain}", sys.executable, "-m", "epstack", "jit", "unpack", str(out),
                  "--sha256", sha256, "--into", str(home / "jit" / folder), env=empty)  # fmt: skip
             result["exports"][toolchain] = {"bytes": out.stat().st_size, "sha256": sha256}
-        for folder in (home / "jit").iterdir():
-            for path in [folder, *folder.rglob("*")]:  # read-only, as in the image
+        for unpacked in (home / "jit").iterdir():
+            for path in [unpacked, *unpacked.rglob("*")]:  # read-only, as in the image
                 path.chmod(0o555 if path.is_dir() else 0o444)
         shipped = base | caches(WORK / "shipped") | {"EPSTACK_HOME": str(home)}
         began = time.monotonic()
@@ -246,7 +221,7 @@ def main() -> int:
         out = Path(os.environ.get("OUT", "out"))
         out.mkdir(parents=True, exist_ok=True)
         # One archive: a device call brings back at most 8 files.
-        names = [Path(f"{WORK}.console"), *WORK.glob("*.json"), *WORK.glob("*-py-spy.txt"), WORK / "run.log",
+        names = [Path(f"{WORK}.console"), *WORK.glob("*.json"), WORK / "run.log",
                  *WORK.glob("*/run/server-*.log"), *WORK.glob("*/stacks")]  # fmt: skip
         with tarfile.open(out / "cold-start.tar.gz", "w:gz") as tar:
             for path in names:

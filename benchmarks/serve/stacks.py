@@ -68,12 +68,12 @@ def gaps(found: list[Sample], over_s: float = 3.0) -> list[dict[str, object]]:
     ]
 
 
-def timeline(folder: Path, bucket_s: float = 5.0, since: float | None = None) -> dict[str, object]:
+def timeline(folder: Path, bucket_s: float = 5.0, gap_s: float = 3.0) -> dict[str, object]:
     """Per process (pid and argv): for each bucket, the busiest stack and its share; and the stacks
     with the most samples over the whole start."""
     files = sorted(folder.glob("*.txt"))
     per_pid = {path.stem: samples(path) for path in files}
-    start = since or min((s[0].at for s in per_pid.values() if s), default=0.0)
+    start = min((s[0].at for s in per_pid.values() if s), default=0.0)
     processes = {}
     for pid, found in per_pid.items():
         if not found:
@@ -99,7 +99,7 @@ def timeline(folder: Path, bucket_s: float = 5.0, since: float | None = None) ->
                 for index, counter in sorted(buckets.items())
             ],
             "most_sampled": total.most_common(12),
-            "gaps": gaps(found),
+            "gaps": gaps(found, gap_s),
         }
     return {"start": start, "bucket_s": bucket_s, "processes": processes}
 

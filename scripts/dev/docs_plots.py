@@ -60,7 +60,7 @@ def first_calls_png() -> bytes:
 
 def on_files(files: Files, config: Any) -> Files:
     sweep = SERVE / "serve-h200.json"
-    cold = [SERVE / "cold-start" / name for name in ("empty.json", "shipped.json")]
+    cold = [SERVE / "cold-start-sampled" / name for name in ("empty.json", "shipped.json", "warm.json")]
     pictures = {
         "images/serve-sweep.png": plot.png(SERVE_REPORT.read(sweep), sweep),
         "images/cold-start.png": plot.startup_png([(SERVE_REPORT.read(path), path) for path in cold]),
