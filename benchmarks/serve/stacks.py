@@ -30,6 +30,12 @@ class Sample:
     busy: tuple[str, ...]  # each busy thread's top frames, shortened
 
 
+def idle(frames: list[str]) -> bool:
+    """Waiting on nothing of the start's: an idle top frame, unless the wait is for a child process
+    (a compiler that subprocess.run waits on in selectors is work)."""
+    return bool(IDLE.search(frames[0])) and not any("/subprocess.py" in frame for frame in frames[:4])
+
+
 def short(frame: str) -> str:
     match = FRAME.search(frame)
     if not match:
@@ -37,7 +43,7 @@ def short(frame: str) -> str:
     return f"{SITE.sub('', match['file'])}:{match['line']} {match['func']}"
 
 
-def samples(path: Path, depth: int = 3) -> list[Sample]:
+def samples(path: Path, depth: int = 6) -> list[Sample]:
     """One file's samples: the top `depth` frames of each thread that is not idle or the sampler."""
     found: list[Sample] = []
     for block in path.read_text(errors="replace").split("@@ ")[1:]:
@@ -46,7 +52,7 @@ def samples(path: Path, depth: int = 3) -> list[Sample]:
         busy = []
         for thread in re.split(r"\n(?=(?:Current thread|Thread) 0x)", body):
             frames = [line for line in thread.splitlines()[1:] if "File " in line]
-            if not frames or "sitecustomize.py" in frames[0] or IDLE.search(frames[0]):
+            if not frames or "sitecustomize.py" in frames[0] or idle(frames):
                 continue
             busy.append(" < ".join(short(f) for f in frames[:depth]))
         found.append(Sample(float(at), argv, tuple(busy)))

@@ -11,24 +11,27 @@ from pathlib import Path
 from benchmarks.serve import stacks
 from benchmarks.serve.cold_start import SAMPLER
 
-# A thread that sleeps (idle frames are dropped), then a busy Python loop, then a C call that holds the
-# GIL for a while (the sampler cannot run: a gap whose neighbours name the call).
+# A wait on an event (idle: dropped), a busy Python loop, a C call that holds the GIL for a while (the
+# sampler cannot run: a gap whose neighbours name the call), a wait for a child process (work: a compiler).
 PROGRAM = """
-import time, threading
+import subprocess, sys, time, threading
 def busy_python():
     end = time.monotonic() + 0.8
     while time.monotonic() < end:
         pass
 def holds_the_gil():
     sum(range(40_000_000))
+def waits_for_a_compiler():
+    subprocess.run([sys.executable, "-c", "import time; time.sleep(0.6)"], check=True)
 threading.Event().wait(0.3)
 busy_python()
 holds_the_gil()
-time.sleep(0.3)
+waits_for_a_compiler()
 """
 
 
-def sampled(tmp_path: Path) -> Path:
+def sampled(tmp_path: Path) -> tuple[Path, str]:
+    """The samples' folder and the program's own pid (its child is sampled too)."""
     folder = tmp_path / "samples"
     folder.mkdir()
     env = os.environ | {
@@ -36,26 +39,29 @@ def sampled(tmp_path: Path) -> Path:
         "EPSTACK_STACK_SAMPLES": str(folder),
         "EPSTACK_STACK_EVERY_S": "0.05",
     }
-    subprocess.run([sys.executable, "-c", PROGRAM], env=env, check=True, timeout=60)
-    return folder
+    with subprocess.Popen([sys.executable, "-c", PROGRAM], env=env) as program:
+        assert program.wait(timeout=60) == 0
+    return folder, str(program.pid)
 
 
-def test_a_sampled_process_shows_its_busy_function_and_the_gap_of_a_gil_holding_call(tmp_path: Path) -> None:
-    folder = sampled(tmp_path)
-    (path,) = folder.glob("*.txt")
-    found = stacks.samples(path)
+def test_a_sampled_process_shows_its_busy_code_its_wait_for_a_child_and_a_gap(tmp_path: Path) -> None:
+    folder, pid = sampled(tmp_path)
+    assert len(list(folder.glob("*.txt"))) == 2  # the program and its child
+    found = stacks.samples(folder / f"{pid}.txt", depth=8)
     assert len(found) > 10
     busy = [s for s in found if any("busy_python" in stack for stack in s.busy)]
     assert busy, [s.busy for s in found]
     assert not any("sitecustomize" in stack for s in found for stack in s.busy)  # the sampler itself
     timeline = stacks.timeline(folder, bucket_s=0.25, gap_s=0.2)
-    (process,) = timeline["processes"].values()  # type: ignore[attr-defined]
+    process = timeline["processes"][pid]  # type: ignore[index]
     assert any("busy_python" in row["top"] for row in process["timeline"])
-    gaps = process["gaps"]
-    assert any("holds_the_gil" in stack for gap in gaps for stack in gap["before"] + gap["after"]), gaps
+    assert any("waits_for_a_compiler" in stack for s in found for stack in s.busy)
+    assert not any(stack.startswith("threading.py") for s in found for stack in s.busy)  # the event's wait
+    # The GIL-holding call leaves no sample of its own: a gap at least as long as most of it.
+    assert any(gap["seconds"] >= 0.2 for gap in process["gaps"]), process["gaps"]
 
 
-def test_without_the_variable_nothing_is_sampled(tmp_path: Path) -> None:
+def test_without_the_variable_nothing_is_sampled() -> None:
     env = os.environ | {"PYTHONPATH": str(SAMPLER)}
     env.pop("EPSTACK_STACK_SAMPLES", None)
     result = subprocess.run(
