@@ -205,6 +205,16 @@ def flashinfer_cache_rows(
                 fix=FIX_FLASHINFER,
             )
         ]
+    if "norm" in manifest.modules and flashinfer.norm_compiles_cute_dsl(env):
+        return [
+            replace(
+                row,
+                verdict="warn",
+                detail=f"{flashinfer.USE_CUDA_NORM} is not 1: FlashInfer's rmsnorm takes its CuTe DSL "
+                "kernels, compiled at first use, not the shipped norm module",
+                fix=f"{flashinfer.USE_CUDA_NORM}=1 (the image sets it)",
+            )
+        ]
     return [_placement(row, manifest, folder, flashinfer.workspace(env))]
 
 

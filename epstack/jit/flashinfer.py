@@ -16,6 +16,7 @@ timestamps kept (scripts/image/jit-caches.sh); `ninja -n` then has nothing to do
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ MODULES: dict[str, tuple[str, str]] = {
     "norm": ("flashinfer.jit.norm", "gen_norm_module"),
 }
 _LOCKS = "tmp"  # cached_ops/tmp holds FlashInfer's lock files, never shipped
+USE_CUDA_NORM = "FLASHINFER_USE_CUDA_NORM"  # "1" (the sglang image's ENV): rmsnorm from the `norm` module
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +73,12 @@ FLASHINFER_CACHE = Schema(
     what="a FlashInfer module cache manifest",
     fix="rebuild the image: its sglang guard step ships them (`epstack jit probe --ship`)",
 )
+
+
+def norm_compiles_cute_dsl(env: Mapping[str, str]) -> bool:
+    """FlashInfer's rmsnorm takes its CuTe DSL kernels, compiled at first use, rather than the `norm`
+    module: without FLASHINFER_USE_CUDA_NORM=1 wherever the CuTe DSL (`cutlass`) is installed."""
+    return env.get(USE_CUDA_NORM) != "1" and importlib.util.find_spec("cutlass") is not None
 
 
 def workspace(env: Mapping[str, str]) -> Path:

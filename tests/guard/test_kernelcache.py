@@ -218,6 +218,27 @@ def test_another_workspace_warns_that_they_compile_again(
     assert found.fix.startswith(f"FLASHINFER_WORKSPACE_BASE={base}, writable")
 
 
+def test_a_shipped_norm_module_warns_where_flashinfer_would_compile_cute_dsl_kernels_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    base, into = tmp_path / "var" / "flashinfer", tmp_path / "opt" / "jit" / "flashinfer"
+    compile_module(base, tmp_path / "venv" / "csrc", name="norm")
+    flashinfer.ship(base, modules_key(base), into)
+    monkeypatch.setattr(flashinfer, "installed_version", lambda: VERSION)
+    monkeypatch.setenv("EPSTACK_REPORTS", str(tmp_path / "reports"))
+    env = {"FLASHINFER_WORKSPACE_BASE": str(base)}
+    assert flashinfer_cache_rows(env, ("9.0a",), into)[0].verdict == "ok", "no CuTe DSL: the module serves"
+    (tmp_path / "site" / "cutlass").mkdir(parents=True)
+    (tmp_path / "site" / "cutlass" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    (found,) = flashinfer_cache_rows(env, ("9.0a",), into)
+    assert (found.verdict, found.fix) == ("warn", "FLASHINFER_USE_CUDA_NORM=1 (the image sets it)")
+    assert found.detail.startswith("FLASHINFER_USE_CUDA_NORM is not 1: FlashInfer's rmsnorm takes its CuTe")
+    (chosen,) = flashinfer_cache_rows(env | {"FLASHINFER_USE_CUDA_NORM": "1"}, ("9.0a",), into)
+    assert chosen.verdict == "ok"
+
+
 def test_a_changed_module_file_is_a_mismatch_unless_the_start_trusts_the_build(
     shipped_module: tuple[Path, Path],
 ) -> None:
