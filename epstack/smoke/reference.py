@@ -1,8 +1,8 @@
 """Routing and the expected dispatch/combine as plain torch functions; they run on CPU.
 
 The GPU worker moves the reference data with torch.distributed.all_to_all_single using
-`send_plan`; the CPU tests check the same functions against hand-made cases, and
-`simulate_dispatch` plays every rank's all_to_all in one process.
+`send_plan`; the CPU tests check the same functions against hand-made cases and against every rank's
+all_to_all played in one process (tests/smoke/simulate.py).
 
 Conventions (DeepEP V2's): a token goes once to each rank that holds at least one of its experts;
 the receiver sees top-k indices local to it (expert - rank * experts_per_rank) and -1 for slots on
@@ -128,37 +128,6 @@ def expected_combine(
         here = ((topk_idx >= r * per_rank) & (topk_idx < (r + 1) * per_rank)).any(dim=1)
         total += combine_input(x_bf16, rank=r).float() * here.unsqueeze(1)
     return total.to(torch.bfloat16)
-
-
-def simulate_dispatch(
-    xs: list[torch.Tensor],
-    routings: list[Routing],
-    *,
-    num_experts: int,
-    num_max_tokens_per_rank: int,
-    sfs: list[torch.Tensor] | None = None,
-) -> list[Received]:
-    """Every rank's reference receive, computed in one process (what all_to_all would give)."""
-    num_ranks = len(xs)
-    per_rank = num_experts // num_ranks
-    plans = [send_plan(r.topk_idx, num_experts=num_experts, num_ranks=num_ranks) for r in routings]
-    out = []
-    for dst in range(num_ranks):
-        parts = [plans[src][dst] for src in range(num_ranks)]
-        src_ids = torch.cat(
-            [p.to(torch.int64) + src * num_max_tokens_per_rank for src, p in enumerate(parts)]
-        )
-        topk = torch.cat([routings[s].topk_idx[p] for s, p in enumerate(parts)])
-        out.append(
-            Received(
-                x=torch.cat([xs[s][p] for s, p in enumerate(parts)]),
-                sf=torch.cat([sfs[s][p] for s, p in enumerate(parts)]) if sfs else None,
-                topk_idx=localize(topk, rank=dst, experts_per_rank=per_rank),
-                topk_weights=torch.cat([routings[s].topk_weights[p] for s, p in enumerate(parts)]),
-                src=src_ids,
-            )
-        )
-    return out
 
 
 def reference_dispatch(

@@ -36,9 +36,9 @@ from epstack.smoke.reference import (  # noqa: E402
     make_routing,
     reference_dispatch,
     send_plan,
-    simulate_dispatch,
 )
 from tests.conftest import REPO  # noqa: E402
+from tests.smoke.simulate import simulate_dispatch  # noqa: E402
 
 NMAX = 8
 R0 = Routing(
@@ -180,6 +180,7 @@ DIST_SCRIPT = """
 import sys, torch, torch.distributed as dist
 sys.path.insert(0, {repo!r})
 from epstack.smoke.reference import *
+from tests.smoke.simulate import simulate_dispatch
 
 def run(rank, world, init):
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
