@@ -302,6 +302,15 @@ def _print_outdated(console: Console, report: Outdated) -> None:
             console.print(f"  check: {escape(row.check)}", soft_wrap=True)
 
 
+def next_commands(report: Outdated) -> list[str]:
+    """The bumps `pins outdated` suggests: SGLang's, and the digest of each image tag that moved."""
+    moved = [row.key for row in report.rows if row.status == "moved"]
+    return [
+        *([f"epstack pins bump SGLANG_VERSION={report.sglang_bump} --dry-run"] if report.sglang_bump else []),
+        *([f"epstack pins bump {' '.join(f'--digest {key}' for key in moved)} --dry-run"] if moved else []),
+    ]
+
+
 def cmd_pins_outdated(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
     pins = load_pins(path)
@@ -310,8 +319,8 @@ def cmd_pins_outdated(args: argparse.Namespace, console: Console) -> int:
     with working(console, "pins outdated: asking the package index, git remotes and registries"):
         report = outdated(pins, path, Sources(index=index_url(), candidates=args.candidates))
     _print_outdated(console, report)
-    if report.sglang_bump:
-        console.print(f"next: epstack pins bump SGLANG_VERSION={escape(report.sglang_bump)} --dry-run")
+    for command in next_commands(report):
+        console.print(f"next: {escape(command)}")
     if args.json:
         write_file(args.json, OUTDATED.dumps(report), what="the report")
         console.print(f"report: {escape(str(args.json))}")

@@ -10,11 +10,14 @@ import subprocess
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.cli import build_parser, main
+from epstack.commands.common import parse
+from epstack.commands.pins import next_commands
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.pins.load import load_pins
 from epstack.pins.outdated import OUTDATED, Outdated, Row, _image_row, _search
@@ -139,6 +142,21 @@ def test_nothing_answers_is_exit_3_with_a_row_and_a_check_for_each_source(
     assert found["NCCL_VERSION", "git"].check == "git ls-remote --tags -- https://github.com/NVIDIA/nccl.git"
     assert found["DEEPEP_REF", "git"].check.endswith("DeepEP.git HEAD")
     assert "error: no upstream source answered" in err
+
+
+def test_the_next_commands_bump_sglang_and_each_moved_image_digest() -> None:
+    rows = (
+        Row(key="CUDA_DEVEL_IMAGE", source="registry nvidia/cuda", pinned="a", status="current"),
+        Row(key="CUDA_RUNTIME_IMAGE", source="registry nvidia/cuda", pinned="b", status="moved"),
+    )
+    report = Outdated(pins="p", index="i", candidates=1, rows=rows, sglang_bump="0.5.24", seconds=1.0)
+    assert next_commands(report) == [
+        "epstack pins bump SGLANG_VERSION=0.5.24 --dry-run",
+        "epstack pins bump --digest CUDA_RUNTIME_IMAGE --dry-run",
+    ]
+    assert next_commands(replace(report, rows=rows[:1], sglang_bump="")) == []
+    for command in next_commands(report):  # each one parses as the command line it names
+        assert not isinstance(parse(build_parser("pins"), command.split()[1:]), int), command
 
 
 def test_the_report_is_read_back_only_whole() -> None:
