@@ -13,10 +13,11 @@ SGLang's other caches start empty both times (the image does not ship them). Wha
 is counted in its caches afterwards. One JSON (`cold-start.json`) with `launch_to_first_answer_s`
 under `empty` and `shipped`, each start's phases from its log, and the exports' sizes.
 
-A third start, `warm` (unless COLD_WARM=0), adds every other cache the empty start filled (Triton,
-Inductor, SGLang's JIT, FlashInfer, the driver's) to the shipped ones: the floor that shipping every
-cache could reach. Each start's processes sample their Python stacks every second (stack_sampler/,
-summarised by stacks.py into `<start>-stacks.json`): where the seconds go.
+FlashInfer's modules ship as the image's build ships them (`jit probe --ship` with the GPU hidden, in the
+workspace the shipped starts use). A third start, `warm` (unless COLD_WARM=0), adds every other cache
+the empty start filled (Triton, Inductor, SGLang's JIT, the driver's) to the shipped ones: the floor
+that shipping every cache could reach. Each start's processes sample their Python stacks every second
+(stack_sampler/, summarised by stacks.py into `<start>-stacks.json`): where the seconds go.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ WORK = Path(os.environ.get("WORK", "/tmp/cold"))
 SERVE = ("--profile", "tiny", "--no-sweep", "--no-compare", "--sglang-arg=--attention-backend=triton")
 EXPORTS = {"deepep": "deep_ep", "deepgemm": "deep_gemm"}  # jit export's toolchain: the shipped folder
 SAMPLER = Path(__file__).resolve().parent / "stack_sampler"
+# FlashInfer's modules are shipped as the sglang image's build ships them (`jit probe --ship`, no GPU),
+# built in one workspace that the shipped and warm starts then use: its objects are named by path.
+FLASHINFER_WORKSPACE = WORK / "flashinfer"
 
 
 def caches(root: Path) -> dict[str, str]:
@@ -68,6 +72,27 @@ def step(log: Any, what: str, *argv: str, env: dict[str, str]) -> subprocess.Com
               f"{time.monotonic() - began:.1f} s]\n")  # fmt: skip
     log.flush()
     return result
+
+
+def ship_flashinfer(log: Any, env: dict[str, str]) -> dict[str, Any]:
+    """FlashInfer's modules (epstack.jit.flashinfer.MODULES) compiled with the GPU hidden and shipped
+    under $EPSTACK_HOME/jit, as the sglang layer's guard step does."""
+    began = time.monotonic()
+    probe = ("jit", "probe", "--layer", "sglang", "--toolchain", "flashinfer", "--cuda-arch", "9.0a")
+    report = ("--ship", "--json", str(WORK / "flashinfer-ship.json"))
+    hidden = env | {"CUDA_VISIBLE_DEVICES": ""}
+    made = step(log, "flashinfer ship", sys.executable, "-m", "epstack", *probe, *report, env=hidden)
+    return {"exit": made.returncode, "seconds": round(time.monotonic() - began, 1)}
+
+
+def entrypoint_copy(log: Any, env: dict[str, str]) -> float:
+    """The entrypoint's copy of every shipped cache into a start's caches (FlashInfer's workspace first
+    emptied: the last start filled it); its seconds."""
+    shutil.rmtree(FLASHINFER_WORKSPACE, ignore_errors=True)
+    FLASHINFER_WORKSPACE.mkdir(parents=True)
+    began = time.monotonic()
+    step(log, "entrypoint copy", "bash", "-euo", "pipefail", "-c", ". scripts/image/jit-caches.sh", env=env)
+    return round(time.monotonic() - began, 3)
 
 
 def serve(log: Any, name: str, env: dict[str, str]) -> dict[str, Any]:
@@ -130,6 +155,7 @@ def run() -> None:
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     base = {k: v for k, v in os.environ.items() if k not in ("CC", "CXX", "CUDAHOSTCXX")}
+    base["FLASHINFER_USE_CUDA_NORM"] = "1"  # as the sglang image sets it
     result: dict[str, Any] = {"schema": "cold-start/1", "flags": list(SERVE)}
     with (WORK / "run.log").open("w") as log:
         empty = base | caches(WORK / "empty")
@@ -148,34 +174,25 @@ def run() -> None:
             step(log, f"unpack {toolchain}", sys.executable, "-m", "epstack", "jit", "unpack", str(out),
                  "--sha256", sha256, "--into", str(home / "jit" / folder), env=empty)  # fmt: skip
             result["exports"][toolchain] = {"bytes": out.stat().st_size, "sha256": sha256}
+        shipping = empty | {"EPSTACK_HOME": str(home), "EPSTACK_REPORTS": str(WORK / "reports"),
+                            "FLASHINFER_WORKSPACE_BASE": str(FLASHINFER_WORKSPACE)}  # fmt: skip
+        (WORK / "reports").mkdir(exist_ok=True)
+        FLASHINFER_WORKSPACE.mkdir(exist_ok=True)
+        result["flashinfer_ship"] = ship_flashinfer(log, shipping)
         for unpacked in (home / "jit").iterdir():
             for path in [unpacked, *unpacked.rglob("*")]:  # read-only, as in the image
                 path.chmod(0o555 if path.is_dir() else 0o444)
-        shipped = base | caches(WORK / "shipped") | {"EPSTACK_HOME": str(home)}
-        began = time.monotonic()
-        step(
-            log,
-            "entrypoint copy",
-            "bash",
-            "-euo",
-            "pipefail",
-            "-c",
-            ". scripts/image/jit-caches.sh",
-            env=shipped,
-        )
-        result["entrypoint_copy_s"] = round(time.monotonic() - began, 3)
+        shipped_from = {"EPSTACK_HOME": str(home), "FLASHINFER_WORKSPACE_BASE": str(FLASHINFER_WORKSPACE)}
+        shipped = base | caches(WORK / "shipped") | shipped_from
+        result["entrypoint_copy_s"] = entrypoint_copy(log, shipped)
         result["shipped"] = serve(log, "shipped", shipped) | {"compiled": compiled(shipped, home / "jit")}
         result["shipped"]["cache_bytes"] = folder_bytes(WORK / "shipped")
         if os.environ.get("COLD_WARM", "1") == "1":
-            warm = base | caches(WORK / "warm") | {"EPSTACK_HOME": str(home)}
-            step(log, "entrypoint copy", "bash", "-euo", "pipefail", "-c", ". scripts/image/jit-caches.sh",
-                 env=warm)  # fmt: skip
+            warm = base | caches(WORK / "warm") | shipped_from
+            entrypoint_copy(log, warm)
             for key in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "SGLANG_JIT_CACHE_DIR",
                         "CUDA_CACHE_PATH"):  # fmt: skip
                 shutil.copytree(empty[key], warm[key], dirs_exist_ok=True, symlinks=True)
-            flashinfer = Path(empty["FLASHINFER_WORKSPACE_BASE"]) / ".cache"
-            if flashinfer.is_dir():
-                shutil.copytree(flashinfer, Path(warm["FLASHINFER_WORKSPACE_BASE"]) / ".cache", symlinks=True)
             result["warm"] = serve(log, "warm", warm) | {"compiled": compiled(warm, home / "jit")}
             result["warm"]["cache_bytes"] = folder_bytes(WORK / "warm")
     empty_s, shipped_s = (
