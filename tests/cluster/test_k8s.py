@@ -163,7 +163,7 @@ def test_smoke_profile_sizes_the_buffer_like_serve(tmp_path: Path) -> None:
     serve = _env(_container(_objects(tmp_path, "serve", "lws", "ib", 2)))
     budget = serve["SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK"]
     assert smoke[smoke.index("--num-max-tokens-per-rank") + 1] == budget
-    assert smoke[smoke.index("--preset") + 1] == "deepseek-v3"
+    assert smoke[smoke.index("--profile") + 1] == "deepseek-v3"
 
 
 def test_golden_serve_lws_ib(tmp_path: Path) -> None:
