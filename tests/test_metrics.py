@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from epstack import metrics
+from epstack import imagepaths, metrics
 from epstack.cli import main
 from epstack.errors import BadInput
 from epstack.pins.load import load_pins
@@ -21,7 +21,7 @@ DIGEST = "sha256:" + "4f" * 32
 IMAGE = f"registry.example/epstack:t@{DIGEST}"
 GUARD = {
     "schema": "guard-report/1",
-    "pins": "/opt/epstack/pins.env",
+    "pins": str(imagepaths.PINS / "deepep.pins.env"),
     "layer": "deepep",
     "checks": [
         {"component": "nccl", "verdict": "ok"},
