@@ -33,7 +33,7 @@ SHIPPED = Path(imagepaths.JIT) / "flashinfer"  # the workspace's .cache/flashinf
 # The modules SGLang 0.5.23 compiles on its serve path for the profiles epstack knows: its default
 # sampler is FlashInfer's (`_sampling_backend_default`, srt/arg_groups/overrides.py), and sglang-kernel's
 # rmsnorm calls FlashInfer's `norm` (sgl_kernel/elementwise.py), whose CUDA JIT module took 35-39 s of
-# every cold start's first forward on an H200 (benchmarks/serve/results/cold-start-2/, sampled stacks).
+# every cold start's first forward on an H200 (benchmarks/serve/results/cold-start-sampled/, sampled stacks).
 # The image sets FLASHINFER_USE_CUDA_NORM=1, so FlashInfer takes that shipped module rather than its
 # CuTe DSL kernels, which compile at run time. Attention comes precompiled in sglang-kernel, and
 # FlashInfer's allreduce fusion stays off beside an all-to-all backend such as deepep_v2.
