@@ -193,6 +193,17 @@ def rename(parser: argparse._ActionsContainer, new: str, *old: str) -> None:
     parser._option_string_actions.update(dict.fromkeys(old, action))
 
 
+def add_cuda_arch(parser: argparse.ArgumentParser, *, example: str, default: str) -> None:
+    """`--cuda-arch ARCH` (repeatable): the CUDA arch a command compiles for; `--arch` warns, one release."""
+    parser.add_argument(
+        "--cuda-arch",
+        action="append",
+        metavar="ARCH",
+        help=f"CUDA arch to compile for, e.g. {example} (repeatable; default: {default})",
+    )
+    rename(parser, "--cuda-arch", "--arch")
+
+
 class FileOrBare(argparse.Action):
     """`--json FILE` (add it with nargs="?") where the option was once a flag: bare, it still means
     `-` (stdout), warned on stderr for one release."""

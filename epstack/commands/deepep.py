@@ -6,7 +6,7 @@ import argparse
 
 from rich.console import Console
 
-from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, rename
+from epstack.commands.common import PINS, SubParsers, add_cuda_arch, path_arg, pins_path
 from epstack.fabric import FABRICS
 from epstack.image.deepep import build
 
@@ -42,13 +42,7 @@ def register(subparsers: SubParsers) -> None:
         help="folder of `git archive` tarballs, verified whole (without it: git clone)",
     )
     parser.add_argument("--wheel-dir", type=path_arg, required=True, help="where the wheel and manifest go")
-    parser.add_argument(
-        "--cuda-arch",
-        action="append",
-        metavar="ARCH",
-        help="CUDA arch to compile for, e.g. 9.0 (repeatable; default: the pins' TORCH_CUDA_ARCH_LIST)",
-    )
-    rename(parser, "--cuda-arch", "--arch")
+    add_cuda_arch(parser, example="9.0", default="the pins' TORCH_CUDA_ARCH_LIST")
     parser.add_argument(
         "--fabric",
         choices=tuple(FABRICS),

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from epstack import imagepaths
-from epstack.commands.common import SubParsers, path_arg, rename, seconds
+from epstack.commands.common import SubParsers, add_cuda_arch, path_arg, seconds
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.guard.jitprobe import TIMEOUT_S, TOOLCHAINS, JitReport, probe_layer, report_path
 from epstack.image.engine import DockerEngine
@@ -231,13 +231,7 @@ def register(subparsers: SubParsers) -> None:
     actions = jit.add_subparsers(dest="action", required=True, metavar="ACTION")
     probe = actions.add_parser("probe", help="compile one real module of each toolchain of a layer, now")
     probe.add_argument("--layer", choices=(*LAYER_NAMES, "all"), default="all", help="default all")
-    probe.add_argument(
-        "--cuda-arch",
-        action="append",
-        metavar="ARCH",
-        help="CUDA arch to compile for, e.g. 9.0a (repeatable; default: the image's TORCH_CUDA_ARCH_LIST)",
-    )
-    rename(probe, "--cuda-arch", "--arch")
+    add_cuda_arch(probe, example="9.0a", default="the image's TORCH_CUDA_ARCH_LIST")
     probe.add_argument("--json", type=path_arg, metavar="FILE", help="default: the image's jit-<layer>.json")
     probe.add_argument("--timeout", type=seconds, default=TIMEOUT_S, help="seconds per toolchain")
     probe.add_argument(
