@@ -6,16 +6,17 @@ same flags (issue: "A cold serving pod answers in seconds"), on a GPU host with 
     python -m benchmarks.serve.cold_start wait      # up to WAIT_S s, then the results to $OUT
 
 The run: `epstack smoke serve --profile tiny --no-sweep --no-compare` with every cache empty; then
-`epstack jit export` of what it compiled (DeepEP's kernels, DeepGEMM's), unpacked as the kernels layer
+`epstack jit export` of what it compiled (DeepEP's kernels, DeepGEMM's, SGLang's own), unpacked as the
+kernels layer
 does (`epstack jit unpack`, read-only under $EPSTACK_HOME/jit) and copied by the entrypoint's own
 scripts/image/jit-caches.sh into new, empty caches; the same serve smoke again. Triton's kernels and
-SGLang's other caches start empty both times (the image does not ship them). What each start compiled
+Inductor's start empty both times (the image does not ship them). What each start compiled
 is counted in its caches afterwards. One JSON (`cold-start.json`) with `launch_to_first_answer_s`
 under `empty` and `shipped`, each start's phases from its log, and the exports' sizes.
 
 FlashInfer's modules ship as the image's build ships them (`jit probe --ship` with the GPU hidden, in the
 workspace the shipped starts use). A third start, `warm` (unless COLD_WARM=0), adds every other cache
-the empty start filled (Triton, Inductor, SGLang's JIT, the driver's) to the shipped ones: the floor
+the empty start filled (Triton, Inductor, the driver's) to the shipped ones: the floor
 that shipping every cache could reach. Each start's processes sample their Python stacks every second
 (stack_sampler/, summarised by stacks.py into `<start>-stacks.json`): where the seconds go.
 """
@@ -33,12 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.serve import stacks
-from epstack.jit import deepgemm
+from epstack.jit import deepgemm, sglang
 from epstack.jit.deepep import cache_files as deepep_files
+from epstack.jit.registry import EXPORTED
 
 WORK = Path(os.environ.get("WORK", "/tmp/cold"))
 SERVE = ("--profile", "tiny", "--no-sweep", "--no-compare", "--sglang-arg=--attention-backend=triton")
-EXPORTS = {"deepep": "deep_ep", "deepgemm": "deep_gemm"}  # jit export's toolchain: the shipped folder
+EXPORTS = {name: chain.TOOL for name, chain in EXPORTED.items()}  # jit export's toolchain: shipped folder
 SAMPLER = Path(__file__).resolve().parent / "stack_sampler"
 # FlashInfer's modules are shipped as the sglang image's build ships them (`jit probe --ship`, no GPU),
 # built in one workspace that the shipped and warm starts then use: its objects are named by path.
@@ -130,12 +132,16 @@ def compiled(env: dict[str, str], shipped: Path | None) -> dict[str, object]:
     )
     ep = {Path(p).parent.name for p in deepep_files(Path(env["EP_JIT_CACHE_DIR"])) if p not in ep_shipped}
     triton = [p for p in Path(env["TRITON_CACHE_DIR"]).iterdir() if p.is_dir() and not p.name.startswith(".")]
+    sglang_jit = sglang.compiled_since(
+        Path(env["SGLANG_JIT_CACHE_DIR"]), sglang.read_manifest(shipped / sglang.TOOL) if shipped else None
+    )
     flashinfer = sorted(
         p.name for p in Path(env["FLASHINFER_WORKSPACE_BASE"]).glob(".cache/flashinfer/*/*/cached_ops/*")
     )
     return {
         "deepgemm_kernels": len(dg),
         "deepep_kernels": len(ep),
+        "sglang_jit_kernels": sglang_jit,
         "triton_cache_entries": len(triton),
         "flashinfer_modules": flashinfer,
     }
@@ -190,8 +196,7 @@ def run() -> None:
         if os.environ.get("COLD_WARM", "1") == "1":
             warm = base | caches(WORK / "warm") | shipped_from
             entrypoint_copy(log, warm)
-            for key in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "SGLANG_JIT_CACHE_DIR",
-                        "CUDA_CACHE_PATH"):  # fmt: skip
+            for key in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH"):
                 shutil.copytree(empty[key], warm[key], dirs_exist_ok=True, symlinks=True)
             result["warm"] = serve(log, "warm", warm) | {"compiled": compiled(warm, home / "jit")}
             result["warm"]["cache_bytes"] = folder_bytes(WORK / "warm")

@@ -38,13 +38,14 @@ RESULTS_MOUNT = "/var/lib/epstack/results"
 HOST_ROOT = "/var/tmp/epstack"
 # Each JIT toolchain's cache variable and its folder under the cache mount (the names the guard's JIT
 # probe uses): DeepEP, Triton, FlashInfer, DeepGEMM (SGLang sets DG_JIT_CACHE_DIR from
-# SGLANG_DG_CACHE_DIR, so both name the folder).
+# SGLANG_DG_CACHE_DIR, so both name the folder), SGLang's own JIT.
 JIT_CACHE_DIRS: tuple[tuple[str, str], ...] = (
     ("EP_JIT_CACHE_DIR", "deep_ep"),
     ("TRITON_CACHE_DIR", "triton"),
     ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
     ("DG_JIT_CACHE_DIR", "deep_gemm"),
     ("SGLANG_DG_CACHE_DIR", "deep_gemm"),
+    ("SGLANG_JIT_CACHE_DIR", "sglang_jit"),
 )
 DEFAULT_CPUS_PER_GPU = 4  # llm-d's wide-EP pods request 32 CPUs for 8 GPUs
 DEFAULT_STARTUP_TIMEOUT_S = 3600  # DeepSeek-V3: ~690 GB to fetch and load, then CUDA graphs

@@ -7,10 +7,8 @@ import argparse
 import os
 import re
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -23,13 +21,13 @@ from epstack.guard.jitprobe import TIMEOUT_S, TOOLCHAINS, JitReport, probe_layer
 from epstack.image.engine import DockerEngine
 from epstack.image.kernels import LayerExport, build_kernels_layer, kernels_tag
 from epstack.inputs import read_bytes
-from epstack.jit import deepep, deepgemm, export, flashinfer, triton
+from epstack.jit import export, flashinfer, triton
+from epstack.jit.gpuexport import export as export_cache
+from epstack.jit.registry import EXPORTED, by_kind, kinds
 from epstack.jit.shipped import sha256_hex
 from epstack.layers import LAYER_NAMES
 from epstack.output import check_writable, write_file
 from epstack.pins.load import read_layer_pins
-from epstack.smoke.export import TOOLCHAINS as EXPORTED
-from epstack.smoke.export import export as export_cache
 from epstack.stack import GPU_ARCHS
 
 WORKSPACE_VARIABLE = "FLASHINFER_WORKSPACE_BASE"
@@ -143,45 +141,21 @@ def _read_export(path: Path) -> bytes:
     return read_bytes(path, what="a JIT cache export", limit=export.MAX_ARCHIVE_BYTES)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Unpacked:
-    """An export's toolchain as `jit unpack` installs it."""
-
-    name: str  # in messages
-    shipped: Path  # where its kernels go
-    differences: Callable[[Any, Sequence[str], Mapping[str, str]], list[str]]  # what keeps them from loading
-    install: Callable[[Any, Mapping[str, bytes], Path], None]
-    again: str  # how to make them again
-
-
-UNPACKED = {
-    deepep.TOOL: Unpacked(
-        name="DeepEP", shipped=deepep.SHIPPED, differences=deepep.install_differences,
-        install=deepep.install, again="`epstack smoke elastic --export-jit-cache FILE`",
-    ),
-    deepgemm.TOOL: Unpacked(
-        name="DeepGEMM", shipped=deepgemm.SHIPPED, differences=deepgemm.install_differences,
-        install=deepgemm.install, again="`epstack jit export --toolchain deepgemm` after a serve run",
-    ),
-}  # fmt: skip
-KINDS = (deepep.KIND, deepgemm.KIND)
-
-
 def cmd_unpack(args: argparse.Namespace, console: Console) -> int:
     """In the image: the export's kernels, if made for this install, into the image's kernel folder."""
-    kind, manifest, files = export.unpack(args.export, _read_export(args.export), args.sha256, KINDS)
-    tool = UNPACKED[kind.tool]
-    differences = tool.differences(manifest.key, _archs(None), os.environ)
+    kind, manifest, files = export.unpack(args.export, _read_export(args.export), args.sha256, kinds())
+    tool = by_kind(kind)
+    differences = tool.install_differences(manifest.key, _archs(None), os.environ)
     if differences:
         raise BadInput(
             f"{args.export}: its kernels were made for another install ({'; '.join(differences)}), so "
-            f"{tool.name} here would compile each again; fix: export them from this image on a GPU "
-            f"({tool.again})"
+            f"{tool.TITLE} here would compile each again; fix: export them from this image on a GPU "
+            f"({tool.AGAIN})"
         )
-    into = args.into or tool.shipped
+    into = args.into or tool.SHIPPED
     tool.install(manifest, files, into)
     console.print(
-        f"jit unpack: {manifest.kernels} {tool.name} kernels ({manifest.bytes:,} bytes) "
+        f"jit unpack: {manifest.kernels} {tool.TITLE} kernels ({manifest.bytes:,} bytes) "
         f"into {escape(str(into))}"
     )
     return 0
@@ -191,7 +165,7 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     """On a GPU, after any run that compiled the toolchain's kernels: pack them for `jit layer`."""
     check_writable(args.out, what="--out")
     made = export_cache(args.out, os.environ, args.toolchain)
-    name = {"deepep": "DeepEP", "deepgemm": "DeepGEMM"}[args.toolchain]
+    name = EXPORTED[args.toolchain].TITLE
     console.print(
         f"jit export: {made['kernels']} {name} kernels ({made['bytes']:,} bytes) to "
         f"{escape(made['path'])}, sha256 {made['sha256']}"
@@ -209,12 +183,13 @@ def cmd_layer(args: argparse.Namespace, console: Console) -> int:
     for index, path in enumerate(args.export):
         data = _read_export(path)
         sha256 = sha256_hex(data)
-        kind, manifest, _ = export.unpack(path, data, args.sha256[index] if args.sha256 else sha256, KINDS)
+        kind, manifest, _ = export.unpack(path, data, args.sha256[index] if args.sha256 else sha256, kinds())
         exports.append(LayerExport(tool=kind.tool, manifest=manifest, data=data, sha256=sha256))
     engine = DockerEngine.find()
     tag = args.tag or kernels_tag(args.image, [e.sha256 for e in exports])
     image_id = build_kernels_layer(engine, image=args.image, exports=exports, tag=tag)
-    kernels = ", ".join(f"{e.manifest.kernels} {UNPACKED[e.tool].name} kernels" for e in exports)
+    titles = {chain.TOOL: chain.TITLE for chain in EXPORTED.values()}
+    kernels = ", ".join(f"{e.manifest.kernels} {titles[e.tool]} kernels" for e in exports)
     console.print(f"jit layer: {escape(tag)} ({image_id}), {kernels} over {escape(args.image)}")
     return 0
 
@@ -250,12 +225,12 @@ def register(subparsers: SubParsers) -> None:
     probe.set_defaults(func=cmd_probe)
     unpack_p = actions.add_parser(
         "unpack",
-        help="in an image: unpack kernels exported on a GPU (DeepEP, DeepGEMM), checked by their sha256",
+        help="in an image: unpack kernels exported on a GPU (DeepEP, DeepGEMM, SGLang's), checked by sha256",
     )
     unpack_p.add_argument("export", type=path_arg, help="the `jit export` (or `--export-jit-cache`) file")
     unpack_p.add_argument("--sha256", type=_sha256_hex, required=True, help="the export's digest")
     unpack_p.add_argument(
-        "--into", type=path_arg, help=f"default {imagepaths.JIT}/<toolchain> (deep_ep, deep_gemm)"
+        "--into", type=path_arg, help=f"default {imagepaths.JIT}/<toolchain> (deep_ep, deep_gemm, sglang_jit)"
     )
     unpack_p.set_defaults(func=cmd_unpack)
     export_p = actions.add_parser(
@@ -265,9 +240,10 @@ def register(subparsers: SubParsers) -> None:
     export_p.add_argument("--out", type=path_arg, required=True, help="the tar.gz (and OUT.sha256) to write")
     export_p.add_argument(
         "--toolchain",
-        choices=EXPORTED,
+        choices=tuple(EXPORTED),
         default="deepep",
-        help="deepep: $EP_JIT_CACHE_DIR (default); deepgemm: SGLang's $SGLANG_DG_CACHE_DIR",
+        help="deepep: $EP_JIT_CACHE_DIR (default); deepgemm: SGLang's $SGLANG_DG_CACHE_DIR; sglang: "
+        "SGLang's own $SGLANG_JIT_CACHE_DIR",
     )
     export_p.set_defaults(func=cmd_export)
     layer = actions.add_parser("layer", help="build the kernels layer over a built sglang image (Docker)")
@@ -277,7 +253,7 @@ def register(subparsers: SubParsers) -> None:
         type=path_arg,
         action="append",
         required=True,
-        help="a `jit export` or `--export-jit-cache` file (repeatable: DeepEP's and DeepGEMM's)",
+        help="a `jit export` or `--export-jit-cache` file (repeatable: DeepEP's, DeepGEMM's, SGLang's)",
     )
     layer.add_argument(
         "--sha256",

@@ -11,9 +11,10 @@ from pathlib import Path
 
 from epstack.checkrow import Check
 from epstack.guard import jitprobe
-from epstack.jit import deepgemm, flashinfer, triton
+from epstack.jit import flashinfer, triton
 from epstack.jit.deepep import KERNEL_CACHE, SHIPPED, install_differences
 from epstack.jit.shipped import changed_files, manifest_beside
+from epstack.jit.toolchain import Placed
 
 
 def _none_shipped(component: str, expected: str, detail: str, fix: str) -> Check:
@@ -78,34 +79,39 @@ def kernel_cache_rows(env: Mapping[str, str], archs: Sequence[str], folder: Path
     return [Check(component=COMPONENT, expected=expected, found=found, verdict="ok", detail=str(folder))]
 
 
-DEEPGEMM = "JIT cache DeepGEMM"
-FIX_DEEPGEMM = (
-    "on a GPU, serve once in this image, `epstack jit export --toolchain deepgemm --out FILE`, then "
-    "`epstack jit layer --image IMAGE --export FILE`"
-)
+def cache_component(chain: Placed) -> str:
+    """The guard row's component of a toolchain's shipped kernels: "JIT cache DeepGEMM"."""
+    return f"JIT cache {chain.TITLE}"
 
 
-def deepgemm_cache_rows(
-    env: Mapping[str, str], archs: Sequence[str], folder: Path = deepgemm.SHIPPED, verify_bytes: bool = True
+def _fix_exported(chain: Placed) -> str:
+    return (
+        f"on a GPU, serve once in this image, `epstack jit export --toolchain {chain.NAME} --out FILE`, then "
+        "`epstack jit layer --image IMAGE --export FILE`"
+    )
+
+
+def exported_cache_rows(
+    chain: Placed,
+    env: Mapping[str, str],
+    archs: Sequence[str],
+    folder: Path | None = None,
+    verify_bytes: bool = True,
 ) -> list[Check]:
-    """DeepGEMM's shipped kernels: intact and made for this install (`verify_bytes`; the start trusts the
-    build's record for both), and in the cache SGLang points DeepGEMM at (copied there at start)."""
-    manifest = deepgemm.read_manifest(folder)
-    expected = f"DeepGEMM kernels for {' '.join(archs) or 'the image'}"
+    """The shipped kernels of a toolchain a serve run exports (DeepGEMM, SGLang's JIT): intact and made
+    for this install (`verify_bytes`; the start trusts the build's record for both), and in the cache the
+    toolchain reads (copied there at start)."""
+    folder = folder or chain.SHIPPED
+    component, fix = cache_component(chain), _fix_exported(chain)
+    manifest = chain.read_manifest(folder)
+    expected = f"{chain.TITLE} kernels for {' '.join(archs) or 'the image'}"
     if manifest is None:
-        return [
-            _none_shipped(
-                DEEPGEMM,
-                expected,
-                f"SGLang's deep_gemm runner compiles them before it serves ({deepgemm.COLD_S})",
-                FIX_DEEPGEMM,
-            )
-        ]
+        return [_none_shipped(component, expected, f"compiled before SGLang serves ({chain.COLD_S})", fix)]
     key = manifest.key
     row = Check(
-        component=DEEPGEMM,
+        component=component,
         expected=expected,
-        found=f"{manifest.kernels} kernels, {manifest.bytes:,} bytes; deep_gemm {key.deep_gemm}, "
+        found=f"{manifest.kernels} kernels, {manifest.bytes:,} bytes; {chain.made_with(key)}, "
         f"sm {key.arch} ({key.device}, {key.sm_count} SMs), nvcc {key.nvcc}",
         verdict="ok",
     )
@@ -117,28 +123,26 @@ def deepgemm_cache_rows(
                 expected=f"{expected}, as {manifest_beside(folder).name} lists them",
                 verdict="mismatch",
                 detail=f"{len(broken)} missing or changed, e.g. {broken[0]}",
-                fix=f"rebuild the layer; {FIX_DEEPGEMM}",
+                fix=f"rebuild the layer; {fix}",
             )
         ]
     # At start (verify_bytes False) the build's record vouches for the install the key was checked
     # against at build; checking it again would run nvcc at every container start.
-    differences = deepgemm.install_differences(key, archs, env) if verify_bytes else []
+    differences = chain.install_differences(key, archs, env) if verify_bytes else []
     if differences:
         return [
             replace(
                 row,
                 expected=f"{expected}, made in this image",
                 verdict="mismatch",
-                detail=f"made for another install ({'; '.join(differences)}): DeepGEMM would compile "
+                detail=f"made for another install ({'; '.join(differences)}): {chain.TITLE} would compile "
                 "every kernel again, never load these",
-                fix=FIX_DEEPGEMM,
+                fix=fix,
             )
         ]
-    cache = deepgemm.cache_dir(env)
-    entries = {Path(f.path).parent.name for f in manifest.files}
-    missing = [
-        name for name in sorted(entries) if not (cache / "cache" / name / deepgemm.COMMITTED).is_file()
-    ]
+    cache = chain.cache_dir(env)
+    entries = chain.entries(manifest)
+    missing = [entry for entry in entries if not chain.placed(cache, entry)]
     if len(missing) == len(entries):
         return [replace(row, detail=f"{folder}; the entrypoint copies them into {cache} at start")]
     if missing:
@@ -146,7 +150,7 @@ def deepgemm_cache_rows(
             replace(
                 row,
                 verdict="warn",
-                detail=f"{len(missing)} of {len(entries)} not in {cache}, e.g. {missing[0]}: DeepGEMM "
+                detail=f"{len(missing)} of {len(entries)} not in {cache}, e.g. {missing[0]}: {chain.TITLE} "
                 "compiles them at start",
                 fix="start through the image's entrypoint, which copies them there",
             )

@@ -37,7 +37,7 @@ from epstack.guard.distributions import (
 from epstack.guard.expected import Expected, load_expected
 from epstack.guard.jitprobe import layer_rows as jit_rows
 from epstack.guard.kernelcache import (
-    deepgemm_cache_rows,
+    exported_cache_rows,
     flashinfer_cache_rows,
     kernel_cache_rows,
     triton_launcher_rows,
@@ -46,6 +46,7 @@ from epstack.guard.libraries import check_cuda, check_nccl_loaded, try_import
 from epstack.guard.onecuda import cuda_home, cuda_home_checks, other_major_check, release_wheel_checks
 from epstack.guard.report import GuardReport
 from epstack.image.deepepmanifest import manifest_path
+from epstack.jit.registry import PLACED
 from epstack.layers import guard_scopes
 from epstack.python import closure
 from epstack.python.distinfo import files, find
@@ -111,7 +112,11 @@ def sglang_checks(pins: Expected) -> list[Check]:
         *check_requirements("sglang", pins.base_packages),
         *jit_rows("sglang", os.environ),
         *kernel_cache_rows(os.environ, pins.torch_cuda_arch_list.split()),
-        *deepgemm_cache_rows(os.environ, pins.torch_cuda_arch_list.split()),
+        *(
+            row
+            for chain in PLACED
+            for row in exported_cache_rows(chain, os.environ, pins.torch_cuda_arch_list.split())
+        ),
         *flashinfer_cache_rows(os.environ, pins.torch_cuda_arch_list.split()),
     ]
 

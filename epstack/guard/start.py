@@ -19,16 +19,17 @@ from epstack.checkrow import Check
 from epstack.guard.deepep import JIT_CACHE, check_jit_cache
 from epstack.guard.expected import load_expected
 from epstack.guard.kernelcache import (
-    DEEPGEMM,
     FLASHINFER,
     TRITON,
-    deepgemm_cache_rows,
+    cache_component,
+    exported_cache_rows,
     flashinfer_cache_rows,
     triton_launcher_rows,
 )
 from epstack.guard.libraries import CUDA_DRIVER, CUDA_RUNTIME, CUDA_SKIPPED, live_cuda_rows
 from epstack.guard.record import read_record, what_changed
 from epstack.guard.report import GUARD_REPORT, GuardReport
+from epstack.jit.registry import PLACED
 from epstack.layers import guard_scopes
 
 CUDA_COMPONENTS = frozenset({CUDA_SKIPPED, CUDA_RUNTIME, CUDA_DRIVER})
@@ -55,6 +56,7 @@ def trusted_report(pins: Path, layer: str, locks: Path | None, env: Mapping[str,
     expected = load_expected(pins, [scope.name for scope in guard_scopes(layer)[0]])
     rows: list[Check] = []
     live = 0
+    placed = {cache_component(chain): chain for chain in PLACED}
     for row in built.checks:
         if row.component in CUDA_COMPONENTS:
             if any(check.component in CUDA_COMPONENTS for check in rows):
@@ -64,8 +66,9 @@ def trusted_report(pins: Path, layer: str, locks: Path | None, env: Mapping[str,
             now = [check_jit_cache(env)]
         elif row.component == FLASHINFER:
             now = flashinfer_cache_rows(env, expected.torch_cuda_arch_list.split(), verify_bytes=False)
-        elif row.component == DEEPGEMM:
-            now = deepgemm_cache_rows(env, expected.torch_cuda_arch_list.split(), verify_bytes=False)
+        elif row.component in placed:
+            archs = expected.torch_cuda_arch_list.split()
+            now = exported_cache_rows(placed[row.component], env, archs, verify_bytes=False)
         elif row.component == TRITON:
             now = triton_launcher_rows(env, verify_bytes=False)
         else:

@@ -30,7 +30,10 @@ from epstack.jit import export
 from epstack.jit.export import write_files
 from epstack.jit.shipped import CacheFile, cache_file, install_folder
 
+NAME = "deepep"
+TITLE = "DeepEP"
 TOOL = "deep_ep"
+AGAIN = "`epstack smoke elastic --export-jit-cache FILE`"
 SHIPPED = Path(imagepaths.JIT) / TOOL  # the kernels, as DeepEP lays them out under its cache dir
 # A kernel file as DeepEP names it, a plain name in cache/kernel.<name>.<hash>/ (never "..").
 _KERNEL_FILE = re.compile(r"cache/kernel\.[A-Za-z0-9_]+\.[0-9a-f]+/[A-Za-z0-9_][A-Za-z0-9_.-]*")
@@ -78,6 +81,11 @@ KIND = export.Kind(
     file_pattern=_KERNEL_FILE,
     fix="export it with `epstack smoke elastic --export-jit-cache`",
 )
+
+
+def cache_dir(env: Mapping[str, str]) -> Path:
+    """DeepEP's cache folder: $EP_JIT_CACHE_DIR, else ~/.deep_ep (csrc/jit/compiler.hpp)."""
+    return Path(env.get("EP_JIT_CACHE_DIR") or Path(env.get("HOME", "~")).expanduser() / ".deep_ep")
 
 
 def cache_files(cache_dir: Path) -> dict[str, bytes]:

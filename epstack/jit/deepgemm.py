@@ -30,7 +30,10 @@ from epstack.jit import export
 from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
 from epstack.jit.shipped import CacheFile, cache_file, install_folder, manifest_beside
 
+NAME = "deepgemm"
+TITLE = "DeepGEMM"
 TOOL = "deep_gemm"
+AGAIN = "`epstack jit export --toolchain deepgemm` after a serve run"
 SHIPPED = Path(imagepaths.JIT) / TOOL
 CACHE = Path(imagepaths.JIT_CACHES) / TOOL  # the image's SGLANG_DG_CACHE_DIR and DG_JIT_CACHE_DIR
 DISTRIBUTIONS = ("sgl-deep-gemm", "deep-gemm")  # SGLang's build of DeepGEMM, or DeepSeek's own
@@ -179,3 +182,16 @@ def compiled_since(root: Path, manifest: DeepGemmCache | None) -> list[str]:
     compiled there."""
     shipped = {PurePosixPath(f.path).parent.name for f in manifest.files} if manifest else set()
     return [entry.name for entry in committed_entries(root) if entry.name not in shipped]
+
+
+def entries(manifest: DeepGemmCache) -> list[str]:
+    """Each committed entry the manifest lists: cache/<tag>.<digest>."""
+    return sorted({str(PurePosixPath(f.path).parent) for f in manifest.files})
+
+
+def placed(cache: Path, entry: str) -> bool:
+    return (cache / entry / COMMITTED).is_file()
+
+
+def made_with(key: CacheKey) -> str:
+    return f"deep_gemm {key.deep_gemm}"

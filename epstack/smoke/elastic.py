@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 from epstack.errors import CHECK_FAILED, ENVIRONMENT, OK, BadInput, EpstackError
 from epstack.guard.loaded import libstdcxx_interposition
+from epstack.jit import gpuexport
 from epstack.output import check_writable, write_file
-from epstack.smoke import export as export_mod
 from epstack.smoke import launch as launch_mod
 from epstack.smoke import preflight
 from epstack.smoke import report as report_mod
@@ -59,7 +59,7 @@ class Settings:
     master_addr: str | None = None
     master_port: int | None = None
     argv: tuple[str, ...] = ()  # the command line, recorded in the report
-    export_jit_cache: Path | None = None  # after a pass, the DeepEP kernels compiled (smoke.export)
+    export_jit_cache: Path | None = None  # after a pass, the DeepEP kernels compiled (epstack.jit.gpuexport)
 
     @property
     def report(self) -> Path:
@@ -268,7 +268,7 @@ def run(settings: Settings, progress: Progress) -> Outcome:
     export_error: EpstackError | None = None
     if settings.export_jit_cache and code == OK and launch.rank == 0:
         try:
-            report["jit_export"] = export_mod.export(settings.export_jit_cache, os.environ)
+            report["jit_export"] = gpuexport.export(settings.export_jit_cache, os.environ)
             progress.exported(report["jit_export"])
         except EpstackError as exc:
             report["jit_export"], export_error = {"error": str(exc)}, exc

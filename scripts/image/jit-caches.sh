@@ -72,6 +72,13 @@ if [ -d "${jit_shipped}/deep_gemm" ]; then
     deep_gemm "DeepGEMM's kernels go to" || true
   epstack_copy "${jit_shipped}/deep_gemm" "${epstack_cache}" 'cache/*.*'
 fi
+# SGLang's own JIT kernels (`epstack jit layer`): SGLang finds each leaf by its build and dependency keys
+# (<target>/<module>/build-<key>/deps-<key>/) in $SGLANG_JIT_CACHE_DIR and compiles any other beside them.
+if [ -d "${jit_shipped}/sglang_jit" ]; then
+  epstack_cache SGLANG_JIT_CACHE_DIR "${SGLANG_JIT_CACHE_DIR:-${HOME}/.cache/sglang/jit}" sglang_jit \
+    "SGLang's JIT kernels go to" || true
+  epstack_copy "${jit_shipped}/sglang_jit" "${epstack_cache}" '*/*/*/*'
+fi
 # FlashInfer's modules (`epstack jit probe --ship`) into $FLASHINFER_WORKSPACE_BASE, the folder they were
 # built in, with their timestamps: ninja, which FlashInfer runs before it loads a module, then has
 # nothing to do. Moved to TMPDIR, the workspace gets no copy: its objects are named by absolute path,

@@ -1,5 +1,5 @@
 """`smoke elastic --export-jit-cache FILE` on CPU: stub ranks, a stub preflight and a stub device probe
-(epstack.smoke.export.DEVICE_PROBE); the kernels are H200-shaped files in $EP_JIT_CACHE_DIR. A pass
+(epstack.jit.gpuexport.DEVICE_PROBE); the kernels are H200-shaped files in $EP_JIT_CACHE_DIR. A pass
 writes the export and its sha256sum line; a failure writes neither; a path that cannot be written is
 refused before any rank starts."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from epstack.errors import BAD_INPUT, CHECK_FAILED, ENVIRONMENT, OK
+from epstack.jit import gpuexport as export
 from epstack.jit.deepep import unpack
-from epstack.smoke import export
 from epstack.smoke.__main__ import main as smoke_main
 from epstack.smoke.stage import HANG_RANK_ENV, HANG_STAGE_ENV
 from tests.jit.test_deepep import fake_nvcc, h200_kernels, write_cache

@@ -20,12 +20,15 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 # entrypoint copies them back at start, into this folder that every user can write.
 # FLASHINFER_USE_CUDA_NORM=1: rmsnorm from the shipped `norm` module, not CuTe DSL kernels compiled at start.
 # SGLang points DeepGEMM's JIT at $SGLANG_DG_CACHE_DIR (it overrides DG_JIT_CACHE_DIR); the kernels layer's
-# DeepGEMM kernels (`epstack jit layer`) are copied there at start.
+# DeepGEMM kernels (`epstack jit layer`) are copied there at start; SGLang's own JIT kernels likewise into
+# $SGLANG_JIT_CACHE_DIR (its default, ~/.cache/sglang/jit, ignores SGLANG_CACHE_DIR).
 ENV FLASHINFER_WORKSPACE_BASE=/var/cache/epstack-jit/flashinfer \
     FLASHINFER_USE_CUDA_NORM=1 \
     SGLANG_DG_CACHE_DIR=/var/cache/epstack-jit/deep_gemm \
-    DG_JIT_CACHE_DIR=/var/cache/epstack-jit/deep_gemm
-RUN install -d -m 1777 /var/cache/epstack-jit/flashinfer /var/cache/epstack-jit/deep_gemm
+    DG_JIT_CACHE_DIR=/var/cache/epstack-jit/deep_gemm \
+    SGLANG_JIT_CACHE_DIR=/var/cache/epstack-jit/sglang_jit
+RUN install -d -m 1777 /var/cache/epstack-jit/flashinfer /var/cache/epstack-jit/deep_gemm \
+    /var/cache/epstack-jit/sglang_jit
 ENV EPSTACK_PINS=/opt/epstack/pins/sglang.pins.env \
     EPSTACK_GUARD_LAYER=sglang \
     EPSTACK_LOCKS=/opt/epstack/locks

@@ -1,0 +1,20 @@
+"""The JIT toolchains epstack ships caches of, by the name `jit export --toolchain` takes."""
+
+from __future__ import annotations
+
+from epstack.jit import deepep, deepgemm, sglang
+from epstack.jit.export import Kind
+from epstack.jit.toolchain import Exported, Placed
+
+EXPORTED: dict[str, Exported] = {"deepep": deepep, "deepgemm": deepgemm, "sglang": sglang}
+# Those a serve run makes, whose guard row looks for each entry in the live cache.
+PLACED: tuple[Placed, ...] = (deepgemm, sglang)
+
+
+def by_kind(kind: Kind) -> Exported:
+    """The toolchain whose archives are of `kind`."""
+    return next(toolchain for toolchain in EXPORTED.values() if kind == toolchain.KIND)
+
+
+def kinds() -> tuple[Kind, ...]:
+    return tuple(toolchain.KIND for toolchain in EXPORTED.values())

@@ -1,0 +1,225 @@
+"""SGLang's own JIT kernels (`sglang.kernels.jit`), shipped in an image: exported from a GPU run, unpacked by
+digest, checked.
+
+SGLang 0.5.23 compiles its small CUDA kernels (qknorm, fused rope, activation, clamp_position, ...) with
+ninja at a server's first forward: 36-38 s of the tiny profile's cold start on an H200
+(benchmarks/serve/results/cold-start-sampled/, sampled stacks). Its cache (kernels/jit/utils/compile/cache.py)
+is content-addressed: $SGLANG_JIT_CACHE_DIR (default ~/.cache/sglang/jit, whatever SGLANG_CACHE_DIR says)
+holds <target>/<module>/build-<key>/deps-<key>/ with the module's .so and sgl_deps.json. The build key
+covers the module's arguments, its sources, the target (the device's arch), `nvcc --version` and
+`c++ --version` whole and the versions of torch, flashinfer-python, apache-tvm-ffi and DeepGEMM; each leaf
+is named by the digests of the files its list names, paths anchored at their packages. So a leaf made in
+the image, on a GPU of its arch, loads in every container of it, and one made elsewhere is rebuilt, never
+loaded.
+
+The kernels depend on the model's shapes, so a serve run makes them (`epstack smoke serve`, any SGLang
+start): `epstack jit export --toolchain sglang` packs the published leaves with their key, the kernels
+layer unpacks them by sha256 into imagepaths.JIT/sglang_jit, and the entrypoint copies them into the
+writable cache at start, each leaf whole or not at all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path, PurePosixPath
+
+from epstack import imagepaths
+from epstack.cmd import run
+from epstack.document import Schema
+from epstack.errors import BadInput, EpstackError
+from epstack.jit import export
+from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
+from epstack.jit.deepgemm import nvcc_build
+from epstack.jit.shipped import CacheFile, cache_file, install_folder, manifest_beside
+
+NAME = "sglang"
+TITLE = "SGLang"
+TOOL = "sglang_jit"
+AGAIN = "`epstack jit export --toolchain sglang` after a serve run"
+SHIPPED = Path(imagepaths.JIT) / TOOL
+CACHE = Path(imagepaths.JIT_CACHES) / TOOL  # the image's SGLANG_JIT_CACHE_DIR
+DEPS = "sgl_deps.json"  # a published leaf's dependency list, written before the leaf is renamed in
+# The distributions SGLang's build key names (cache._VERSIONED_PACKAGES), and SGLang itself.
+VERSIONED = ("sglang", "torch", "flashinfer-python", "apache-tvm-ffi", "sgl-deep-gemm", "nvidia-mathdx")
+# A file of a published leaf: <target>/<module>/build-<16 hex>/deps-<16 hex>/(sgl_deps.json|<module>.so).
+_LEAF_FILE = re.compile(
+    r"[A-Za-z0-9_]+/(?P<module>[A-Za-z0-9_][A-Za-z0-9_.-]*)/build-[0-9a-f]{16}/deps-[0-9a-f]{16}/"
+    r"(?:sgl_deps\.json|(?P=module)\.so)"
+)
+COLD_S = "36-38 s of the tiny profile's cold start on an H200"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheKey:
+    """What SGLang's build key covers that an image can name, and the device the kernels were made on."""
+
+    versions: tuple[str, ...]  # `name version` of each of VERSIONED installed
+    nvcc: str  # V13.0.88: the build key holds `nvcc --version` whole
+    cxx: str  # the host compiler's first --version line: the key holds it whole
+    arch: str  # the device's compute capability, "9.0"
+    device: str
+    sm_count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SglangJitCache:
+    key: CacheKey
+    files: tuple[CacheFile, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+    @property
+    def kernels(self) -> int:
+        return len(entries(self))
+
+
+SGLANG_JIT_CACHE = Schema(
+    name="sglang-jit-cache",
+    version=1,
+    model=SglangJitCache,
+    what="an SGLang JIT kernel cache manifest",
+    fix="export it again on a GPU: `epstack jit export --toolchain sglang --out FILE` after a serve run",
+)
+KIND = export.Kind(
+    tool=TOOL,
+    schema=SGLANG_JIT_CACHE,
+    file_pattern=_LEAF_FILE,
+    fix="export it with `epstack jit export --toolchain sglang` after a serve run on a GPU",
+)
+
+
+def cache_dir(env: Mapping[str, str]) -> Path:
+    """The folder SGLang's JIT writes to: SGLANG_JIT_CACHE_DIR, else ~/.cache/sglang/jit."""
+    named = env.get("SGLANG_JIT_CACHE_DIR") or str(Path(env.get("HOME", "~")) / ".cache" / "sglang" / "jit")
+    return Path(named).expanduser()
+
+
+def leaves(root: Path) -> list[Path]:
+    """The published leaves under a cache root (or a shipped copy): both files in, never a staging one."""
+    found = root.glob("*/*/build-*/deps-*")
+    return sorted(
+        leaf
+        for leaf in found
+        if leaf.is_dir()
+        and not leaf.is_symlink()
+        and (leaf / DEPS).is_file()
+        and (leaf / f"{leaf.parent.parent.name}.so").is_file()
+    )
+
+
+def entries(manifest: SglangJitCache) -> list[str]:
+    """Each leaf of a manifest as <target>/<module>/build-<key>/deps-<key>."""
+    return sorted({str(PurePosixPath(f.path).parent) for f in manifest.files})
+
+
+def cache_files(root: Path) -> dict[str, bytes]:
+    """Every file of the published leaves, as SGLang names them."""
+    found = {}
+    for leaf in leaves(root):
+        for file in sorted(leaf.iterdir()):
+            relative = file.relative_to(root).as_posix()
+            if _LEAF_FILE.fullmatch(relative) and file.is_file() and not file.is_symlink():
+                found[relative] = file.read_bytes()
+    return found
+
+
+def pack(root: Path, key: CacheKey) -> tuple[bytes, SglangJitCache]:
+    """The export archive (byte-identical for the same kernels) and its manifest."""
+    files = cache_files(root)
+    if not files:
+        raise BadInput(
+            f"{root}: no published SGLang JIT kernels (<target>/<module>/build-*/deps-*/) to export; fix: "
+            "serve once on this GPU with SGLANG_JIT_CACHE_DIR set to this folder (`epstack smoke serve`)"
+        )
+    manifest = SglangJitCache(key=key, files=tuple(cache_file(p, d) for p, d in files.items()))
+    return export.pack(KIND, manifest, files), manifest
+
+
+def installed_versions() -> tuple[str, ...]:
+    """`name version` of each of VERSIONED installed here."""
+    found = []
+    for name in VERSIONED:
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return tuple(found)
+
+
+def host_compiler(env: Mapping[str, str]) -> str:
+    """The first line of the host compiler's --version ($CXX, else c++), "" when it does not run."""
+    try:
+        result = run(env.get("CXX") or "c++", "--version", echo=False, timeout=60)
+    except (EpstackError, OSError):
+        return ""
+    return (result.stdout.strip().splitlines() or [""])[0]
+
+
+def image_key(env: Mapping[str, str]) -> CacheKey:
+    """This install's side of the key, read without a GPU (arch, device and SM count left empty)."""
+    nvcc = toolkit_nvcc(env, ())
+    return CacheKey(
+        versions=installed_versions(),
+        nvcc=nvcc_build(nvcc_output(nvcc)),
+        cxx=host_compiler(env),
+        arch="",
+        device="",
+        sm_count=0,
+    )
+
+
+def _by_name(versions: Sequence[str]) -> dict[str, str]:
+    return dict(item.split(" ", 1) for item in versions if " " in item)
+
+
+def install_differences(key: CacheKey, archs: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """Everything that keeps an export's kernels from loading here (archs: the image's); a field this
+    install cannot name is not compared."""
+    here = image_key(env)
+    found = [arch_difference(key.arch, archs)]
+    found += [
+        f"{name} {getattr(key, name) or '(none)'} != {getattr(here, name)}"
+        for name in ("nvcc", "cxx")
+        if getattr(here, name) and getattr(key, name) != getattr(here, name)
+    ]
+    if here.versions:
+        made, now = _by_name(key.versions), _by_name(here.versions)
+        found += [
+            f"{name} {made.get(name, '(none)')} != {now.get(name, '(none)')}"
+            for name in VERSIONED
+            if made.get(name) != now.get(name)
+        ]
+    return [d for d in found if d]
+
+
+def install(manifest: SglangJitCache, files: Mapping[str, bytes], into: Path = SHIPPED) -> None:
+    """The kernels into a new folder `into`, readable by every user, their manifest and sums beside."""
+    refusal = "already holds SGLang JIT kernels; fix: unpack into a new image layer or folder"
+    install_folder(
+        into, SGLANG_JIT_CACHE.dumps(manifest), manifest.files, export.write_files(files), refusal=refusal
+    )
+
+
+def read_manifest(into: Path = SHIPPED) -> SglangJitCache | None:
+    path = manifest_beside(into)
+    return SGLANG_JIT_CACHE.read(path) if path.is_file() else None
+
+
+def compiled_since(root: Path, manifest: SglangJitCache | None) -> list[str]:
+    """The published leaves in a live cache that the shipped manifest does not list: what SGLang compiled."""
+    shipped = set(entries(manifest)) if manifest else set()
+    return [name for leaf in leaves(root) if (name := leaf.relative_to(root).as_posix()) not in shipped]
+
+
+def placed(cache: Path, entry: str) -> bool:
+    leaf = cache / entry
+    return (leaf / DEPS).is_file() and (leaf / f"{PurePosixPath(entry).parent.parent.name}.so").is_file()
+
+
+def made_with(key: CacheKey) -> str:
+    return ", ".join(key.versions[:2]) or "no versions"
