@@ -1,8 +1,8 @@
 """SGLang's own JIT kernels shipped in an image (epstack.jit.sglang) on CPU: a cache laid out as
 SGLang 0.5.23's kernels/jit/utils/compile/cache.py lays it out (<target>/<module>/build-<key>/deps-<key>/
-with the .so and sgl_deps.json, a staging folder beside), exported, unpacked by digest, copied by the entrypoint's real
-scripts/image/jit-caches.sh into $SGLANG_JIT_CACHE_DIR, and its guard row. The H200 run that makes real
-ones is benchmarks/serve/cold_start.py."""
+with the .so and sgl_deps.json, a staging folder beside), exported, unpacked by digest, copied by the
+entrypoint's real scripts/image/jit-caches.sh into $SGLANG_JIT_CACHE_DIR, and its guard row. The H200
+run that makes real ones is benchmarks/serve/cold_start.py."""
 
 from __future__ import annotations
 
