@@ -81,7 +81,13 @@ def ship_flashinfer(log: Any, env: dict[str, str]) -> dict[str, Any]:
     under $EPSTACK_HOME/jit, as the sglang layer's guard step does."""
     began = time.monotonic()
     probe = ("jit", "probe", "--layer", "sglang", "--toolchain", "flashinfer", "--cuda-arch", "9.0a")
-    report = ("--ship", "--json", str(WORK / "flashinfer-ship.json"))
+    report = (
+        "--ship",
+        "--ship-into",
+        env["EPSTACK_HOME"] + "/jit",
+        "--json",
+        str(WORK / "flashinfer-ship.json"),
+    )
     hidden = env | {"CUDA_VISIBLE_DEVICES": ""}
     made = step(log, "flashinfer ship", sys.executable, "-m", "epstack", *probe, *report, env=hidden)
     return {"exit": made.returncode, "seconds": round(time.monotonic() - began, 1)}

@@ -58,7 +58,12 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
         )
     out = args.json or report_path(args.layer)
     # A layer's guard step runs again in built images (publish, a user's layer): what it shipped stays.
-    ship_flashinfer = args.ship and flashinfer.read_manifest(flashinfer.SHIPPED) is None
+    flashinfer_into, triton_into = (
+        (args.ship_into / flashinfer.SHIPPED.name, args.ship_into / triton.SHIPPED.name)
+        if args.ship_into
+        else (flashinfer.SHIPPED, triton.SHIPPED)
+    )
+    ship_flashinfer = args.ship and flashinfer.read_manifest(flashinfer_into) is None
     keep = _shipping_workspace(os.environ) if ship_flashinfer else {}
     report = probe_layer(args.layer, archs, args.timeout, keep, args.toolchain or ())
     table = Table(
@@ -82,13 +87,13 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
     if not report.ok:
         return 1
     if ship_flashinfer:
-        _ship_flashinfer(report, Path(keep[WORKSPACE_VARIABLE]), console)
-    if args.ship and triton.read_manifest(triton.SHIPPED) is None:
-        _ship_triton(report, console)
+        _ship_flashinfer(report, Path(keep[WORKSPACE_VARIABLE]), flashinfer_into, console)
+    if args.ship and triton.read_manifest(triton_into) is None:
+        _ship_triton(report, triton_into, console)
     return 0
 
 
-def _ship_triton(report: JitReport, console: Console) -> None:
+def _ship_triton(report: JitReport, into: Path, console: Console) -> None:
     """Triton's launcher for each folder GPU nodes mount the driver in, under the image's JIT folder."""
     if not any(p.toolchain == "triton-launcher" for p in report.probes):
         return
@@ -100,11 +105,11 @@ def _ship_triton(report: JitReport, console: Console) -> None:
         )
     with tempfile.TemporaryDirectory(prefix="epstack-triton-") as work:
         launchers = triton.build(Path(work) / "cache", stub, Path(work))
-        manifest = triton.ship(Path(work) / "cache", launchers, triton.SHIPPED)
+        manifest = triton.ship(Path(work) / "cache", launchers, into)
     console.print(
         f"jit probe: shipped Triton {manifest.triton}'s launcher for libcuda.so.1 in "
         f"{', '.join(launcher.libcuda_dir for launcher in manifest.launchers)} "
-        f"into {escape(str(triton.SHIPPED))}"
+        f"into {escape(str(into))}"
     )
 
 
@@ -119,7 +124,7 @@ def _shipping_workspace(env: Mapping[str, str]) -> dict[str, str]:
     return {WORKSPACE_VARIABLE: str(base)}
 
 
-def _ship_flashinfer(report: JitReport, base: Path, console: Console) -> None:
+def _ship_flashinfer(report: JitReport, base: Path, into: Path, console: Console) -> None:
     """The modules FlashInfer's probe compiled in `base`, under the image's JIT folder with their key."""
     probe = next((p for p in report.probes if p.toolchain == "flashinfer"), None)
     if probe is None:
@@ -130,10 +135,10 @@ def _ship_flashinfer(report: JitReport, base: Path, console: Console) -> None:
         nvcc=probe.compiler_version,
         workspace=str(base),
     )
-    manifest = flashinfer.ship(base, key, flashinfer.SHIPPED)
+    manifest = flashinfer.ship(base, key, into)
     console.print(
         f"jit probe: shipped FlashInfer's {', '.join(manifest.modules)} for {' '.join(key.archs)} "
-        f"({len(manifest.files)} files, {manifest.bytes:,} bytes) into {escape(str(flashinfer.SHIPPED))}"
+        f"({len(manifest.files)} files, {manifest.bytes:,} bytes) into {escape(str(into))}"
     )
 
 
@@ -221,6 +226,12 @@ def register(subparsers: SubParsers) -> None:
         help=f"in an image build: keep what compiles without a GPU, read-only under {imagepaths.JIT} "
         f"(FlashInfer's modules, compiled in ${WORKSPACE_VARIABLE}; Triton's launcher for each folder "
         "GPU nodes mount the driver in); the entrypoint copies them into the writable caches",
+    )
+    probe.add_argument(
+        "--ship-into",
+        type=path_arg,
+        metavar="FOLDER",
+        help=f"with --ship: the shipped caches' folder (default {imagepaths.JIT}, the image's)",
     )
     probe.set_defaults(func=cmd_probe)
     unpack_p = actions.add_parser(

@@ -94,6 +94,7 @@ MEANINGS: dict[str, Meaning] = {
     "--cuda": Meaning(text="a CUDA version, e.g. 13.0"),
     "--toolchain": _choice("a JIT toolchain"),
     "--ship": _flag("an image build: keep what compiles without a GPU"),
+    "--ship-into": Meaning(text="the folder --ship keeps the compiled caches in", metavar="FOLDER"),
     "--rules": _choice("which rules to check by"),
     # The smoke: shape and run.
     "--hidden": Meaning(text="the model's hidden size"),

@@ -212,6 +212,19 @@ def test_flashinfer_compiles_in_a_process_per_arch_and_ships_into_the_images_fol
     assert "shipped FlashInfer's sampling for 9.0a 10.0a (2 files, 7 bytes)" in capsys.readouterr().err
 
 
+def test_ship_into_keeps_the_caches_in_the_folder_named(
+    fake_toolchains: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--ship-into: a start's own $EPSTACK_HOME/jit (benchmarks/serve/cold_start.py), not the image's."""
+    into = tmp_path / "home" / "jit"
+    args = ["jit", "probe", "--layer", "sglang", "--cuda-arch", "9.0a", "--ship", "--ship-into", str(into)]
+    assert main([*args, "--json", str(tmp_path / "r.json")]) == 0
+    manifest = flashinfer.read_manifest(into / "flashinfer")
+    assert manifest is not None and manifest.modules == ("sampling",)
+    assert flashinfer.read_manifest(tmp_path / "jit" / "flashinfer") is None, "the image's folder untouched"
+    assert f"into {into / 'flashinfer'}" in capsys.readouterr().err
+
+
 def test_without_ship_flashinfers_workspace_is_the_probes_own(fake_toolchains: Path, tmp_path: Path) -> None:
     assert (
         main(["jit", "probe", "--layer", "sglang", "--arch", "9.0a", "--json", str(tmp_path / "r.json")]) == 0
