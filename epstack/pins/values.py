@@ -13,8 +13,8 @@ from packaging.version import Version
 
 from epstack import fabric
 from epstack.errors import shown
-from epstack.image.oci import parse_reference, repository_problem
 from epstack.image.sources import parse_patches
+from epstack.oci import parse_reference, repository_problem
 from epstack.stack import GPU_ARCHS
 
 _RANGE = re.compile(r"[<>=!~^*,]|\s")
