@@ -13,8 +13,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from epstack.checkrow import Check, Verdict, broken
+from epstack.deepepmanifest import manifest_path
 from epstack.guard.expected import Expected
-from epstack.image.deepepmanifest import manifest_path
 from epstack.python import closure
 from epstack.python.distinfo import find, requirements
 

@@ -26,9 +26,9 @@ from importlib import metadata
 from pathlib import Path
 
 from epstack.cmd import call, run
+from epstack.deepepmanifest import DEEPEP_MANIFEST, MANIFEST_NAME, DeepepManifest, LinkedLibrary
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
 from epstack.guard.loaded import interposition_example, libstdcxx_interposition, nccl_version
-from epstack.image.deepepmanifest import DEEPEP_MANIFEST, MANIFEST_NAME, DeepepManifest, LinkedLibrary
 from epstack.image.sources import (
     GitSource,
     Patch,
