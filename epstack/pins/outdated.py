@@ -25,8 +25,8 @@ from packaging.version import Version
 
 from epstack.document import Schema
 from epstack.errors import EnvironmentProblem, EpstackError
-from epstack.image.sources import git_sources
 from epstack.oci import parse_reference
+from epstack.pins.deepepsources import git_sources
 from epstack.pins.model import Pins
 from epstack.pins.upstream import (
     DOCKER_HUB_API,
