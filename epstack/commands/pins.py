@@ -16,6 +16,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from epstack.bump.branch import branch_name, checkout_of, commit_files, push, remote_url
+from epstack.bump.forge import GitHub, PullRequest, open_pull_request
+from epstack.bump.groups import GROUPS, Group, group_named, propose
+from epstack.bump.outdated import OUTDATED, Outdated, Sources, outdated
+from epstack.bump.plan import Bump, apply_bump, plan_bump
+from epstack.bump.report import Section, markdown, sections, short, title, verdict
+from epstack.bump.upstream import IMAGE_KEYS, current_digest
 from epstack.commands.common import (
     LOCKS,
     PINS,
@@ -31,15 +38,8 @@ from epstack.errors import BadInput, EnvironmentProblem
 from epstack.journal import staging
 from epstack.layers import LAYER_NAMES
 from epstack.output import check_writable, write_file
-from epstack.pins.branch import branch_name, checkout_of, commit_files, push, remote_url
-from epstack.pins.bump import Bump, apply_bump, plan_bump
-from epstack.pins.bumpreport import Section, markdown, sections, short, title, verdict
-from epstack.pins.forge import GitHub, PullRequest, open_pull_request
-from epstack.pins.groups import GROUPS, Group, group_named, propose
 from epstack.pins.load import load_pins
 from epstack.pins.model import Pins
-from epstack.pins.outdated import OUTDATED, Outdated, Sources, outdated
-from epstack.pins.upstream import IMAGE_KEYS, current_digest
 from epstack.python.lock import stale_locks
 from epstack.python.lockfile import locks_dir
 from epstack.python.predict import predict_locks, predict_pins
