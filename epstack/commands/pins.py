@@ -332,6 +332,19 @@ def cmd_pins_outdated(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _add_candidates(parser: argparse.ArgumentParser) -> None:
+    """`--candidates N`: how many newer releases of a pin uv resolves, newest first (pins outdated: of
+    every index pin; pins bump: of a --group's first pin)."""
+    parser.add_argument(
+        "--candidates",
+        type=positive_int,
+        default=Sources.candidates,
+        metavar="N",
+        help="newer releases of a pin resolved, newest first; bump: of a --group's first pin "
+        "(default %(default)s)",
+    )
+
+
 def register(subparsers: SubParsers) -> None:
     """Add `pins check`, `get`, `predict`, `bump` and `outdated` to the top-level subcommands."""
     pins = subparsers.add_parser("pins", help="check the pins file, read a pin, predict SGLang's moves")
@@ -372,13 +385,7 @@ def register(subparsers: SubParsers) -> None:
         metavar="NAME",
         help=f"move a group as one: {'; '.join(f'{g.name} ({g.why})' for g in GROUPS)}",
     )
-    bump.add_argument(
-        "--candidates",
-        type=positive_int,
-        default=Sources.candidates,
-        metavar="N",
-        help="--group: newer releases of its first pin resolved, newest first (default %(default)s)",
-    )
+    _add_candidates(bump)
     bump.add_argument(
         "--open-pr",
         action="store_true",
@@ -406,11 +413,5 @@ def register(subparsers: SubParsers) -> None:
     newer.add_argument(
         "--json", type=path_arg, metavar="FILE", help="also write the rows (pins-outdated/1; - for stdout)"
     )
-    newer.add_argument(
-        "--candidates",
-        type=positive_int,
-        default=Sources.candidates,
-        metavar="N",
-        help="newer releases resolved per pin, newest first (default %(default)s)",
-    )
+    _add_candidates(newer)
     newer.set_defaults(func=cmd_pins_outdated)
