@@ -5,10 +5,7 @@ hosts)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Literal
-
-if TYPE_CHECKING:
-    from epstack.python.distinfo import Dist
+from typing import Literal
 
 # warn: works, with a limit named (never fails); skipped: nothing to check, the reason given.
 Verdict = Literal["ok", "mismatch", "missing", "extra", "fail", "warn", "skipped", "override (pinned)"]
@@ -35,14 +32,3 @@ class Check:
         """The row as a JSON object of the fields its report shows, in that order."""
         values = asdict(self)
         return {name: values[name] for name in names}
-
-
-def broken(component: str, expected: str, dist: Dist) -> Check:
-    """The row for a distribution whose metadata cannot be read or trusted."""
-    return Check(
-        component=component,
-        expected=expected,
-        found=dist.version or "unreadable metadata",
-        verdict="mismatch",
-        detail=f"{dist.location}: {dist.problem}",
-    )

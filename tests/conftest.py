@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from epstack import resources
+from epstack.deepepmanifest import DEEPEP_MANIFEST, DeepepManifest, LinkedLibrary
 from epstack.errors import EnvironmentProblem
 from epstack.image.build import COLD_BUILD_GB, ensure_disk
-from epstack.image.deepepmanifest import DEEPEP_MANIFEST, DeepepManifest, LinkedLibrary
 from epstack.image.engine import DockerEngine
 from epstack.smoke import elastic, preflight
 from epstack.smoke.stage import HANG_STAGE_ENV

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from epstack.errors import BadInput
 from epstack.image.buildmanifest import BUILD_MANIFEST
-from epstack.image.oci import parse_reference
+from epstack.oci import parse_reference
 from epstack.pins.model import Pins
 
 

@@ -16,6 +16,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from epstack.bump.branch import branch_name, checkout_of, commit_files, push, remote_url
+from epstack.bump.forge import GitHub, PullRequest, open_pull_request
+from epstack.bump.groups import GROUPS, Group, group_named, propose
+from epstack.bump.outdated import OUTDATED, Outdated, Sources, outdated
+from epstack.bump.plan import Bump, apply_bump, plan_bump
+from epstack.bump.report import Section, markdown, sections, short, title, verdict
+from epstack.bump.upstream import IMAGE_KEYS, current_digest
 from epstack.commands.common import (
     LOCKS,
     PINS,
@@ -31,15 +38,8 @@ from epstack.errors import BadInput, EnvironmentProblem
 from epstack.journal import staging
 from epstack.layers import LAYER_NAMES
 from epstack.output import check_writable, write_file
-from epstack.pins.branch import branch_name, checkout_of, commit_files, push, remote_url
-from epstack.pins.bump import Bump, apply_bump, plan_bump
-from epstack.pins.bumpreport import Section, markdown, sections, short, title, verdict
-from epstack.pins.forge import GitHub, PullRequest, open_pull_request
-from epstack.pins.groups import GROUPS, Group, group_named, propose
 from epstack.pins.load import load_pins
 from epstack.pins.model import Pins
-from epstack.pins.outdated import OUTDATED, Outdated, Sources, outdated
-from epstack.pins.upstream import IMAGE_KEYS, current_digest
 from epstack.python.lock import stale_locks
 from epstack.python.lockfile import locks_dir
 from epstack.python.predict import predict_locks, predict_pins
@@ -332,6 +332,19 @@ def cmd_pins_outdated(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _add_candidates(parser: argparse.ArgumentParser) -> None:
+    """`--candidates N`: how many newer releases of a pin uv resolves, newest first (pins outdated: of
+    every index pin; pins bump: of a --group's first pin)."""
+    parser.add_argument(
+        "--candidates",
+        type=positive_int,
+        default=Sources.candidates,
+        metavar="N",
+        help="newer releases of a pin resolved, newest first; bump: of a --group's first pin "
+        "(default %(default)s)",
+    )
+
+
 def register(subparsers: SubParsers) -> None:
     """Add `pins check`, `get`, `predict`, `bump` and `outdated` to the top-level subcommands."""
     pins = subparsers.add_parser("pins", help="check the pins file, read a pin, predict SGLang's moves")
@@ -372,13 +385,7 @@ def register(subparsers: SubParsers) -> None:
         metavar="NAME",
         help=f"move a group as one: {'; '.join(f'{g.name} ({g.why})' for g in GROUPS)}",
     )
-    bump.add_argument(
-        "--candidates",
-        type=positive_int,
-        default=Sources.candidates,
-        metavar="N",
-        help="--group: newer releases of its first pin resolved, newest first (default %(default)s)",
-    )
+    _add_candidates(bump)
     bump.add_argument(
         "--open-pr",
         action="store_true",
@@ -406,11 +413,5 @@ def register(subparsers: SubParsers) -> None:
     newer.add_argument(
         "--json", type=path_arg, metavar="FILE", help="also write the rows (pins-outdated/1; - for stdout)"
     )
-    newer.add_argument(
-        "--candidates",
-        type=positive_int,
-        default=Sources.candidates,
-        metavar="N",
-        help="newer releases resolved per pin, newest first (default %(default)s)",
-    )
+    _add_candidates(newer)
     newer.set_defaults(func=cmd_pins_outdated)

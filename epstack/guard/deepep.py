@@ -11,6 +11,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from epstack.checkrow import Check, Verdict
+from epstack.deepepmanifest import DEEPEP_MANIFEST
 from epstack.errors import BadInput, EpstackError
 from epstack.guard.expected import Expected
 from epstack.guard.libraries import try_import
@@ -20,7 +21,6 @@ from epstack.guard.loaded import (
     linked_library,
     mapped_libraries,
 )
-from epstack.image.deepepmanifest import DEEPEP_MANIFEST
 from epstack.python.distinfo import files, name_of
 from epstack.stack import DEEP_EP_PROVIDERS
 

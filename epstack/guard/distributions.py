@@ -12,11 +12,11 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from epstack.checkrow import Check, Verdict, broken
+from epstack.checkrow import Check, Verdict
+from epstack.deepepmanifest import manifest_path
 from epstack.guard.expected import Expected
-from epstack.image.deepepmanifest import manifest_path
 from epstack.python import closure
-from epstack.python.distinfo import find, requirements
+from epstack.python.distinfo import broken, find, requirements
 
 
 def same_release(found: str, pinned: str) -> bool:

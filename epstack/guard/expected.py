@@ -6,8 +6,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from epstack.errors import BadInput
-from epstack.image.sources import fabric_patches
 from epstack.layers import GUARD_SCOPES
+from epstack.pins.deepepsources import fabric_patches
 from epstack.pins.load import pin_values
 from epstack.pins.model import CudaFacts
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from epstack.checkrow import Check, Verdict, broken
-from epstack.python.distinfo import find, name_of
+from epstack.checkrow import Check, Verdict
+from epstack.python.distinfo import broken, find, name_of
 from epstack.stack import CudaWheels, other_cuda_major
 
 # What nvcc --version prints and cicc carries: "Cuda compilation tools, release 13.0, V13.0.88".

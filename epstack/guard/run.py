@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 from epstack.checkrow import Check
+from epstack.deepepmanifest import manifest_path
 from epstack.guard.deepep import (
     check_deep_ep_owner,
     check_deep_ep_patches,
@@ -45,7 +46,6 @@ from epstack.guard.kernelcache import (
 from epstack.guard.libraries import check_cuda, check_nccl_loaded, try_import
 from epstack.guard.onecuda import cuda_home, cuda_home_checks, other_major_check, release_wheel_checks
 from epstack.guard.report import GuardReport
-from epstack.image.deepepmanifest import manifest_path
 from epstack.jit.registry import PLACED
 from epstack.layers import guard_scopes
 from epstack.python import closure

@@ -24,10 +24,11 @@ from epstack.errors import CommandFailed, EnvironmentProblem
 from epstack.image.engine import DockerEngine
 from epstack.image.render import ImageSpec, RenderPlan
 from epstack.image.sbom import SBOM_DIR
-from epstack.image.sources import CONTEXT_DIR, git_sources
+from epstack.image.sources import CONTEXT_DIR
 from epstack.image.standin import STANDIN_LABEL, Standin, ensure_os_image, standin_for
 from epstack.layers import layer_named
 from epstack.output import write_file
+from epstack.pins.deepepsources import git_sources
 from epstack.pins.model import Pins
 
 STANDIN_SUFFIX = "-standin"

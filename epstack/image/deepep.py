@@ -26,18 +26,11 @@ from importlib import metadata
 from pathlib import Path
 
 from epstack.cmd import call, run
+from epstack.deepepmanifest import DEEPEP_MANIFEST, MANIFEST_NAME, DeepepManifest, LinkedLibrary
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
 from epstack.guard.loaded import interposition_example, libstdcxx_interposition, nccl_version
-from epstack.image.deepepmanifest import DEEPEP_MANIFEST, MANIFEST_NAME, DeepepManifest, LinkedLibrary
-from epstack.image.sources import (
-    GitSource,
-    Patch,
-    check_sha256,
-    fabric_patches,
-    git_sources,
-    patch_bytes,
-    source_archives,
-)
+from epstack.image.sources import check_sha256, patch_bytes, source_archives
+from epstack.pins.deepepsources import GitSource, Patch, fabric_patches, git_sources
 from epstack.pins.load import pin_values
 from epstack.stack import cuda_wheels
 

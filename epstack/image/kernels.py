@@ -14,8 +14,8 @@ from typing import Any
 from epstack import __version__, imagepaths
 from epstack.errors import BadInput, shown
 from epstack.image.engine import DockerEngine
-from epstack.image.oci import Reference, parse_reference, tag_problem
 from epstack.image.render import templates
+from epstack.oci import Reference, parse_reference, tag_problem
 
 STAGE = "kernels"
 

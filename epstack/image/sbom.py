@@ -21,11 +21,11 @@ from pathlib import Path
 
 from epstack import imagepaths
 from epstack.cmd import run
+from epstack.deepepmanifest import DEEPEP_MANIFEST, manifest_path
 from epstack.errors import BadInput
 from epstack.fabric import EFA
-from epstack.image.deepepmanifest import DEEPEP_MANIFEST, manifest_path
-from epstack.image.sources import parse_patches
 from epstack.layers import layer_named, venv_locks
+from epstack.pins.deepepsources import parse_patches
 from epstack.pins.file import read_pins_file
 from epstack.python.closure import DEEP_EP
 from epstack.python.lockfile import lock_path, read_lock

@@ -23,9 +23,9 @@ from pathlib import Path, PurePosixPath
 
 from epstack import imagepaths
 from epstack.cmd import run
+from epstack.deepepmanifest import DEEPEP_MANIFEST, manifest_path
 from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
-from epstack.image.deepepmanifest import DEEPEP_MANIFEST, manifest_path
 from epstack.jit import export
 from epstack.jit.export import write_files
 from epstack.jit.shipped import CacheFile, cache_file, install_folder

@@ -19,9 +19,9 @@ from pydantic import (
 
 from epstack import fabric
 from epstack.errors import BadInput
-from epstack.image.sources import Patch, parse_patches
 from epstack.layers import layer_named, up_to
 from epstack.pins import values as v
+from epstack.pins.deepepsources import Patch, parse_patches
 from epstack.pins.values import arch_key
 from epstack.stack import (
     CUDA_BASE_FLAVOUR,

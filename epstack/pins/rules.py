@@ -12,8 +12,8 @@ from packaging.version import Version
 
 from epstack.errors import shown
 from epstack.fabric import EFA, FABRICS
-from epstack.image.oci import parse_reference, tag_problem
 from epstack.layers import LAYER_NAMES
+from epstack.oci import parse_reference, tag_problem
 from epstack.pins.file import PinsFile, Problem
 from epstack.pins.model import Pins
 from epstack.pins.values import arch_key

@@ -13,8 +13,8 @@ from packaging.version import Version
 
 from epstack import fabric
 from epstack.errors import shown
-from epstack.image.oci import parse_reference, repository_problem
-from epstack.image.sources import parse_patches
+from epstack.oci import parse_reference, repository_problem
+from epstack.pins.deepepsources import parse_patches
 from epstack.stack import GPU_ARCHS
 
 _RANGE = re.compile(r"[<>=!~^*,]|\s")
@@ -157,7 +157,7 @@ def fabric_name(value: str) -> str:
 
 
 def patches(value: str) -> str:
-    """A DeepEP patch series (epstack.image.sources.parse_patches: URL#sha256, comma-separated, or none)."""
+    """A DeepEP patch series (deepepsources.parse_patches: URL#sha256, comma-separated, or none)."""
     parse_patches(value)
     return value
 

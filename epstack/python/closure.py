@@ -20,8 +20,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from epstack import layers
+from epstack.deepepmanifest import DEEPEP_MANIFEST, MANIFEST_NAME
 from epstack.errors import BadInput
-from epstack.image.deepepmanifest import DEEPEP_MANIFEST, MANIFEST_NAME
 from epstack.python.lockfile import expected_distributions
 
 Verdict = Literal["ok", "missing", "extra", "other version"]

@@ -11,6 +11,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from epstack.checkrow import Check
 from epstack.errors import shown
 
 
@@ -85,3 +86,14 @@ def files(dist: metadata.Distribution) -> tuple[list[metadata.PackagePath], str]
     if listed is None:
         return [], "no RECORD"
     return list(listed), ""
+
+
+def broken(component: str, expected: str, dist: Dist) -> Check:
+    """The row for a distribution whose metadata cannot be read or trusted."""
+    return Check(
+        component=component,
+        expected=expected,
+        found=dist.version or "unreadable metadata",
+        verdict="mismatch",
+        detail=f"{dist.location}: {dist.problem}",
+    )

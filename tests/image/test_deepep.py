@@ -13,7 +13,7 @@ import pytest
 
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
 from epstack.image.deepep import _check_extension, apply_patches, build_environment, fetch_source
-from epstack.image.sources import Patch
+from epstack.pins.deepepsources import Patch
 from tests.conftest import REPO
 from tests.image.test_sources import archive, commit, git, repository
 

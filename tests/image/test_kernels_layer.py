@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from epstack import imagepaths
 from epstack.errors import BadInput
 from epstack.image.kernels import LayerExport, dockerfile, exports_digest, kernels_tag
-from epstack.image.oci import parse_reference
 from epstack.jit import deepgemm
+from epstack.oci import parse_reference
 from tests.conftest import venv_tool
 from tests.jit.test_deepep import export_of, h200_kernels, sha256
 from tests.jit.test_deepgemm import KEY as DG_KEY

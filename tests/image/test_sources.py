@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import subprocess
 from pathlib import Path
 
@@ -13,16 +12,10 @@ import pytest
 from epstack.cli import main
 from epstack.errors import BadInput
 from epstack.image import gitarchive
-from epstack.image.sources import (
-    GitSource,
-    Patch,
-    context_files,
-    git_sources,
-    parse_patches,
-    patch_bytes,
-    verify,
-)
+from epstack.image.sources import context_files, patch_bytes, verify
+from epstack.pins.deepepsources import parse_patches
 from tests.conftest import pins_variant
+from tests.pins.test_deepepsources import pinned_patch
 
 
 def git(*args: str | Path) -> str:
@@ -178,23 +171,6 @@ def test_verify_returns_the_archives_bytes(folder: tuple[Path, dict[str, str]]) 
     assert verify(deepep, pinned["DEEPEP_REF"], "DEEPEP_REF") == deepep.read_bytes()
 
 
-def test_the_deepep_layer_clones_from_the_pinned_and_upstream_repositories() -> None:
-    pinned = {"DEEPEP_REPO": "https://example.invalid/DeepEP.git", "DEEPEP_REF": "a" * 40,
-              "DEEPEP_FMT_REF": "b" * 40, "GDRCOPY_REF": "c" * 40}  # fmt: skip
-    assert git_sources(pinned) == (
-        GitSource(
-            name="DeepEP", key="DEEPEP_REF", repo="https://example.invalid/DeepEP.git", commit="a" * 40
-        ),
-        GitSource(
-            name="fmt", key="DEEPEP_FMT_REF", repo="https://github.com/fmtlib/fmt.git", commit="b" * 40
-        ),
-        GitSource(
-            name="gdrcopy", key="GDRCOPY_REF", repo="https://github.com/NVIDIA/gdrcopy.git", commit="c" * 40
-        ),
-    )
-    assert git_sources(pinned)[2].archive == f"gdrcopy-{'c' * 40}.tar.gz"
-
-
 def test_a_wrong_fmt_archive_names_its_pin(folder: tuple[Path, dict[str, str]]) -> None:
     path, pinned = folder
     fmt = path / f"fmt-{pinned['DEEPEP_FMT_REF']}.tar.gz"
@@ -232,41 +208,8 @@ def test_deepep_without_fmt_names_the_missing_fmt_archive(folder: tuple[Path, di
         context_files(path, {}, pinned)
 
 
-def _pinned_patch(name: str, content: bytes = b"") -> str:
-    return f"https://example.invalid/{name}#sha256={hashlib.sha256(content).hexdigest()}"
-
-
-def test_patches_are_parsed_in_order() -> None:
-    a, b = _pinned_patch("a.patch", b"a"), _pinned_patch("b.patch", b"b")
-    assert parse_patches("none") == ()
-    assert parse_patches(f"{a}, {b}") == (
-        Patch(url="https://example.invalid/a.patch", sha256=hashlib.sha256(b"a").hexdigest()),
-        Patch(url="https://example.invalid/b.patch", sha256=hashlib.sha256(b"b").hexdigest()),
-    )
-    assert str(parse_patches(a)[0]) == a and parse_patches(a)[0].file == "a.patch"
-
-
-@pytest.mark.parametrize(
-    ("value", "error"),
-    [
-        ("", "'' is not a pinned patch; fix: write https://...#sha256=<64 hex>, comma-separated, or none"),
-        ("http://example.invalid/a.patch#sha256=" + "0" * 64, "'http://example.invalid/a.patch#sha256="),
-        (_pinned_patch("a.patch") + ",", "'' is not a pinned patch; fix: write https://...#sha256=<64 hex>"),
-        (
-            f"{_pinned_patch('a.patch')},{_pinned_patch('b.patch')},{_pinned_patch('x/b.patch', b'x')}",
-            "two patches named 'b.patch'; fix: list each patch once",
-        ),
-    ],
-    ids=["empty", "not-https", "empty-member", "same-file-name"],
-)
-def test_a_bad_patch_list_is_refused_with_its_fix(value: str, error: str) -> None:
-    with pytest.raises(ValueError, match=re.escape(error)) as refused:
-        parse_patches(value)
-    assert str(refused.value).endswith(("comma-separated, or none", "list each patch once"))
-
-
 def test_a_patch_is_taken_from_the_folder_only_when_it_is_there_and_pinned(tmp_path: Path) -> None:
-    (patch,) = parse_patches(_pinned_patch("fix.patch", b"fix"))
+    (patch,) = parse_patches(pinned_patch("fix.patch", b"fix"))
     assert patch_bytes(None, patch) is None
     assert patch_bytes(tmp_path, patch) is None
     (tmp_path / "fix.patch").write_bytes(b"fix")

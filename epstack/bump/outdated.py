@@ -23,12 +23,7 @@ from typing import Literal
 
 from packaging.version import Version
 
-from epstack.document import Schema
-from epstack.errors import EnvironmentProblem, EpstackError
-from epstack.image.oci import parse_reference
-from epstack.image.sources import git_sources
-from epstack.pins.model import Pins
-from epstack.pins.upstream import (
+from epstack.bump.upstream import (
     DOCKER_HUB_API,
     IMAGE_KEYS,
     ImageRepository,
@@ -37,6 +32,11 @@ from epstack.pins.upstream import (
     newest_image_tag,
     newest_release_tag,
 )
+from epstack.document import Schema
+from epstack.errors import EnvironmentProblem, EpstackError
+from epstack.oci import parse_reference
+from epstack.pins.deepepsources import git_sources
+from epstack.pins.model import Pins
 from epstack.python.lock import Resolver, cuda_release_constraints, lock_specs
 from epstack.python.releases import index_pins, list_command, releases
 from epstack.python.resolve import Resolution, Unresolvable, compile_requirements

@@ -1,5 +1,5 @@
 """`epstack pins bump --open-pr` end to end: a real git clone of a bare origin in the test's folder,
-uv resolving against the package index on 127.0.0.1, and the stand-in forge (tests/pins/standinforge.py)
+uv resolving against the package index on 127.0.0.1, and the stand-in forge (tests/bump/standinforge.py)
 recording the pull request calls. GitHub itself cannot be reached from a test."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from epstack.bump.branch import CREDENTIAL_HELPER
 from epstack.cli import main
-from epstack.pins.branch import CREDENTIAL_HELPER
-from tests.pins.conftest import snapshot
-from tests.pins.standinforge import OWNER, REPO, TOKEN, Forge, standin_forge
+from tests.bump.conftest import snapshot
+from tests.bump.standinforge import OWNER, REPO, TOKEN, Forge, standin_forge
 
 pytestmark = pytest.mark.aws  # loopback only: the package index and the stand-in forge on 127.0.0.1
 

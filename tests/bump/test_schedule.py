@@ -1,7 +1,7 @@
 """The scheduled bump, as shipped: the GitHub Actions example (docs/examples/bump.yml) against
 check-jsonschema's vendored github-workflows schema, the EventBridge rule and target
 (docs/examples/outdated-*.json) against botocore's models of PutRule, PutTargets and CodeBuild's
-StartBuild, and every group they name a group of epstack.pins.groups. buildspecs/outdated.yml is
+StartBuild, and every group they name a group of epstack.bump.groups. buildspecs/outdated.yml is
 linted with the other buildspecs (tests/aws/test_lint.py)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 import yaml
 from botocore.validate import ParamValidator
 
-from epstack.pins.groups import GROUPS
+from epstack.bump.groups import GROUPS
 from tests.conftest import REPO, venv_tool
 
 EXAMPLES = REPO / "docs" / "examples"

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from epstack.bump.outdated import resolve_for_image
+from epstack.bump.upstream import IMAGE_KEYS
 from epstack.errors import BadInput, EnvironmentProblem, EpstackError
 from epstack.pins.model import Pins
-from epstack.pins.outdated import resolve_for_image
-from epstack.pins.upstream import IMAGE_KEYS
 from epstack.python.lock import Resolver, cuda_release_constraints
 from epstack.python.releases import index_pins, releases
 from epstack.suggest import did_you_mean

@@ -21,7 +21,7 @@ from epstack.errors import BadInput
 from epstack.image.build import BUILD_REPORT, BuildReport, BuiltImage
 from epstack.pins.file import rewrite
 from epstack.pins.load import load_pins
-from tests.pins.conftest import snapshot
+from tests.bump.conftest import snapshot
 from tests.python.localindex import use_index
 
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from epstack.bump.upstream import change_links
 from epstack.cli import main
 from epstack.pins.file import rewrite
 from epstack.pins.load import load_pins
-from epstack.pins.upstream import change_links
+from tests.bump.conftest import snapshot
+from tests.bump.test_outdated import push_image
 from tests.conftest import PINS
-from tests.pins.conftest import snapshot
-from tests.pins.test_outdated import push_image
 from tests.registry import free_port, local_registry
 
 pytestmark = pytest.mark.aws  # loopback only: the registry and the package index on 127.0.0.1
@@ -113,7 +113,7 @@ def test_the_sglang_group_moves_torch_and_nccl_with_it(
     checkout: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """sglang 0.6.0 requires torch 2.15.0, which requires nvidia-nccl-cu13>=2.28: alone it is refused
-    (tests/pins/test_bump.py); as a group it holds, NCCL at the newest torch accepts, NVSHMEM kept."""
+    (tests/bump/test_bump.py); as a group it holds, NCCL at the newest torch accepts, NVSHMEM kept."""
     assert bump(checkout, "--group", "sglang") == 0
     err = capsys.readouterr().err
     assert "holds: every pins rule" in err

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from epstack.bump.outdated import OUTDATED, Outdated, Row, _image_row, _search
+from epstack.bump.upstream import DOCKER_HUB_API
 from epstack.cli import build_parser, main
 from epstack.commands.common import parse
 from epstack.commands.pins import next_commands
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.pins.load import load_pins
-from epstack.pins.outdated import OUTDATED, Outdated, Row, _image_row, _search
-from epstack.pins.upstream import DOCKER_HUB_API
 from tests.conftest import pins_variant
 from tests.python.localindex import RELEASES, build_index, served, use_index
 from tests.python.loopback import loopback_only

@@ -1,4 +1,4 @@
-"""epstack.pins.forge against the stand-in forge on 127.0.0.1 (tests/pins/standinforge.py): a pull
+"""epstack.bump.forge against the stand-in forge on 127.0.0.1 (tests/bump/standinforge.py): a pull
 request created, found and updated, left alone when it already says it; a token missing or refused is
 one line that says so and never shows the token."""
 
@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from epstack.bump.forge import GitHub, open_pull_request
 from epstack.errors import BAD_INPUT, ENVIRONMENT, BadInput, EnvironmentProblem
-from epstack.pins.forge import GitHub, open_pull_request
-from tests.pins.standinforge import OWNER, REPO, TOKEN, Forge, standin_forge
+from tests.bump.standinforge import OWNER, REPO, TOKEN, Forge, standin_forge
 from tests.registry import free_port
 
 pytestmark = pytest.mark.aws  # loopback only: the stand-in forge on 127.0.0.1

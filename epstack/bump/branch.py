@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from epstack.bump.forge import TOKEN_VARIABLE
 from epstack.cmd import call, run
 from epstack.errors import BadInput, EnvironmentProblem
-from epstack.pins.forge import TOKEN_VARIABLE
 
 BRANCH_PREFIX = "epstack/pins-bump-"
 IDENTITY = {"NAME": "epstack pins bump", "EMAIL": "epstack-pins-bump@users.noreply.github.com"}

@@ -20,9 +20,9 @@ from packaging.version import InvalidVersion, Version
 
 from epstack.cmd import run
 from epstack.errors import EnvironmentProblem, EpstackError
-from epstack.image.oci import parse_reference
 from epstack.image.registry import MANIFEST_TYPES, is_loopback
-from epstack.image.sources import git_sources
+from epstack.oci import parse_reference
+from epstack.pins.deepepsources import git_sources
 
 GIT_TIMEOUT_S = 30.0
 REGISTRY_TIMEOUT_S = 20.0

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from epstack.bump.plan import NO_BUILD_REPORT, Bump
 from epstack.layers import TOP
-from epstack.pins.bump import NO_BUILD_REPORT, Bump
 
 
 @dataclass(frozen=True, kw_only=True)

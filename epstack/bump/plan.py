@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from epstack.bump.upstream import change_links
 from epstack.errors import BadInput, shown
 from epstack.image.build import BUILD_REPORT, BuildReport
 from epstack.image.render import plan_checkout, write_plan
@@ -28,7 +29,6 @@ from epstack.layers import GUARD_SCOPES, LAYER_NAMES, LAYERS, layer_named, venv_
 from epstack.pins.file import rewrite
 from epstack.pins.load import load_pins
 from epstack.pins.model import Pins
-from epstack.pins.upstream import change_links
 from epstack.python.lock import Installable, Move, Resolver, lock_specs, relock, stale_locks, write_locks
 from epstack.python.lockfile import LockFile, lock_path
 from epstack.python.predict import Prediction, predict_pins
