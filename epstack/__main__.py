@@ -1,5 +1,5 @@
 import sys
 
-from epstack.cli import main
+from epstack.commands.main import main
 
 sys.exit(main())

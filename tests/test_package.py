@@ -9,9 +9,9 @@ from pathlib import Path
 from tests.conftest import REPO
 
 PACKAGE = REPO / "epstack"
-# Entry points that parse their own arguments: the top-level CLI, `python -m` modules, and the two
-# processes the smoke starts on a GPU host (a rank, and the preflight probe), which take a few flags.
-CLI_MODULES = {"epstack.cli", "epstack.smoke.worker", "epstack.smoke.preflight"}
+# Beside epstack.commands and the `python -m` modules: the two processes the smoke starts on a GPU host
+# (a rank, and the preflight probe), which take a few flags.
+CLI_MODULES = {"epstack.smoke.worker", "epstack.smoke.preflight"}
 
 
 def _module_name(path: Path) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from epstack.cli import main as epstack_main
+from epstack.commands.main import main as epstack_main
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BadInput
 from epstack.image import gitarchive
 from epstack.image.sources import (

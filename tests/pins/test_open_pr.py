@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.pins.branch import CREDENTIAL_HELPER
 from tests.pins.conftest import snapshot
 from tests.pins.standinforge import OWNER, REPO, TOKEN, Forge, standin_forge

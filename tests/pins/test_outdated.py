@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import build_parser, main
 from epstack.commands.common import parse
+from epstack.commands.main import build_parser, main
 from epstack.commands.pins import next_commands
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.pins.load import load_pins
