@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+# An entry point, imported by nothing: its arrow up to commands/ closes no loop; the address
+# `python -m epstack.smoke` is the documented one (docs/guides/smoke.md, the exit-code page).
 from epstack.commands.main import main as epstack_main
 
 
