@@ -64,6 +64,12 @@ def test_the_import_graph_has_no_cycle() -> None:
     assert _cycle(graph) == []
 
 
+def test_no_module_imports_an_entry_point() -> None:
+    """The `python -m` modules may import up to commands/ only because nothing imports them."""
+    imported = set().union(*(_imports(path) for path in MODULES.values()))
+    assert {name for name in imported if name.endswith(".__main__")} == set()
+
+
 def test_the_cycle_finder_finds_one() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) == []
