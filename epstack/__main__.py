@@ -1,5 +1,6 @@
 import sys
 
-from epstack.cli import main
+# `python -m epstack`: an entry point, imported by nothing, so its arrow up to commands/ closes no loop.
+from epstack.commands.main import main
 
 sys.exit(main())

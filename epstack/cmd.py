@@ -30,7 +30,7 @@ class Completed:
 
 
 # Which commands are printed as `+ cmd`: 0 none (-q), 1 those that do the work (the default), 2 the
-# quiet probes too (-v). Set by epstack.cli.main for each run.
+# quiet probes too (-v). Set by epstack.commands.main.main for each run.
 QUIET, NORMAL, VERBOSE = 0, 1, 2
 verbosity = NORMAL
 

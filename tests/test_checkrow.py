@@ -9,11 +9,11 @@ from typing import get_args
 
 import pytest
 
+from epstack.aws.publish import junit
 from epstack.checkrow import FAILED, Check, Verdict
 from epstack.commands.doctor import format_table
 from epstack.doctor.report import Report
 from epstack.guard.report import GUARD_REPORT, GuardReport
-from epstack.image.publish import junit
 
 FAILING = ("mismatch", "missing", "extra", "fail")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from epstack import cmd
-from epstack.cli import console_for_stderr, main
+from epstack.commands.main import console_for_stderr, main
 from epstack.pins.load import SCHEMA_PATH, pins_json_schema
 from tests.conftest import PINS, REPO, pins_variant, venv_tool
 

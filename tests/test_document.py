@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from epstack.aws.publish import read_build_report
 from epstack.checkrow import Check
 from epstack.deepepmanifest import DEEPEP_MANIFEST
 from epstack.document import Schema
@@ -16,7 +17,6 @@ from epstack.errors import BadInput
 from epstack.guard.report import GUARD_REPORT, GuardReport
 from epstack.image.build import BUILD_REPORT, BuildReport, BuiltImage, write_build_report
 from epstack.image.buildmanifest import BUILD_MANIFEST, BuildManifest, ManifestImage
-from epstack.image.publish import read_build_report
 from epstack.image.sbom import deep_ep_part
 from epstack.image.standin import Standin
 from epstack.python import closure

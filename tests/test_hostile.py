@@ -19,8 +19,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from epstack.cli import main
 from epstack.commands import pins as pinscli
+from epstack.commands.main import main
 from epstack.errors import EXIT_CODES
 from tests.conftest import PINS, REPO, copy_checkout, tree_digest
 
@@ -383,7 +383,7 @@ SIGTERM_MID_COMMAND = """
 import os, signal, sys, time
 import epstack.commands.pins as pinscli
 pinscli.load_pins = lambda path: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(30))
-from epstack.cli import main
+from epstack.commands.main import main
 sys.exit(main(["pins", "check"]))
 """
 

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from epstack import imagepaths, metrics
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BadInput
 from epstack.pins.load import load_pins
 from tests.conftest import PINS

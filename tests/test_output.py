@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from epstack import output
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.marker import MARKER, marked, tree
 from epstack.output import (

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BAD_INPUT, OK, BadInput
 from epstack.marker import MARKER
 from epstack.output import check_output, replace_output

@@ -9,9 +9,9 @@ from pathlib import Path
 from tests.conftest import REPO
 
 PACKAGE = REPO / "epstack"
-# Entry points that parse their own arguments: the top-level CLI, `python -m` modules, and the two
-# processes the smoke starts on a GPU host (a rank, and the preflight probe), which take a few flags.
-CLI_MODULES = {"epstack.cli", "epstack.smoke.worker", "epstack.smoke.preflight"}
+# Beside epstack.commands and the `python -m` modules: the two processes the smoke starts on a GPU host
+# (a rank, and the preflight probe), which take a few flags.
+CLI_MODULES = {"epstack.smoke.worker", "epstack.smoke.preflight"}
 
 
 def _module_name(path: Path) -> str:
@@ -62,6 +62,12 @@ def test_the_import_graph_has_no_cycle() -> None:
     # Importing a submodule runs its package's __init__; those hold no imports of their own here.
     assert not any(graph[name] for name, path in MODULES.items() if path.name == "__init__.py"), graph
     assert _cycle(graph) == []
+
+
+def test_no_module_imports_an_entry_point() -> None:
+    """The `python -m` modules may import up to commands/ only because nothing imports them."""
+    imported = set().union(*(_imports(path) for path in MODULES.values()))
+    assert {name for name in imported if name.endswith(".__main__")} == set()
 
 
 def test_the_cycle_finder_finds_one() -> None:

@@ -18,9 +18,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from epstack.aws.checkout import revision
-from epstack.cli import main
 from epstack.cluster.image import parse_image
 from epstack.cluster.slurm import squashfs_path
+from epstack.commands.main import main
 from epstack.errors import EXIT_CODES, BadInput
 from epstack.guard.deepep import check_jit_prerequisites
 from epstack.pins.load import load_pins, read_layer_pins

@@ -2,8 +2,6 @@
 
 One concept a module:
   image     the pins' target and its image by digest: --image, or the build manifest's entry
-  profiles  model profiles (DeepSeek-V3, Qwen3-30B-A3B, tiny) and the serve plan: sizes, token budget
-  serve     the SGLang launch command and environment for one node of a serve job
   jobs      what a job runs on each node (elastic smoke, serve): command, env, ports, readiness
   servesmoke  the serve smoke a serve job runs against its own endpoint (`epstack smoke serve --url`)
   site      a site's settings: storage, secrets by reference, environment, network, scheduling,
@@ -16,6 +14,7 @@ One concept a module:
   router    SGLang's router (smg) in front of a serve job's groups on Kubernetes
   slurm     sbatch scripts (pyxis/enroot; a serve job's smoke as a step on node 0) and enroot imports
   yamltext  a small deterministic YAML writer for the manifests
+The serve plan and a node's SGLang command come from the serve smoke (epstack.smoke.serving).
 (epstack.commands.cluster parses `cluster render`, `cluster pull` and `cluster metrics` and writes what
 these return; epstack.metrics turns a report into OpenMetrics text.)
 """

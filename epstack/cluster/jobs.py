@@ -19,8 +19,12 @@ from epstack import imagepaths
 from epstack.cluster import modelfetch
 from epstack.cluster.image import ImageRef
 from epstack.cluster.modelfetch import Fetch, fetch_of
-from epstack.cluster.profiles import ServePlan, serve_plan
-from epstack.cluster.serve import (
+from epstack.cluster.site import Site
+from epstack.errors import BadInput
+from epstack.fabric import FABRICS, Fabric, HostAccess
+from epstack.pins.model import Pins
+from epstack.smoke.launch import DEFAULT_PORT
+from epstack.smoke.serving.command import (
     DIST_INIT_PORT,
     HEALTH_PATH,
     HTTP_PORT,
@@ -28,11 +32,7 @@ from epstack.cluster.serve import (
     serve_env,
     sglang_command,
 )
-from epstack.cluster.site import Site
-from epstack.errors import BadInput
-from epstack.fabric import FABRICS, Fabric, HostAccess
-from epstack.pins.model import Pins
-from epstack.smoke.launch import DEFAULT_PORT
+from epstack.smoke.serving.profiles import ServePlan, serve_plan
 
 JobKind = Literal["elastic-smoke", "serve"]
 JOB_KINDS: tuple[JobKind, ...] = ("elastic-smoke", "serve")

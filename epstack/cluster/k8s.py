@@ -33,11 +33,11 @@ from epstack.cluster.k8sparts import (
     tolerations,
     volume_of,
 )
-from epstack.cluster.serve import METRICS_PATH
 from epstack.cluster.site import Site
 from epstack.errors import BadInput
 from epstack.fabric import GDRDRV
 from epstack.smoke import launchenv as V
+from epstack.smoke.serving.command import METRICS_PATH
 
 K8S_VERSION = "1.34"  # the Kubernetes version the manifests are validated against (kubernetes-validate)
 LWS_API = "leaderworkerset.x-k8s.io/v1"

@@ -9,8 +9,8 @@ from typing import Any
 
 from epstack.cluster import modelfetch
 from epstack.cluster.jobs import Job
-from epstack.cluster.serve import METRICS_PATH
 from epstack.cluster.site import Site, Storage
+from epstack.smoke.serving.command import METRICS_PATH
 
 Obj = dict[str, Any]
 MONITORING_API = "monitoring.coreos.com/v1"  # the Prometheus Operator's PodMonitor

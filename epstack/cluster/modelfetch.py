@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from epstack.cluster.profiles import ServePlan
 from epstack.cluster.site import Storage
+from epstack.smoke.serving.profiles import ServePlan
 
 LOCK = ".epstack-fetch.lock"
 MARKERS = ".epstack-fetched"

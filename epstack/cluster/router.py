@@ -16,7 +16,7 @@ from __future__ import annotations
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import Job
 from epstack.cluster.k8sparts import Obj, leader_selector, part_labels, pod_monitor
-from epstack.cluster.serve import HTTP_PORT
+from epstack.smoke.serving.command import HTTP_PORT
 
 PACKAGE = "smg==1.13.0"  # what --router-image must carry (its CLI is what the command is checked against)
 PORT = 30000

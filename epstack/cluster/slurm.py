@@ -30,10 +30,10 @@ from epstack import __version__
 from epstack.cluster import servesmoke
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import IMAGE_ENTRYPOINT, Job
-from epstack.cluster.serve import METRICS_PATH
 from epstack.errors import BadInput
 from epstack.fabric import RDMA_DEVICE_DIR
 from epstack.smoke import launchenv as V
+from epstack.smoke.serving.command import METRICS_PATH
 
 # Where `cluster pull` imports images on each node unless told otherwise.
 DEFAULT_SQUASHFS_DIR = "/var/tmp/epstack"

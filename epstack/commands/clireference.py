@@ -10,8 +10,8 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from epstack.cli import build_parser
 from epstack.commands.common import FileOrBare, commands
+from epstack.commands.main import build_parser
 from epstack.commands.meanings import MEANINGS
 from epstack.errors import EXIT_CODES
 

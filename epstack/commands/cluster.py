@@ -18,13 +18,13 @@ from epstack import metrics
 from epstack.cluster import k8s, router, site, slurm
 from epstack.cluster.image import PLACEHOLDER, chosen_image, parse_image, pins_target
 from epstack.cluster.jobs import JOB_KINDS, SERVE_SMOKE_MODES, Job, make_job, node_commands
-from epstack.cluster.profiles import A2A_BACKENDS, PROFILES
 from epstack.cluster.yamltext import dump_all
 from epstack.commands.common import PINS, SubParsers, one_line, path_arg, pins_path, positive_int, rename
 from epstack.errors import BadInput
 from epstack.fabric import FABRICS
 from epstack.output import check_writable, write_file
 from epstack.pins.load import load_pins
+from epstack.smoke.serving.profiles import A2A_BACKENDS, PROFILES
 
 
 def _write(text: str, out: Path | None) -> None:

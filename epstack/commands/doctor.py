@@ -1,5 +1,5 @@
 """`epstack doctor`: is this host set up for DeepEP V2 across nodes? Read-only checks (epstack.doctor.checks),
-each failure with its fix. Facts come from epstack.doctor.host (sysfs/procfs under --root, so tests read
+each failure with its fix. Facts come from epstack.host (sysfs/procfs under --root, so tests read
 fixture trees), the image's CUDA and NCCL from the pins file (read as data).
 
 Verdicts: ok; fail (exit 1); warn (works, with a limit named); skipped (nothing to check, reason
@@ -16,8 +16,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from epstack import host
 from epstack.commands.common import PINS, SubParsers, execute, parse, path_arg, pins_path
-from epstack.doctor import host
 from epstack.doctor.report import Report, gather, run_doctor
 from epstack.errors import BadInput
 from epstack.output import check_writable, write_file

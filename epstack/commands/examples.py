@@ -1,5 +1,5 @@
 """An example for every command's --help, and the help formatter that shows it: `document(parser)`
-(epstack.cli.build_parser runs it) gives each parser registered its example as the epilog, and prints
+(commands.main.build_parser runs it) gives each parser registered its example as the epilog, and prints
 each option's default after its help where the help does not say it. tests/commands/test_help.py fails
 on a command without an example or an option without help."""
 

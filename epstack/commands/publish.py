@@ -1,4 +1,4 @@
-"""`epstack publish push|pull`: guarded images to a registry and back, by digest (epstack.image.publish)."""
+"""`epstack publish push|pull`: guarded images to a registry and back, by digest (epstack.aws.publish)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from epstack.aws.publish import publish, pull
 from epstack.commands.common import PINS, SubParsers, path_arg, pins_path
 from epstack.image.engine import DockerEngine
-from epstack.image.publish import publish, pull
 from epstack.layers import LAYER_NAMES, TOP
 from epstack.output import check_writable
 from epstack.pins.load import load_pins

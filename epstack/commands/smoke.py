@@ -19,7 +19,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack.cluster.profiles import A2A_BACKENDS, PROFILES, serve_plan
 from epstack.commands.common import (
     SubParsers,
     fraction,
@@ -41,6 +40,7 @@ from epstack.smoke.result import RankResult
 from epstack.smoke.serving import plot as serving_plot
 from epstack.smoke.serving import run as serving_run
 from epstack.smoke.serving.checks import Asked
+from epstack.smoke.serving.profiles import A2A_BACKENDS, PROFILES, serve_plan
 from epstack.smoke.serving.sweep import CONCURRENCIES
 from epstack.smoke.supervise import Supervised
 from epstack.smoke.upstream import UpstreamResult

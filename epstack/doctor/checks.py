@@ -1,4 +1,4 @@
-"""The doctor's checks: each reads Facts (what epstack.doctor.host found) and returns rows with a verdict
+"""The doctor's checks: each reads Facts (what epstack.host found) and returns rows with a verdict
 and, for a failure or a warning, its fix. Pure functions, tested on fixture hosts.
 
 GPU-initiated networking settings (driver parameters, GPUDirect RDMA, gdrdrv) fail only where an RDMA
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from epstack import host
 from epstack.checkrow import Check, Verdict
-from epstack.doctor import host
 from epstack.fabric import EFA, GDRDRV
 from epstack.stack import EFA_GDA_MIN_NCCL, GIN_EFA_GDA, GIN_PROXY
 

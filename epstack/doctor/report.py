@@ -1,4 +1,4 @@
-"""The doctor's report: a host's facts gathered once (epstack.doctor.host, sysfs/procfs under a root, so
+"""The doctor's report: a host's facts gathered once (epstack.host, sysfs/procfs under a root, so
 tests read fixture trees) and checked (epstack.doctor.checks) against the image's CUDA and NCCL. Standard
 library only: `python3 -m epstack.doctor` runs on a bare GPU host.
 """
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from epstack import host
 from epstack.checkrow import Check
 from epstack.cluster.site import JIT_CACHE_DIRS
-from epstack.doctor import host
 from epstack.doctor.checks import (
     Facts,
     check_driver,

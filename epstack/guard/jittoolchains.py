@@ -181,7 +181,7 @@ def probe_deepep(archs: Sequence[str], work: Path) -> Compiled:
         "--json",
         str(work / "smoke.json"),
     ]
-    result = run(*epstack_python("epstack.cli", "main"), *smoke, timeout=SMOKE_TIMEOUT_S)
+    result = run(*epstack_python("epstack.commands.main", "main"), *smoke, timeout=SMOKE_TIMEOUT_S)
     if result.returncode != 0:
         raise RuntimeError(f"the elastic smoke exited {result.returncode}:\n{result.stderr[-3000:]}")
     return Compiled(compiler=nvcc, version=_tool_version(nvcc))

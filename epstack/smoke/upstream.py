@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from epstack.doctor import host
+from epstack import host
 from epstack.errors import BadInput
 from epstack.smoke.supervise import RankCommand, supervise
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch  # type: ignore[import-not-found, unused-ignore]
 import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
 
-from epstack.doctor import host
+from epstack import host
 from epstack.errors import CHECK_FAILED, ENVIRONMENT, OK
 from epstack.smoke.classify import classify
 from epstack.smoke.config import SmokeConfig

@@ -13,7 +13,7 @@ rm -rf "${src}"
 mkdir -p "${EPSTACK_HOME}/bin"
 cat > "${EPSTACK_HOME}/bin/epstack" <<WRAPPER
 #!/bin/sh
-exec "\${VIRTUAL_ENV:-${VIRTUAL_ENV}}/bin/python" -c 'import sys; sys.path.append("${tool}"); from epstack.cli import main; sys.exit(main())' "\$@"
+exec "\${VIRTUAL_ENV:-${VIRTUAL_ENV}}/bin/python" -c 'import sys; sys.path.append("${tool}"); from epstack.commands.main import main; sys.exit(main())' "\$@"
 WRAPPER
 chmod 755 "${EPSTACK_HOME}/bin/epstack"
 echo "epstack: $("${EPSTACK_HOME}/bin/epstack" --version) in ${tool}"

@@ -26,8 +26,8 @@ from botocore.stub import ANY, Stubber
 from epstack.aws import codebuild
 from epstack.aws.clients import Backoff
 from epstack.aws.codebuild import BATCH_BUILDSPEC, LogCursor, StartRequest
-from epstack.cli import main
 from epstack.commands import aws as aws_cli
+from epstack.commands.main import main
 from epstack.errors import EnvironmentProblem
 from tests.conftest import PINS, REPO
 

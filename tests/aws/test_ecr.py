@@ -20,7 +20,7 @@ from botocore.stub import Stubber
 
 from epstack.aws.clients import Backoff
 from epstack.aws.ecr import Ecr, EcrImage, login, parse_ecr_image
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BadInput
 
 ACCOUNT = "123456789012"  # moto's default account

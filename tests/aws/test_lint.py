@@ -14,7 +14,7 @@ from epstack.aws.batchspec import render_batchspec
 from epstack.aws.buildspec import SCHEMA_PATH, load_buildspec, load_document, schema_findings
 from epstack.aws.lint import lint as lint_files
 from epstack.aws.lint import lint_or_raise
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BadInput
 from epstack.pins.model import Pins
 from tests.conftest import PINS, REPO

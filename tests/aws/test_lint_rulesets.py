@@ -16,7 +16,7 @@ import pytest
 
 from epstack.aws.buildspec import load_buildspec
 from epstack.aws.lint import lint, rules_for
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.pins.model import Pins
 from tests.conftest import PINS
 

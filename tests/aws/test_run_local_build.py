@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.image.buildmanifest import BUILD_MANIFEST
 from epstack.image.engine import DockerEngine
 from tests.conftest import PINS, REPO

@@ -12,7 +12,7 @@ import pytest
 
 from epstack.aws.buildspec import load_buildspec
 from epstack.aws.runner import RunResult, run_local
-from epstack.cli import main
+from epstack.commands.main import main
 from tests.conftest import PINS
 
 Write = Callable[..., Path]

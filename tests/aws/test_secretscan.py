@@ -15,7 +15,7 @@ import pytest
 
 from epstack.aws import secretscan
 from epstack.aws.lint import SECRET_FIX, lint
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.pins.model import Pins
 from tests.conftest import PINS
 

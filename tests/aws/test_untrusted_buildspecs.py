@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from epstack.aws.buildspec import load_buildspec, load_document, schema_findings
 from epstack.aws.lint import lint
 from epstack.aws.runner import RunResult, run_local
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BadInput
 from epstack.pins.model import Pins
 from tests.conftest import PINS, REPO

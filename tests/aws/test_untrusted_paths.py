@@ -19,7 +19,7 @@ from epstack.aws.buildspec import Document, FileSet, load_buildspec, load_docume
 from epstack.aws.lint import lint
 from epstack.aws.outputs import copy_artifacts
 from epstack.aws.runner import run_local
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BadInput
 from epstack.pins.load import load_pins
 from epstack.pins.model import Pins

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from tests.conftest import PINS
 from tests.python.localindex import build_index, served, use_index
 

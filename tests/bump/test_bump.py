@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BadInput
 from epstack.image.build import BUILD_REPORT, BuildReport, BuiltImage
 from epstack.pins.file import rewrite
@@ -199,7 +199,7 @@ def bump_argv(root: Path, *assignments: str) -> list[str]:
 
 # `epstack ARGS...` in a fresh Python, SIGKILLed as it enters its Nth os.replace (argv[1]; 0: never).
 _KILLED_AT_REPLACE = """import os, signal, sys
-from epstack.cli import main
+from epstack.commands.main import main
 calls, replace = 0, os.replace
 def replace_or_die(*args, **kwargs):
     global calls

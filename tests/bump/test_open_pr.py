@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from epstack.bump.branch import CREDENTIAL_HELPER
-from epstack.cli import main
+from epstack.commands.main import main
 from tests.bump.conftest import snapshot
 from tests.bump.standinforge import OWNER, REPO, TOKEN, Forge, standin_forge
 

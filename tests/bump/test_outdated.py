@@ -17,8 +17,8 @@ import pytest
 
 from epstack.bump.outdated import OUTDATED, Outdated, Row, _image_row, _search
 from epstack.bump.upstream import DOCKER_HUB_API
-from epstack.cli import build_parser, main
 from epstack.commands.common import parse
+from epstack.commands.main import build_parser, main
 from epstack.commands.pins import next_commands
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.pins.load import load_pins

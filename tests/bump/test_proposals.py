@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from epstack.bump.upstream import change_links
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.pins.file import rewrite
 from epstack.pins.load import load_pins
 from tests.bump.conftest import snapshot

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from epstack.cli import main
+from epstack.commands.main import main
 from tests.conftest import PINS, check_golden, pins_variant
 
 REGISTRY = "123456789012.dkr.ecr.us-east-1.amazonaws.com/epstack"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
 from epstack.cluster.image import parse_image
+from epstack.commands.main import main
 from epstack.image.buildmanifest import BUILD_MANIFEST, BuildManifest, ManifestImage
 from epstack.pins.load import load_pins
 from tests.cluster.conftest import DIGEST, IMAGE, REGISTRY, load_all, render

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from epstack.cli import main
 from epstack.cluster import modelfetch
+from epstack.commands.main import main
 from tests.cluster import sglang_env
 from tests.cluster.conftest import check_cluster_golden, load_all, pins_for, render, render_args
 from tests.cluster.test_slurm import _run_sbatch, _steps, _tool_checks

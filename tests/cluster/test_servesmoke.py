@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from epstack.cli import build_parser, main
 from epstack.cluster import servesmoke
-from epstack.cluster.profiles import PROFILES, serve_plan
-from epstack.cluster.serve import HTTP_PORT
+from epstack.commands.main import build_parser, main
+from epstack.smoke.serving.command import HTTP_PORT
+from epstack.smoke.serving.profiles import PROFILES, serve_plan
 from tests.cluster.conftest import (
     IMAGE,
     check_cluster_golden,

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from epstack.cluster.profiles import A2A_BACKENDS, PROFILES, ServePlan, serve_plan
-from epstack.cluster.serve import SGLANG_ENTRY, sglang_command
 from epstack.pins.file import read_pins_file
 from epstack.smoke.serving import server
+from epstack.smoke.serving.command import SGLANG_ENTRY, sglang_command
+from epstack.smoke.serving.profiles import A2A_BACKENDS, PROFILES, ServePlan, serve_plan
 from tests.cluster import sglang_env
 from tests.cluster.conftest import load_all, pins_for, render, render_args
 from tests.conftest import PINS

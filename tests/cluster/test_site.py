@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from epstack.cli import main
 from epstack.cluster.k8s import EXCLUSIVE_TOPOLOGY
 from epstack.cluster.site import EnvLine, Storage, env_pair, parse_storage, read_env_file, split_pairs
+from epstack.commands.main import main
 from epstack.errors import BadInput
 from epstack.fabric import FABRICS
 from epstack.stack import GIN_EFA_GDA

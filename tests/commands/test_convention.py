@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from epstack.cli import COMMANDS, build_parser
 from epstack.commands.common import PINS, path_arg
+from epstack.commands.main import COMMANDS, build_parser
 from tests.conftest import REPO
 
 
@@ -53,7 +53,7 @@ def test_pins_is_declared_once() -> None:
 
 IMPORTED = """
 import sys
-from epstack.cli import main
+from epstack.commands.main import main
 code = main(sys.argv[1:])
 heavy = ("jsonschema", "ruamel", "jinja2", "boto3", "epstack.aws", "epstack.cluster", "epstack.smoke",
          "epstack.image.render")

@@ -8,9 +8,9 @@ import shlex
 
 import pytest
 
-from epstack.cli import build_parser
 from epstack.commands.common import commands, parse
 from epstack.commands.examples import EXAMPLES
+from epstack.commands.main import build_parser
 
 PARSERS = dict(commands(build_parser()))
 LEAVES = [path for path, p in PARSERS.items() if not p._subparsers]

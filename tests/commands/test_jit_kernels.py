@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BAD_INPUT, OK
 from epstack.jit.deepep import KERNEL_CACHE, TOOL, CacheKey
 from epstack.jit.shipped import manifest_beside
@@ -111,7 +111,7 @@ def test_a_sha256_that_is_not_64_lowercase_hex_is_refused_by_the_parser(
 
 # Peak memory of `jit unpack` in a fresh Python, past what it held once epstack was imported (KiB).
 _PEAK = """import resource, sys
-from epstack.cli import main
+from epstack.commands.main import main
 start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 code = main(sys.argv[1:])
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start)

@@ -7,9 +7,9 @@ import argparse
 
 import pytest
 
-from epstack.cli import build_parser
 from epstack.commands import clireference, jit
 from epstack.commands.common import parse, rename
+from epstack.commands.main import build_parser
 from epstack.commands.meanings import MEANINGS, conflicts
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from epstack.cli import main
 from epstack.commands.doctor import main as doctor_main
+from epstack.commands.main import main
 from tests.conftest import PINS, REPO, pins_variant
 from tests.doctor.hosts import GPU_NO_NIC, HEALTHY_EFA, HEALTHY_IB, HEALTHY_ROCE, NO_GPU, Host, Nic, build
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.guard import run as guard_run
 from epstack.guard.deepep import (
     LIBSTDCXX_FIX,

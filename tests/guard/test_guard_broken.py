@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.guard.deepep import check_deep_ep_owner, deep_ep_owners, unreadable_deep_ep_records
 from epstack.guard.distributions import check_distribution, check_requirements, check_torch_cuda
 from epstack.guard.expected import load_expected

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BadInput
 from epstack.guard import jitprobe
 from epstack.guard.jitprobe import (

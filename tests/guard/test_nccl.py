@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from epstack.checkrow import Check
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.guard import nccl
 from epstack.guard.nccl import library_version, loaded_version, source_version

@@ -15,7 +15,7 @@ from py_compile import PycInvalidationMode
 import pytest
 
 from epstack.checkrow import Check
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.guard import record as record_module
 from epstack.guard import start
 from epstack.guard.kernelcache import FLASHINFER

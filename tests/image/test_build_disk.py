@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import EnvironmentProblem
 from epstack.image.build import ensure_disk
 from epstack.image.engine import DockerEngine

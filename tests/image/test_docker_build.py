@@ -20,7 +20,7 @@ import pytest
 from rich.console import Console
 
 from epstack import imagepaths
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.guard.report import GUARD_REPORT, GuardReport
 from epstack.guard.start import PROVEN
 from epstack.image import cdx

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from epstack import imagepaths
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.image.render import plan_render, write_plan
 from epstack.pins.load import load_pins
 from epstack.python.lockfile import read_lock

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.image import cdx
 from epstack.image.sbom import ImageFacts, native_parts, os_parts, python_parts
 from epstack.pins.load import load_pins

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BadInput
 from epstack.image import gitarchive
 from epstack.image.sources import context_files, patch_bytes, verify

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BadInput
 from epstack.image import deepep, gitarchive
 from epstack.image.sources import context_files, verify

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BAD_INPUT, OK, BadInput
 from epstack.guard.kernelcache import exported_cache_rows
 from epstack.jit import export, gpuexport, sglang

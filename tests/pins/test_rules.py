@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BadInput
 from epstack.guard.expected import load_expected
 from epstack.pins.load import load_pins, read_layer_pins

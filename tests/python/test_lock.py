@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.errors import BadInput, CommandFailed
 from epstack.layers import venv_locks
 from epstack.pins.load import load_pins

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.pins.load import load_pins
 from epstack.python.lock import lock_specs, relock, stale_locks
 from epstack.python.lockcontent import content_problems

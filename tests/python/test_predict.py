@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.pins.load import load_pins
 from epstack.python.lockfile import read_lock
 from epstack.python.predict import predict, predict_locks

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.smoke.serving import plot
 from epstack.smoke.serving.run import SERVE_REPORT
 from tests.conftest import REPO

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from epstack.cli import main as epstack_main
+from epstack.commands.main import main as epstack_main
 from epstack.errors import BAD_INPUT, CHECK_FAILED, ENVIRONMENT, INTERRUPTED, OK
 from tests.smoke.processes import dead, gone
 

@@ -1,5 +1,7 @@
 """`epstack smoke serve`: SGLang serving through DeepEP V2, proven from outside the server.
 
+profiles    model profiles (DeepSeek-V3, Qwen3-30B-A3B, tiny) and the serve plan: sizes, token budget
+command     the SGLang launch command and environment for one node (the smoke's and epstack cluster's)
 tinymodel   the tiny profile's model folder (config and a generated word-level tokenizer)
 client      SGLang's HTTP API (health, /server_info, /generate by token ids), failures named
 server      one SGLang server with the serve plan's flags, in its own process group, stopped on exit

@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from epstack.checkrow import Check
-from epstack.cluster.profiles import ServePlan
-from epstack.cluster.serve import serve_env
 from epstack.document import Schema
 from epstack.errors import CHECK_FAILED, OK, EpstackError
 from epstack.output import check_writable, write_file
 from epstack.smoke.serving import checks, server, startup, sweep, tinymodel
 from epstack.smoke.serving.checks import Asked
 from epstack.smoke.serving.client import Endpoint, RequestFailed
+from epstack.smoke.serving.command import serve_env
 from epstack.smoke.serving.generation import Generation
+from epstack.smoke.serving.profiles import ServePlan
 from epstack.smoke.serving.server import ServerFailed
 from epstack.smoke.serving.startup import Startup
 from epstack.smoke.serving.sweep import Level

@@ -1,5 +1,5 @@
-"""One SGLang server the smoke started: its command (the serve plan's, from epstack.cluster.serve), its
-own process group and log, a wait until it is healthy, and a stop that leaves nothing running.
+"""One SGLang server the smoke started: its command (the serve plan's, from epstack.smoke.serving.command),
+its own process group and log, a wait until it is healthy, and a stop that leaves nothing running.
 
 The server and everything it forks (the scheduler, the detokenizer, nvcc under DeepGEMM's JIT) share a
 new session; stop() sends SIGTERM to the group, then SIGKILL after a grace period, and reaps it. The
@@ -19,12 +19,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from epstack.cluster.profiles import ServePlan
-from epstack.cluster.serve import HTTP_PORT, SGLANG_ENTRY, serve_env, sglang_args
 from epstack.cmd import die_with
 from epstack.errors import BadInput, EpstackError
 from epstack.smoke.classify import Finding, classify_server_log
 from epstack.smoke.serving.client import Endpoint
+from epstack.smoke.serving.command import HTTP_PORT, SGLANG_ENTRY, serve_env, sglang_args
+from epstack.smoke.serving.profiles import ServePlan
 
 # What the `sglang` console script runs, for a Python whose scripts are not on PATH (pip --target).
 _CONSOLE_SCRIPT = "import sys; from sglang.cli.main import main; sys.argv[0] = 'sglang'; sys.exit(main())"

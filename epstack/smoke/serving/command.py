@@ -8,7 +8,7 @@ tests/cluster/test_sglang_parser.py runs over every command these functions emit
 
 from __future__ import annotations
 
-from epstack.cluster.profiles import ServePlan
+from epstack.smoke.serving.profiles import ServePlan
 
 SGLANG_ENTRY: tuple[str, ...] = ("sglang", "serve", "--model-type", "llm")
 HTTP_PORT = 30000

@@ -1,12 +1,12 @@
-"""The serve plan (epstack.cluster.profiles): parallel sizes, DeepEP V2's per-rank dispatch token
+"""The serve plan (epstack.smoke.serving.profiles): parallel sizes, DeepEP V2's per-rank dispatch token
 budget (SGLang 0.5.23 refuses to start below it), the a2a backend, and what is refused."""
 
 from __future__ import annotations
 
 import pytest
 
-from epstack.cluster.profiles import PROFILES, ServePlan, serve_plan
 from epstack.errors import BadInput
+from epstack.smoke.serving.profiles import PROFILES, ServePlan, serve_plan
 
 
 @pytest.mark.parametrize(

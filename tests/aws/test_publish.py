@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from epstack.cli import main
+from epstack.commands.main import main
 from epstack.image.build import BuildReport, BuiltImage, build_target, standin_ref, write_build_report
 from epstack.image.buildmanifest import BUILD_MANIFEST
 from epstack.image.engine import DockerEngine
