@@ -1,5 +1,5 @@
 """`epstack jit probe`: compile one real module of each JIT toolchain of a layer, now, and write the
-report the guard reads (epstack.guard.jitprobe)."""
+report the guard reads (epstack.jit.probe)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from rich.table import Table
 from epstack import imagepaths
 from epstack.commands.common import SubParsers, add_cuda_arch, path_arg, seconds
 from epstack.errors import BadInput, EnvironmentProblem
-from epstack.guard.jitprobe import TIMEOUT_S, TOOLCHAINS, JitReport, probe_layer, report_path
 from epstack.image.engine import DockerEngine
 from epstack.image.kernels import LayerExport, build_kernels_layer, kernels_tag
 from epstack.inputs import read_bytes
 from epstack.jit import export, flashinfer, triton
 from epstack.jit.gpuexport import export as export_cache
+from epstack.jit.probe import TIMEOUT_S, TOOLCHAINS, JitReport, probe_layer, report_path
 from epstack.jit.registry import EXPORTED, by_kind, kinds
 from epstack.jit.shipped import sha256_hex
 from epstack.layers import LAYER_NAMES

@@ -10,8 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from epstack.checkrow import Check
-from epstack.guard import jitprobe
 from epstack.jit import flashinfer, triton
+from epstack.jit import probe as jitprobe
 from epstack.jit.deepep import KERNEL_CACHE, SHIPPED, install_differences
 from epstack.jit.shipped import changed_files, manifest_beside
 from epstack.jit.toolchain import Placed

@@ -1,7 +1,7 @@
 """The guard: is what this Python has installed and loaded exactly what pins.env pins?
 
 Each check is a small function returning Check rows (guard.distributions, libraries, deepep,
-onecuda, jitprobe); each guard scope runs its own checks and those of the scopes below it, because
+onecuda, epstack.jit.probe); each guard scope runs its own checks and those of the scopes below it, because
 an upper layer's install is what moves a lower layer's pins. Runtime facts beat package claims: NCCL
 is the libnccl mapped into this process, never torch.cuda.nccl.version().
 """
@@ -36,7 +36,6 @@ from epstack.guard.distributions import (
     closure_report,
 )
 from epstack.guard.expected import Expected, load_expected
-from epstack.guard.jitprobe import layer_rows as jit_rows
 from epstack.guard.kernelcache import (
     exported_cache_rows,
     flashinfer_cache_rows,
@@ -46,6 +45,7 @@ from epstack.guard.kernelcache import (
 from epstack.guard.libraries import check_cuda, check_nccl_loaded, try_import
 from epstack.guard.onecuda import cuda_home, cuda_home_checks, other_major_check, release_wheel_checks
 from epstack.guard.report import GuardReport
+from epstack.jit.probe import layer_rows as jit_rows
 from epstack.jit.registry import PLACED
 from epstack.layers import guard_scopes
 from epstack.python import closure

@@ -24,7 +24,7 @@ from epstack import imagepaths
 from epstack.cmd import run
 from epstack.document import Schema
 from epstack.errors import EpstackError
-from epstack.guard.jittoolchains import epstack_python
+from epstack.jit.compiles import epstack_python
 from epstack.jit.shipped import CacheFile, install_folder, manifest_beside, sha256_hex
 
 SHIPPED = Path(imagepaths.JIT) / "triton"
@@ -110,9 +110,7 @@ def build(cache: Path, stub: str, work: Path) -> list[Launcher]:
             "TRITON_LIBCUDA_PATH": folder,
             "LIBRARY_PATH": str(shim),
         }
-        result = run(
-            *epstack_python("epstack.guard.jittoolchains", "child_main"), "triton-launcher", work, env=env
-        )
+        result = run(*epstack_python("epstack.jit.compiles", "child_main"), "triton-launcher", work, env=env)
         made = list(own.glob("*/cuda_utils*"))
         if result.returncode != 0 or len(made) != 1:
             why = result.stderr.strip()[-2000:]

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from epstack.checkrow import Check
-from epstack.guard.jitprobe import JitReport, Probe, report_path
 from epstack.guard.kernelcache import (
     FIX_EXPORT,
     FLASHINFER,
@@ -26,6 +25,7 @@ from epstack.guard.kernelcache import (
 )
 from epstack.jit import flashinfer, triton
 from epstack.jit.deepep import TOOL, CacheKey, install, unpack
+from epstack.jit.probe import JitReport, Probe, report_path
 from tests.jit.test_deepep import KEY, export_of, fake_install, h200_kernels, sha256
 from tests.jit.test_flashinfer import MODULE, VERSION, compile_module
 from tests.jit.test_flashinfer import key as modules_key

@@ -72,7 +72,7 @@ def probe_triton_kernel(archs: Sequence[str], work: Path) -> Compiled:
     from triton.backends.nvidia import compiler as nvidia  # noqa: PLC0415
     from triton.compiler import ASTSource  # noqa: PLC0415
 
-    from epstack.guard.tritonkernel import add  # noqa: PLC0415
+    from epstack.jit.tritonkernel import add  # noqa: PLC0415
 
     tools = []
     for capability in _capabilities(archs):

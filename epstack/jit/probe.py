@@ -26,7 +26,7 @@ from epstack.checkrow import Check
 from epstack.cmd import run
 from epstack.document import Schema
 from epstack.errors import EpstackError
-from epstack.guard.jittoolchains import Compiled, epstack_python
+from epstack.jit.compiles import Compiled, epstack_python
 
 REPORTS = Path(imagepaths.REPORTS)
 TIMEOUT_S = 1200.0
@@ -167,7 +167,7 @@ def run_probe(
     )
     runs = [[arch] for arch in archs] if toolchain.per_arch and archs else [list(archs)]
     with tempfile.TemporaryDirectory(prefix=f"epstack-jit-{toolchain.name}-") as work:
-        child = epstack_python("epstack.guard.jittoolchains", "child_main")
+        child = epstack_python("epstack.jit.compiles", "child_main")
         start = time.monotonic()
         for chosen in runs:
             env = {**os.environ, **_empty_caches(Path(work), chosen), **(keep or {})}

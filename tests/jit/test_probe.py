@@ -16,8 +16,9 @@ import pytest
 
 from epstack.commands.main import main
 from epstack.errors import BadInput
-from epstack.guard import jitprobe
-from epstack.guard.jitprobe import (
+from epstack.jit import flashinfer, triton
+from epstack.jit import probe as jitprobe
+from epstack.jit.probe import (
     STEERING,
     JitReport,
     Probe,
@@ -26,7 +27,6 @@ from epstack.guard.jitprobe import (
     read_report,
     report_path,
 )
-from epstack.jit import flashinfer, triton
 
 FLASHINFER = Probe(
     toolchain="flashinfer",
