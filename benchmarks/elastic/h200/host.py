@@ -32,6 +32,7 @@ FIXED_ENVIRONMENT = {
 }
 # The image sets no CC/CXX; the host's point at other compilers (gpu-notes.md).
 NO_COMPILERS: dict[str, str | None] = {"CC": None, "CXX": None, "CUDAHOSTCXX": None}
+POLL_S = 5  # how often a -wait phase looks whether its detached run ended
 # Where the install phase puts epstack's own dependencies (run_h200.sh puts it on PYTHONPATH).
 DEPS = "/opt/epstack-deps"
 
@@ -157,7 +158,7 @@ class Host:
     def wait_for(self, pid: int, *, limit_s: int) -> bool:
         """Wait until `pid` ends or the run is `limit_s` seconds old (WAIT_S); True when it ended."""
         while alive(pid) and self.seconds() < limit_s:
-            time.sleep(5)
+            time.sleep(POLL_S)
         return not alive(pid)
 
 
