@@ -103,10 +103,10 @@ def main(argv: Sequence[str], host: Host | None = None) -> int:
         return 0
     try:
         chosen = phases(argv)
+        host = host or Host.from_environment(os.environ)
     except BadInput as error:
         print(error, file=sys.stderr)
         return BAD_INPUT
-    host = host or Host.from_environment(os.environ)
     host.out.mkdir(parents=True, exist_ok=True)
     status = 0
     for phase in chosen:

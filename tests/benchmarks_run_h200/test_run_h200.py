@@ -59,3 +59,14 @@ def test_a_phase_that_stops_on_an_error_is_noted_and_the_next_one_runs(bare: Fak
     notes = bare.notes()
     assert any(re.search(r"\] stack: stopped: `cat .*/opt/ferry/c/c\*", line) for line in notes)
     assert any(line.endswith("] doctor: exit 0") for line in notes)
+
+
+def test_nproc_that_is_no_number_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NPROC", "two")
+    assert main(["smoke"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "NPROC='two': not a whole number; fix: NPROC=1, 2, 4 or 8 (ranks on this host)\n"
+    )

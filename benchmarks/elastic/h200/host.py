@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from epstack import cmd
-from epstack.errors import EnvironmentProblem
+from epstack.errors import BadInput, EnvironmentProblem
 
 Argv = Sequence[object]  # a command: program and arguments, each str()'d (paths, numbers)
 
@@ -57,7 +57,7 @@ class Host:
             out=Path(environ.get("OUT") or Path.cwd() / "out"),
             sources=Path(environ.get("GPU_SRC") or ".gpu-src"),
             python=environ.get("PYTHON") or "python3",
-            nproc=int(environ.get("NPROC") or 2),
+            nproc=_ranks(environ),
             env=env,
             root=root,
         )
@@ -160,6 +160,14 @@ class Host:
         while alive(pid) and self.seconds() < limit_s:
             time.sleep(POLL_S)
         return not alive(pid)
+
+
+def _ranks(environ: Mapping[str, str]) -> int:
+    """NPROC: the ranks (GPUs) for the smoke, upstream and hang phases, 2 unless set."""
+    value = environ.get("NPROC") or "2"
+    if not value.isdigit():
+        raise BadInput(f"NPROC={value!r}: not a whole number; fix: NPROC=1, 2, 4 or 8 (ranks on this host)")
+    return int(value)
 
 
 def _status(argv: Argv, *, env: Mapping[str, str], sink: IO[bytes] | None = None) -> int:

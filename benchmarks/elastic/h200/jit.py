@@ -156,10 +156,9 @@ def kernels_shipped(host: Host) -> None:
     argv = [host.python, "-m", "epstack", "jit", "unpack", export, "--sha256", sha,
             "--into", shipped / "jit" / "deep_ep"]  # fmt: skip
     host.record(argv)
-    status = host.run(argv)
-    host.note(
-        f"kernels-shipped: unpack exit {status}; {disk_usage(host, shipped / 'jit', '-sb')} bytes on disk"
-    )
+    status = host.run(argv, env=host.environ({**NO_COMPILERS, "EPSTACK_HOME": str(shipped)}))
+    size = disk_usage(host, shipped / "jit", "-sb")
+    host.note(f"kernels-shipped: unpack exit {status}; {size} bytes on disk")
     host.run(["chmod", "-R", "a-w", shipped / "jit"])
     env = with_cuda_home(
         host, work / "cuda-home", EPSTACK_HOME=str(shipped), EP_JIT_CACHE_DIR=str(work / "writable")
