@@ -11,6 +11,7 @@ doctor and the smoke run on bare GPU hosts.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import signal
@@ -21,9 +22,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Literal, TypeAlias, cast
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar, cast
 
 if TYPE_CHECKING:  # the stdlib-only `python3 -m epstack.doctor` imports this module too: no rich here
+    from _typeshed import DataclassInstance
     from rich.console import Console
 
 from epstack.errors import INTERRUPTED, OK, BadInput, EpstackError, shown
@@ -34,6 +36,7 @@ Handler = Callable[[], int]
 Report = Callable[[Literal["error", "interrupted"], str], None]
 
 MAX_PORT = 65535
+_Settings = TypeVar("_Settings", bound="DataclassInstance")
 
 
 def path_arg(text: str) -> Path:
@@ -241,6 +244,20 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
         return parser.parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else OK
+
+
+def from_args(cls: type[_Settings], args: argparse.Namespace, **computed: object) -> _Settings:
+    """A settings dataclass from parsed arguments: each field the same-named attribute of `args`,
+    unless `computed` gives it. A field found in neither is a TypeError naming it (a flag renamed
+    without its field), even one with a default: nothing is left to a default by accident."""
+    values = dict(computed)
+    for field in dataclasses.fields(cls):
+        if field.name in values or not field.init:
+            continue
+        if not hasattr(args, field.name):
+            raise TypeError(f"{cls.__name__}.{field.name}: no such argument and none computed")
+        values[field.name] = getattr(args, field.name)
+    return cls(**values)
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:

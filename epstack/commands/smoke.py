@@ -22,6 +22,7 @@ from rich.table import Table
 from epstack.commands.common import (
     SubParsers,
     fraction,
+    from_args,
     non_negative_int,
     path_arg,
     port,
@@ -351,22 +352,14 @@ def _table(verdict: str, ranks: list[RankResult]) -> Table:
 
 def _settings(args: argparse.Namespace) -> Settings:
     shape = resolve_shape(args.preset, args.hidden, args.num_topk, args.num_experts)
-    config = SmokeConfig(
+    config = from_args(
+        SmokeConfig,
+        args,
         hidden=shape.hidden,
         num_topk=shape.num_topk,
         num_experts=shape.num_experts,
-        num_tokens=args.num_tokens,
         num_max_tokens_per_rank=args.num_max_tokens_per_rank or args.num_tokens,
-        seed=args.seed,
-        masked_ratio=args.masked_ratio,
-        hot_rank_ratio=args.hot_rank_ratio,
-        iters=args.iters,
-        mode=args.mode,
-        prefer_overlap_with_compute=args.prefer_overlap_with_compute,
-        init_timeout=args.init_timeout,
-        skip_bench=args.skip_bench,
         report_path=str(args.json),
-        buffer_num_topk=args.buffer_num_topk,
     )
     upstream = (
         Upstream(
@@ -378,19 +371,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         if args.upstream_tests
         else None
     )
-    return Settings(
-        config=config,
-        timeout_s=args.timeout,
-        run_dir=args.run_dir,
-        upstream=upstream,
-        upstream_only=args.upstream_only,
-        nproc_per_node=args.nproc_per_node,
-        nnodes=args.nnodes,
-        node_rank=args.node_rank,
-        master_addr=args.master_addr,
-        master_port=args.master_port,
-        argv=tuple(sys.argv),
-        export_jit_cache=args.export_jit_cache,
+    return from_args(
+        Settings, args, config=config, timeout_s=args.timeout, upstream=upstream, argv=tuple(sys.argv)
     )
 
 
@@ -442,20 +424,16 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     plan = serve_plan(
         args.profile, nodes=1, gpus_per_node=args.gpus, a2a=args.a2a, model_path=args.model_path
     )
-    settings = serving_run.Settings(
+    settings = from_args(
+        serving_run.Settings,
+        args,
         plan=plan,
         extra_args=args.sglang_args,
-        url=args.url,
-        server_log=args.server_log,
         compare=args.compare and not args.url,
-        asked=Asked(seed=args.seed, tokens=args.tokens, timeout_s=args.request_timeout),
+        asked=from_args(Asked, args, timeout_s=args.request_timeout),
         concurrencies=args.concurrency if args.sweep else (),
-        isl=args.isl,
-        osl=args.osl,
-        requests_per_level=args.requests_per_level,
         health_timeout_s=args.health_timeout,
         level_timeout_s=args.level_timeout,
-        run_dir=args.run_dir,
         report=args.json,
     )
     code = serving_run.run(settings, _ServePrinter(console))

@@ -1,5 +1,6 @@
-"""Put on PYTHONPATH by run_h200.sh's first-request phase: every Python process it starts (the smoke's
-ranks, the JIT probes) writes the libraries it mapped to $EPSTACK_MAPS_DIR/<pid>.maps as it exits."""
+"""Put on PYTHONPATH by run_h200's first-request phase (h200/jit.py): every Python process it starts
+(the smoke's ranks, the JIT probes) writes the libraries it mapped to $EPSTACK_MAPS_DIR/<pid>.maps as
+it exits."""
 
 import atexit
 import os
