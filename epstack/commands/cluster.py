@@ -16,7 +16,7 @@ from rich.console import Console
 
 from epstack import metrics
 from epstack.cluster import k8s, router, site, slurm
-from epstack.cluster.image import PLACEHOLDER, chosen_image, parse_image, pins_target
+from epstack.cluster.image import PLACEHOLDER, ImageRef, chosen_image, parse_image, pins_target
 from epstack.cluster.jobs import JOB_KINDS, SERVE_SMOKE_MODES, Job, make_job, node_commands
 from epstack.cluster.profiles import A2A_BACKENDS, PROFILES
 from epstack.cluster.yamltext import dump_all
@@ -138,7 +138,6 @@ K8S_ONLY = (
     "storage_class",
     "pod_monitor",
     "pod_monitor_label",
-    "router_image",
     "namespace",
     "replicas",
 )
@@ -224,7 +223,9 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
         _write(node_commands(job), args.out)
         return 0
     if args.target == "slurm":
-        text = slurm.sbatch_script(job, squashfs_dir=args.squashfs_dir, pins_target=target)
+        text = slurm.sbatch_script(
+            job, squashfs_dir=args.squashfs_dir, pins_target=target, router_image=_router_image(args, job)
+        )
     else:
         text = _k8s_text(args, job)
     _write(text, args.out)
@@ -236,11 +237,18 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _router_image(args: argparse.Namespace, job: Job) -> ImageRef | None:
+    """--router-image, by digest, for a serve job only."""
+    if not args.router_image:
+        return None
+    if job.http_port is None:
+        raise BadInput("--router-image: the router fronts a serve job; fix: use it with --job serve")
+    return parse_image(args.router_image, what="--router-image")
+
+
 def _k8s_text(args: argparse.Namespace, job: Job) -> str:
     """The job's Kubernetes objects, and the router in front of them when --router-image is given."""
-    router_image = parse_image(args.router_image, what="--router-image") if args.router_image else None
-    if router_image and job.http_port is None:
-        raise BadInput("--router-image: the router fronts a serve job; fix: use it with --job serve")
+    router_image = _router_image(args, job)
     if args.namespace and not router_image:
         raise BadInput("--namespace: the namespace the router watches; fix: add --router-image, or drop it")
     if args.replicas and job.http_port is None:
@@ -362,8 +370,8 @@ def _site_arguments(render: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--router-image",
         type=one_line,
-        help=f"k8s serve: SGLang's router ({router.PACKAGE}) in front of the groups, from this image "
-        "REPOSITORY[:TAG]@sha256:<64 hex>",
+        help=f"serve: SGLang's router ({router.PACKAGE}) in front of the groups (k8s: a Deployment; slurm: "
+        f"a step on node 0, port {router.SLURM_PORT}), from this image REPOSITORY[:TAG]@sha256:<64 hex>",
     )
     group.add_argument(
         "--namespace",

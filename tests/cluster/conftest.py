@@ -14,6 +14,7 @@ from tests.conftest import PINS, check_golden, pins_variant
 REGISTRY = "123456789012.dkr.ecr.us-east-1.amazonaws.com/epstack"
 DIGEST = "sha256:" + "4f" * 32
 IMAGE = f"{REGISTRY}:sglang-0.5.23-test@{DIGEST}"
+ROUTER_IMAGE = "registry.example/smg:1.13.0@sha256:" + "ab" * 32  # --router-image
 GOLDEN = Path(__file__).parent.parent / "golden" / "cluster"
 
 

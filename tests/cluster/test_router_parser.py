@@ -1,11 +1,13 @@
-"""The router's command, parsed by the pinned router's own parser: smg's RouterArgs (smg==1.13.0 with
---no-deps into .cache/, 37 MB; its parser needs only its own Rust module). A renamed flag fails here, not
-in a cluster. Marked network: the first run installs it (tests/cluster/sglang_env.install)."""
+"""The router's commands (Kubernetes and Slurm), parsed by the pinned router's own parser: smg's
+RouterArgs (smg==1.13.0 with --no-deps into .cache/, 37 MB; its parser needs only its own Rust module).
+A renamed flag fails here, not in a cluster. Marked network: the first run installs it
+(tests/cluster/sglang_env.install)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +17,11 @@ import pytest
 
 from epstack.cluster import router
 from tests.cluster import sglang_env
-from tests.cluster.conftest import load_all, pins_for, render, render_args
+from tests.cluster.conftest import ROUTER_IMAGE, load_all, pins_for, render, render_args
 from tests.cluster.validation import validate_object
 
 pytestmark = pytest.mark.network
 
-ROUTER_IMAGE = "registry.example/smg:1.13.0@sha256:" + "ab" * 32
 # Runs in the smg folder: each argv through RouterArgs' argparse and from_cli_args; the fields read back.
 PARSE = """
 import argparse, json, sys
@@ -35,7 +36,8 @@ for argv in json.load(sys.stdin):
         out.append({"ok": False, "error": str(exc)})
         continue
     fields = ("host", "port", "policy", "service_discovery", "selector", "service_discovery_port",
-              "service_discovery_namespace", "prometheus_host", "prometheus_port")
+              "service_discovery_namespace", "prometheus_host", "prometheus_port", "worker_urls",
+              "worker_startup_timeout_secs")
     out.append({"ok": True, "values": {name: getattr(args, name) for name in fields}})
 print(json.dumps(out))
 """
@@ -97,3 +99,18 @@ def test_the_rendered_router_parses_and_finds_the_leaders(tmp_path: Path, kind: 
     (smoke,) = [o for o in objects if o["metadata"]["name"] == "epstack-serve-smoke"]
     url = smoke["spec"]["template"]["spec"]["containers"][0]["command"]
     assert url[url.index("--url") + 1] == "http://epstack-serve-router:30000"  # the smoke goes through it
+
+
+def test_the_slurm_router_parses_and_routes_to_node_0s_server(tmp_path: Path) -> None:
+    pins = pins_for(tmp_path, "ib", 2)
+    args = render_args(target="slurm", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
+    script = render(tmp_path, *args, "--router-image", ROUTER_IMAGE)
+    (line,) = [line for line in script.splitlines() if line.lstrip().startswith("smg launch")]
+    command = shlex.split(line.removesuffix(" &"))
+    assert command[:2] == ["smg", "launch"]
+    (good,) = _parse([command[2:]])
+    assert good["ok"], good
+    values = good["values"]
+    assert values["worker_urls"] == ["http://127.0.0.1:30000"] and values["service_discovery"] is False
+    assert (values["port"], values["prometheus_port"]) == (router.SLURM_PORT, router.METRICS_PORT)
+    assert values["worker_startup_timeout_secs"] == 4200 and values["policy"] == router.POLICY
