@@ -70,10 +70,15 @@ def _env(job: Job, env: dict[str, str]) -> list[Obj]:
     return [{"name": key, "value": literal(value)} for key, value in env.items()] + secret_env(job)
 
 
+def rdma_resource(job: Job, settings: PodSettings) -> str:
+    """The fabric's device resource each pod requests: only when the job crosses nodes, else ""."""
+    return (settings.rdma_resource or job.fabric.k8s_resource) if job.crosses_nodes else ""
+
+
 def _resources(job: Job, settings: PodSettings) -> Obj:
     limits: dict[str, Any] = {"nvidia.com/gpu": job.gpus_per_node}
     if job.crosses_nodes:
-        limits[settings.rdma_resource or job.fabric.k8s_resource] = job.fabric_devices
+        limits[rdma_resource(job, settings)] = job.fabric_devices
         if job.fabric.hugepages_2mi:
             limits["hugepages-2Mi"] = job.fabric.hugepages_2mi
     requests: dict[str, Any] = {"memory": settings.memory, "cpu": job.site.cpus_per_gpu * job.gpus_per_node}

@@ -5,8 +5,10 @@ SGLang 0.5.23's README names SMG (smg-project/smg; PyPI `smg`, 1.13.0 of 2026-10
 an image by digest the site names (`--router-image`): epstack's images do not carry it. The router finds
 the serving groups itself (`--service-discovery`): every leader pod of the job (node 0 of each LWS
 replica, or the indexed Job's pod 0) once it is ready, at SGLang's HTTP port, and routes cache-aware.
-For that it reads pods in its namespace: a ServiceAccount, a Role (pods: get, list, watch) and a
-RoleBinding, which names the namespace (`--namespace`). Its own metrics are Prometheus text on
+For that it reads pods in its own namespace, which it takes from its pod (the downward API), so a
+namespace set later (`kubectl apply -n`, a kustomize overlay) is the one it watches: a ServiceAccount, a
+Role (pods: get, list, watch) and a RoleBinding, whose subject names the namespace (`--namespace`,
+default `default`, which kustomize's namespace transformer rewrites). Its own metrics are Prometheus text on
 METRICS_PORT. Clients, and the serve smoke, call the `<job>-router` Service.
 
 On Slurm a job is one serving group: the router is a step of one task on node 0 beside the server step,
@@ -38,13 +40,16 @@ def name(job: Job) -> str:
     return f"{job.name}-router"
 
 
-def command(job: Job, kind: str, namespace: str) -> list[str]:
-    """`smg launch`, discovering the job's leader pods in `namespace`."""
+NAMESPACE_ENV = "POD_NAMESPACE"  # the router pod's namespace, from the downward API
+
+
+def command(job: Job, kind: str) -> list[str]:
+    """`smg launch`, discovering the job's leader pods in its own pod's namespace."""
     selector = [f"{key}={value}" for key, value in leader_selector(job, kind).items()]
     return [
         "smg", "launch", "--host", "0.0.0.0", "--port", str(PORT), "--policy", POLICY,
         "--service-discovery", "--selector", *selector,
-        "--service-discovery-port", str(HTTP_PORT), "--service-discovery-namespace", namespace,
+        "--service-discovery-port", str(HTTP_PORT), "--service-discovery-namespace", f"$({NAMESPACE_ENV})",
         "--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT),
     ]  # fmt: skip
 
@@ -90,7 +95,8 @@ def objects(
         "name": "router",
         "image": image.ref,
         "imagePullPolicy": "IfNotPresent",
-        "command": command(job, kind, namespace),
+        "command": command(job, kind),
+        "env": [{"name": NAMESPACE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
         "ports": [
             {"name": "http", "containerPort": PORT},
             {"name": "metrics", "containerPort": METRICS_PORT},
@@ -124,7 +130,8 @@ def objects(
 def note(job: Job, namespace: str) -> str:
     return (
         f"Router: Deployment {name(job)} (`smg launch`, {PACKAGE} in --router-image) in front of every "
-        f"serving group, found by their leader pods in namespace {namespace} (a Role to read pods); "
+        f"serving group, found by their leader pods in its own namespace (a Role to read pods; the "
+        f"RoleBinding's subject in namespace {namespace}); "
         f"clients call http://{name(job)}:{PORT}; its metrics on :{METRICS_PORT}/metrics."
     )
 

@@ -15,9 +15,10 @@ from typing import TypeVar
 from rich.console import Console
 
 from epstack import metrics
-from epstack.cluster import k8s, router, site, slurm
+from epstack.cluster import k8s, kustomize, router, site, slurm
 from epstack.cluster.image import PLACEHOLDER, ImageRef, chosen_image, parse_image, pins_target
 from epstack.cluster.jobs import JOB_KINDS, SERVE_SMOKE_MODES, Job, make_job, node_commands
+from epstack.cluster.k8sparts import Obj
 from epstack.cluster.profiles import A2A_BACKENDS, PROFILES
 from epstack.cluster.yamltext import dump_all
 from epstack.commands.common import PINS, SubParsers, one_line, path_arg, pins_path, positive_int, rename
@@ -140,6 +141,7 @@ K8S_ONLY = (
     "pod_monitor_label",
     "namespace",
     "replicas",
+    "kustomization",
 )
 
 
@@ -197,6 +199,8 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     target, fabric = pins_target(pins, arch=args.arch, fabric=args.fabric)
     if args.print_command and args.job != "serve":
         raise BadInput("--print-command: fix: use it with --job serve")
+    if args.print_command and args.kustomization:
+        raise BadInput("--print-command --kustomization: a command is no manifest; fix: drop one of them")
     image = (
         PLACEHOLDER
         if args.print_command and not (args.image or args.manifest)
@@ -227,7 +231,12 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
             job, squashfs_dir=args.squashfs_dir, pins_target=target, router_image=_router_image(args, job)
         )
     else:
-        text = _k8s_text(args, job)
+        objects, text, rdma = _k8s_render(args, job)
+        if args.kustomization:
+            base = _kustomization_path(args)
+            write_file(
+                base, kustomize.kustomization(objects, args.out.name, rdma_resource=rdma), what=base.name
+            )
     _write(text, args.out)
     if args.out:
         console.print(
@@ -246,11 +255,29 @@ def _router_image(args: argparse.Namespace, job: Job) -> ImageRef | None:
     return parse_image(args.router_image, what="--router-image")
 
 
-def _k8s_text(args: argparse.Namespace, job: Job) -> str:
-    """The job's Kubernetes objects, and the router in front of them when --router-image is given."""
+def _kustomization_path(args: argparse.Namespace) -> Path:
+    """--kustomization: kustomization.yaml beside --out, which it lists."""
+    if args.out is None or args.out.name == kustomize.FILE:
+        raise BadInput(
+            f"--kustomization: the base lists the manifests file, and goes beside it; fix: add --out "
+            f"DIR/NAME.yaml (not {kustomize.FILE})"
+        )
+    if args.namespace:
+        raise BadInput(
+            "--kustomization --namespace: a site's overlay sets the namespace (kustomize's namespace: "
+            "NAME, which also names it in the router's RoleBinding); fix: drop --namespace"
+        )
+    path: Path = args.out.parent / kustomize.FILE
+    check_writable(path, what="--kustomization", inputs=[pins_path(args.pins)])
+    return path
+
+
+def _k8s_render(args: argparse.Namespace, job: Job) -> tuple[list[Obj], str, str]:
+    """The job's Kubernetes objects, and the router in front of them when --router-image is given; their
+    text; the RDMA resource the pods request ("" when none)."""
     router_image = _router_image(args, job)
     if args.namespace and not router_image:
-        raise BadInput("--namespace: the namespace the router watches; fix: add --router-image, or drop it")
+        raise BadInput("--namespace: the router's RoleBinding names it; fix: add --router-image, or drop it")
     if args.replicas and job.http_port is None:
         raise BadInput(f"--replicas {args.replicas}: serving groups; fix: use it with --job serve")
     model = job.site.model
@@ -274,7 +301,7 @@ def _k8s_text(args: argparse.Namespace, job: Job) -> str:
         kind, namespace = k8s.k8s_kind(job, args.k8s_kind), args.namespace or "default"
         objects += router.objects(job, kind, router_image, namespace=namespace, monitor=settings.pod_monitor)
         notes.append(router.note(job, namespace))
-    return dump_all(objects, comments=notes)
+    return objects, dump_all(objects, comments=notes), k8s.rdma_resource(job, settings)
 
 
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:
@@ -376,7 +403,15 @@ def _site_arguments(render: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--namespace",
         type=_typed(site.dns_label),
-        help="k8s: the namespace the router watches (default: default)",
+        help="k8s: the namespace the job is applied in, which the router's RoleBinding names (default: "
+        "default; the router watches its own pod's)",
+    )
+    group.add_argument(
+        "--kustomization",
+        action="store_true",
+        help=f"k8s: also write {kustomize.FILE} beside --out: a kustomize base listing it, headed by the "
+        "patch points a site's overlay uses (namespace, registry, node selector, tolerations, storage "
+        "class, RDMA resource)",
     )
     group.add_argument(
         "--replicas", type=positive_int, help="k8s serve: serving groups (LWS replicas, default 1)"

@@ -171,6 +171,7 @@ MEANINGS: dict[str, Meaning] = {
     "--router-image": Meaning(text="the image of SGLang's router, by digest"),
     "--namespace": Meaning(text="k8s: a namespace"),
     "--replicas": Meaning(text="k8s: serving groups"),
+    "--kustomization": _flag("k8s: a kustomize base beside the manifests"),
     **{
         f"--{what}-storage": Meaning(text=f"where the {what} storage comes from", metavar="SPEC")
         for what in ("model", "cache", "results")

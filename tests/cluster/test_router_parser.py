@@ -61,11 +61,16 @@ def _parse(argvs: list[list[str]]) -> list[dict[str, Any]]:
     return parsed
 
 
-def _router_command(objects: list[dict[str, Any]]) -> list[str]:
+def _router_command(objects: list[dict[str, Any]], namespace: str) -> list[str]:
+    """The router's arguments as Kubernetes passes them: $(POD_NAMESPACE) expanded to its pod's
+    namespace, which the downward API gives it."""
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
-    command: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    (env,) = container["env"]
+    assert env == {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
+    command: list[str] = container["command"]
     assert command[:2] == ["smg", "launch"]
-    return command[2:]
+    return [word.replace("$(POD_NAMESPACE)", namespace) for word in command[2:]]
 
 
 @pytest.mark.parametrize("kind", ["lws", "job"])
@@ -79,7 +84,7 @@ def test_the_rendered_router_parses_and_finds_the_leaders(tmp_path: Path, kind: 
     )
     for obj in objects:
         validate_object(obj)
-    command = _router_command(objects)
+    command = _router_command(objects, "inference")
     renamed = [*command, "--service-discovery-prt", "1"]  # the control: a misspelt flag is refused
     good, bad = _parse([command, renamed])
     assert not bad["ok"]
