@@ -43,12 +43,21 @@ def name(job: Job) -> str:
 NAMESPACE_ENV = "POD_NAMESPACE"  # the router pod's namespace, from the downward API
 
 
-def command(job: Job, kind: str) -> list[str]:
-    """`smg launch`, discovering the job's leader pods in its own pod's namespace."""
-    selector = [f"{key}={value}" for key, value in leader_selector(job, kind).items()]
+def _selector(job: Job, kind: str) -> list[str]:
+    return [f"{key}={value}" for key, value in leader_selector(job, kind).items()]
+
+
+def command(job: Job, kind: str, role_jobs: tuple[Job, ...] = ()) -> list[str]:
+    """`smg launch`, discovering the job's leader pods in its own pod's namespace; with prefill and decode
+    `role_jobs` (epstack.cluster.roles), in PD mode, each role's leaders by a selector of their own."""
+    found = ["--selector", *_selector(job, kind)]
+    if role_jobs:
+        found = ["--pd-disaggregation"]
+        for role in role_jobs:
+            found += [f"--{role.role}-selector", *_selector(role, kind)]
     return [
         "smg", "launch", "--host", "0.0.0.0", "--port", str(PORT), "--policy", POLICY,
-        "--service-discovery", "--selector", *selector,
+        "--service-discovery", *found,
         "--service-discovery-port", str(HTTP_PORT), "--service-discovery-namespace", f"$({NAMESPACE_ENV})",
         "--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT),
     ]  # fmt: skip
@@ -86,16 +95,22 @@ def _rbac(job: Job, labels: dict[str, str], namespace: str) -> list[Obj]:
 
 
 def objects(
-    job: Job, kind: str, image: ImageRef, *, namespace: str, monitor: dict[str, str] | None
+    job: Job,
+    kind: str,
+    image: ImageRef,
+    *,
+    namespace: str,
+    monitor: dict[str, str] | None,
+    role_jobs: tuple[Job, ...] = (),
 ) -> list[Obj]:
     """ServiceAccount, Role, RoleBinding, the router's Deployment and Service; its PodMonitor when the
-    job has one (`--pod-monitor`)."""
+    job has one (`--pod-monitor`). With `role_jobs`, in front of both roles (PD mode)."""
     labels = part_labels(job, "router", name(job))
     container: Obj = {
         "name": "router",
         "image": image.ref,
         "imagePullPolicy": "IfNotPresent",
-        "command": command(job, kind),
+        "command": command(job, kind, role_jobs),
         "env": [{"name": NAMESPACE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
         "ports": [
             {"name": "http", "containerPort": PORT},

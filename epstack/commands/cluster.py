@@ -15,17 +15,27 @@ from typing import TypeVar
 from rich.console import Console
 
 from epstack import metrics
-from epstack.cluster import k8s, kustomize, router, site, slurm
+from epstack.cluster import k8s, kustomize, roles, router, site, slurm
 from epstack.cluster.image import PLACEHOLDER, ImageRef, chosen_image, parse_image, pins_target
 from epstack.cluster.jobs import JOB_KINDS, SERVE_SMOKE_MODES, Job, make_job, node_commands
 from epstack.cluster.k8sparts import Obj
 from epstack.cluster.profiles import A2A_BACKENDS, PROFILES
 from epstack.cluster.yamltext import dump_all
-from epstack.commands.common import PINS, SubParsers, one_line, path_arg, pins_path, positive_int, rename
+from epstack.commands.common import (
+    LOCKS,
+    PINS,
+    SubParsers,
+    one_line,
+    path_arg,
+    pins_path,
+    positive_int,
+    rename,
+)
 from epstack.errors import BadInput
 from epstack.fabric import FABRICS
 from epstack.output import check_writable, write_file
 from epstack.pins.load import load_pins
+from epstack.python.lockfile import locks_dir
 
 
 def _write(text: str, out: Path | None) -> None:
@@ -223,15 +233,16 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
         site=_site(args),
         serve_smoke=args.serve_smoke,
     )
+    role_jobs = _role_jobs(args, job)
     if args.print_command:
-        _write(node_commands(job), args.out)
+        _write("".join(node_commands(each) for each in role_jobs or (job,)), args.out)
         return 0
     if args.target == "slurm":
         text = slurm.sbatch_script(
             job, squashfs_dir=args.squashfs_dir, pins_target=target, router_image=_router_image(args, job)
         )
     else:
-        objects, text, rdma = _k8s_render(args, job)
+        objects, text, rdma = _k8s_render(args, job, role_jobs)
         if args.kustomization:
             base = _kustomization_path(args)
             write_file(
@@ -255,6 +266,19 @@ def _router_image(args: argparse.Namespace, job: Job) -> ImageRef | None:
     return parse_image(args.router_image, what="--router-image")
 
 
+def _role_jobs(args: argparse.Namespace, job: Job) -> tuple[Job, ...]:
+    """--disaggregation: the job's prefill and decode servers (epstack.cluster.roles), else none."""
+    if not args.disaggregation:
+        return ()
+    return roles.role_jobs(
+        job,
+        target=args.target,
+        kind=k8s.k8s_kind(job, args.k8s_kind),
+        router=bool(args.router_image) or args.print_command,  # printed commands need no router
+        locks=locks_dir(args.locks),
+    )
+
+
 def _kustomization_path(args: argparse.Namespace) -> Path:
     """--kustomization: kustomization.yaml beside --out, which it lists."""
     if args.out is None or args.out.name == kustomize.FILE:
@@ -272,7 +296,7 @@ def _kustomization_path(args: argparse.Namespace) -> Path:
     return path
 
 
-def _k8s_render(args: argparse.Namespace, job: Job) -> tuple[list[Obj], str, str]:
+def _k8s_render(args: argparse.Namespace, job: Job, role_jobs: tuple[Job, ...]) -> tuple[list[Obj], str, str]:
     """The job's Kubernetes objects, and the router in front of them when --router-image is given; their
     text; the RDMA resource the pods request ("" when none)."""
     router_image = _router_image(args, job)
@@ -295,11 +319,15 @@ def _k8s_render(args: argparse.Namespace, job: Job) -> tuple[list[Obj], str, str
         replicas=args.replicas or 1,
         endpoint=router.name(job) if router_image else "",
     )
-    objects = k8s.job_objects(job, settings, args.k8s_kind)
+    objects = k8s.job_objects(job, settings, args.k8s_kind, role_jobs)
     notes = k8s.notes(job, settings, args.k8s_kind)
+    if role_jobs:
+        notes.append(roles.note(role_jobs[0]))
     if router_image:
         kind, namespace = k8s.k8s_kind(job, args.k8s_kind), args.namespace or "default"
-        objects += router.objects(job, kind, router_image, namespace=namespace, monitor=settings.pod_monitor)
+        objects += router.objects(
+            job, kind, router_image, namespace=namespace, monitor=settings.pod_monitor, role_jobs=role_jobs
+        )
         notes.append(router.note(job, namespace))
     return objects, dump_all(objects, comments=notes), k8s.rdma_resource(job, settings)
 
@@ -457,7 +485,7 @@ def register(subparsers: SubParsers) -> None:
         "cluster", help="Kubernetes and Slurm jobs by image digest"
     ).add_subparsers(dest="cluster_command", required=True, metavar="SUBCOMMAND")
     render = cluster.add_parser(
-        "render", parents=[PINS], help="a smoke or serve job as Kubernetes objects or an sbatch script"
+        "render", parents=[PINS, LOCKS], help="a smoke or serve job as Kubernetes objects or an sbatch script"
     )
     _common(render)
     render.add_argument("--job", choices=JOB_KINDS, required=True, help="what the job runs")
@@ -486,6 +514,12 @@ def register(subparsers: SubParsers) -> None:
     render.add_argument("--shm-size", type=one_line, default="64Gi", help="/dev/shm size (default 64Gi)")
     render.add_argument("--memory", type=one_line, default="256Gi", help="pod memory request (default 256Gi)")
     render.add_argument("--print-command", action="store_true", help="serve: print node 0's and 1's commands")
+    render.add_argument(
+        "--disaggregation",
+        action="store_true",
+        help="k8s serve: prefill and decode roles, an LWS each behind the router in PD mode; needs a KV "
+        "transfer engine (mooncake or nixl) in the sglang lock (--locks), which the shipped lock lacks",
+    )
     render.add_argument(
         "--serve-smoke",
         choices=SERVE_SMOKE_MODES,

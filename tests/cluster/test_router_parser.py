@@ -17,7 +17,7 @@ import pytest
 
 from epstack.cluster import router
 from tests.cluster import sglang_env
-from tests.cluster.conftest import ROUTER_IMAGE, load_all, pins_for, render, render_args
+from tests.cluster.conftest import ROUTER_IMAGE, load_all, locks_with, pins_for, render, render_args
 from tests.cluster.validation import validate_object
 
 pytestmark = pytest.mark.network
@@ -32,12 +32,13 @@ for argv in json.load(sys.stdin):
     RouterArgs.add_cli_args(parser)
     try:
         args = RouterArgs.from_cli_args(parser.parse_args(argv))
-    except (argparse.ArgumentError, SystemExit) as exc:
+        args._validate_router_args()
+    except (argparse.ArgumentError, SystemExit, ValueError) as exc:
         out.append({"ok": False, "error": str(exc)})
         continue
     fields = ("host", "port", "policy", "service_discovery", "selector", "service_discovery_port",
               "service_discovery_namespace", "prometheus_host", "prometheus_port", "worker_urls",
-              "worker_startup_timeout_secs")
+              "worker_startup_timeout_secs", "pd_disaggregation", "prefill_selector", "decode_selector")
     out.append({"ok": True, "values": {name: getattr(args, name) for name in fields}})
 print(json.dumps(out))
 """
@@ -119,3 +120,18 @@ def test_the_slurm_router_parses_and_routes_to_node_0s_server(tmp_path: Path) ->
     assert values["worker_urls"] == ["http://127.0.0.1:30000"] and values["service_discovery"] is False
     assert (values["port"], values["prometheus_port"]) == (router.SLURM_PORT, router.METRICS_PORT)
     assert values["worker_startup_timeout_secs"] == 4200 and values["policy"] == router.POLICY
+
+
+def test_the_pd_router_parses_and_finds_each_roles_leaders(tmp_path: Path) -> None:
+    pins = pins_for(tmp_path, "ib", 2)
+    args = render_args(target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
+    locks = locks_with(tmp_path, "mooncake-transfer-engine-cuda13")
+    text = render(tmp_path, *args, "--disaggregation", "--router-image", ROUTER_IMAGE, "--locks", str(locks))
+    objects = load_all(text)
+    (good,) = _parse([_router_command(objects, "default")])
+    assert good["ok"], good
+    values = good["values"]
+    assert values["pd_disaggregation"] is True and values["selector"] == {}
+    for role in ("prefill", "decode"):
+        (http,) = [o for o in objects if o["metadata"]["name"] == f"epstack-serve-{role}-http"]
+        assert values[f"{role}_selector"] == http["spec"]["selector"]
