@@ -384,7 +384,9 @@ def job_objects(
     return objects
 
 
-def notes(job: Job, settings: PodSettings, kind: str | None = None) -> list[str]:
+def notes(
+    job: Job, settings: PodSettings, kind: str | None = None, role_jobs: tuple[Job, ...] = ()
+) -> list[str]:
     """The comments heading the manifests: what the cluster must provide, and why each grant."""
     lines = []
     model = job.site.model
@@ -402,8 +404,9 @@ def notes(job: Job, settings: PodSettings, kind: str | None = None) -> list[str]
             f"for it: `kubectl wait --for=condition=complete job/{modelfetch.name(job.name)}`."
         )
     if settings.pod_monitor is not None:
+        monitors = ", ".join(f"{each.workload_name}-metrics" for each in role_jobs or (job,))
         lines.append(
-            f"PodMonitor {job.name}-metrics (Prometheus Operator, {MONITORING_API}): node 0's "
+            f"PodMonitor {monitors} (Prometheus Operator, {MONITORING_API}): node 0's "
             f"{METRICS_PATH}, port http, every 30 s."
         )
     if k8s_kind(job, kind) == "lws":

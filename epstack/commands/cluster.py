@@ -320,7 +320,7 @@ def _k8s_render(args: argparse.Namespace, job: Job, role_jobs: tuple[Job, ...]) 
         endpoint=router.name(job) if router_image else "",
     )
     objects = k8s.job_objects(job, settings, args.k8s_kind, role_jobs)
-    notes = k8s.notes(job, settings, args.k8s_kind)
+    notes = k8s.notes(job, settings, args.k8s_kind, role_jobs)
     if role_jobs:
         notes.append(roles.note(role_jobs[0]))
     if router_image:
