@@ -11,7 +11,8 @@ One concept a module:
             PodMonitor, pre-pull DaemonSet
   k8smodel  the model's shared claim, its fetch Job and the serve pods' init containers (Kubernetes)
   k8sparts  the pieces those objects share: labels, literal text, secrets by reference, volumes
-  router    SGLang's router (smg) in front of a serve job's groups on Kubernetes
+  router    SGLang's router (smg) in front of a serve job's groups: a Deployment, or a Slurm step
+  kustomize the kustomize base beside the manifests, headed by a site overlay's patch points
   slurm     sbatch scripts (pyxis/enroot; a serve job's smoke as a step on node 0) and enroot imports
   yamltext  a small deterministic YAML writer for the manifests
 The serve plan and a node's SGLang command come from the serve smoke (epstack.smoke.serving).

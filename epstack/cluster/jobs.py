@@ -77,6 +77,17 @@ class Job:
     serve_smoke: ServeSmokeMode = "off"
 
     @property
+    def role(self) -> str:
+        """Its servers' part in prefill/decode disaggregation (epstack.cluster.roles), "" for both."""
+        return self.serve.role if self.serve is not None else ""
+
+    @property
+    def workload_name(self) -> str:
+        """The workload's own objects' name: the job's, and its role's. What the roles share (the model,
+        the router, the serve smoke) is named after the job."""
+        return f"{self.name}-{self.role}" if self.role else self.name
+
+    @property
     def fetch(self) -> Fetch | None:
         """The model's one download before the servers start (epstack.cluster.modelfetch), if any."""
         return fetch_of(self.serve, self.site.model)

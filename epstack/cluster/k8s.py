@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from epstack.cluster import modelfetch, servesmoke
+from epstack.cluster import modelfetch, roles, servesmoke
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import Job
 from epstack.cluster.k8smodel import fetch_job, model_claim, model_init
@@ -70,10 +70,15 @@ def _env(job: Job, env: dict[str, str]) -> list[Obj]:
     return [{"name": key, "value": literal(value)} for key, value in env.items()] + secret_env(job)
 
 
+def rdma_resource(job: Job, settings: PodSettings) -> str:
+    """The fabric's device resource each pod requests: only when the job crosses nodes, else ""."""
+    return (settings.rdma_resource or job.fabric.k8s_resource) if job.crosses_nodes else ""
+
+
 def _resources(job: Job, settings: PodSettings) -> Obj:
     limits: dict[str, Any] = {"nvidia.com/gpu": job.gpus_per_node}
     if job.crosses_nodes:
-        limits[settings.rdma_resource or job.fabric.k8s_resource] = job.fabric_devices
+        limits[rdma_resource(job, settings)] = job.fabric_devices
         if job.fabric.hugepages_2mi:
             limits["hugepages-2Mi"] = job.fabric.hugepages_2mi
     requests: dict[str, Any] = {"memory": settings.memory, "cpu": job.site.cpus_per_gpu * job.gpus_per_node}
@@ -175,8 +180,9 @@ def _pod_spec(job: Job, container: Obj, settings: PodSettings, **extra: Any) -> 
 
 def _template(job: Job, spec: Obj) -> Obj:
     metadata: Obj = {"labels": job_labels(job)}
-    if job.site.annotations:
-        metadata["annotations"] = dict(job.site.annotations)
+    annotations = job.site.annotations | roles.pod_annotations(job)
+    if annotations:
+        metadata["annotations"] = annotations
     return {"metadata": metadata, "spec": spec}
 
 
@@ -193,8 +199,8 @@ def _service(name: str, job: Job, selector: dict[str, str], *, headless: bool, p
 
 
 def http_service(job: Job) -> str:
-    """The Service in front of node 0's HTTP port: the serve job's endpoint, in its namespace."""
-    return f"{job.name}-http"
+    """The Service in front of node 0's HTTP port: the serve job's endpoint (its role's), in its namespace."""
+    return f"{job.workload_name}-http"
 
 
 def indexed_job(job: Job, settings: PodSettings) -> list[Obj]:
@@ -255,7 +261,7 @@ def leader_worker_set(job: Job, settings: PodSettings) -> list[Obj]:
         "leaderTemplate": _template(job, _pod_spec(job, leader, settings)),
         "workerTemplate": _template(job, _pod_spec(job, worker, settings)),
     }
-    metadata: Obj = {"name": job.name, "labels": job_labels(job)}
+    metadata: Obj = {"name": job.workload_name, "labels": job_labels(job)}
     if job.site.topology_key:
         # LWS places each group alone in one domain of the key (exclusive placement).
         metadata["annotations"] = {EXCLUSIVE_TOPOLOGY: job.site.topology_key}
@@ -340,10 +346,12 @@ def k8s_kind(job: Job, kind: str | None) -> str:
     return kind or ("lws" if job.kind == "serve" else "job")
 
 
-def job_objects(job: Job, settings: PodSettings, kind: str | None = None) -> list[Obj]:
+def job_objects(
+    job: Job, settings: PodSettings, kind: str | None = None, role_jobs: tuple[Job, ...] = ()
+) -> list[Obj]:
     """The model's claim (`shared:SIZE`) and its fetch, if any; the job as a LeaderWorkerSet ("lws") or
-    an indexed Job ("job"), default lws for serve; the serve smoke's Job, unless it is off; the
-    PodMonitor, when asked."""
+    an indexed Job ("job"), default lws for serve, or each of its `role_jobs` (epstack.cluster.roles) as
+    an LWS; the serve smoke's Job, unless it is off; a PodMonitor for each, when asked."""
     chosen = k8s_kind(job, kind)
     if settings.replicas > 1 and chosen != "lws":
         raise BadInput(
@@ -354,24 +362,31 @@ def job_objects(job: Job, settings: PodSettings, kind: str | None = None) -> lis
         objects.append(model_claim(job, settings.storage_class))
     if job.fetch and job.site.model is not None and job.site.model.kind != "host":
         objects.append(fetch_job(job))
-    objects += (leader_worker_set if chosen == "lws" else indexed_job)(job, settings)
+    workloads = role_jobs or (job,)
+    for workload in workloads:
+        objects += (leader_worker_set if chosen == "lws" else indexed_job)(workload, settings)
     if job.serve_smoke == "exit":
         raise BadInput(
             "--serve-smoke exit: a Kubernetes serve job keeps serving (the smoke is a Job of its own); "
             f"fix: use on, and wait for it: kubectl wait --for=condition=complete job/{servesmoke.name(job)}"
         )
     if job.serve_smoke == "on":
-        objects.append(serve_smoke_job(job, chosen, endpoint(job, settings)))
+        # Beside the leader that answers last in a request's path: decode's, with roles.
+        objects.append(serve_smoke_job(workloads[-1], chosen, endpoint(job, settings)))
     if settings.pod_monitor is not None:
         if job.http_port is None:
             raise BadInput("--pod-monitor: SGLang's metrics are a serve job's; fix: use it with --job serve")
-        # SGLang serves its metrics on node 0's HTTP port.
-        selector = leader_selector(job, chosen)
-        objects.append(pod_monitor(job, f"{job.name}-metrics", selector, "http", settings.pod_monitor))
+        for workload in workloads:
+            # SGLang serves its metrics on node 0's HTTP port.
+            selector = leader_selector(workload, chosen)
+            name = f"{workload.workload_name}-metrics"
+            objects.append(pod_monitor(workload, name, selector, "http", settings.pod_monitor))
     return objects
 
 
-def notes(job: Job, settings: PodSettings, kind: str | None = None) -> list[str]:
+def notes(
+    job: Job, settings: PodSettings, kind: str | None = None, role_jobs: tuple[Job, ...] = ()
+) -> list[str]:
     """The comments heading the manifests: what the cluster must provide, and why each grant."""
     lines = []
     model = job.site.model
@@ -389,8 +404,9 @@ def notes(job: Job, settings: PodSettings, kind: str | None = None) -> list[str]
             f"for it: `kubectl wait --for=condition=complete job/{modelfetch.name(job.name)}`."
         )
     if settings.pod_monitor is not None:
+        monitors = ", ".join(f"{each.workload_name}-metrics" for each in role_jobs or (job,))
         lines.append(
-            f"PodMonitor {job.name}-metrics (Prometheus Operator, {MONITORING_API}): node 0's "
+            f"PodMonitor {monitors} (Prometheus Operator, {MONITORING_API}): node 0's "
             f"{METRICS_PATH}, port http, every 30 s."
         )
     if k8s_kind(job, kind) == "lws":

@@ -23,13 +23,17 @@ def literal(text: str) -> str:
     return text.replace("$", "$$")
 
 
+ROLE_LABEL = "epstack.io/role"  # prefill or decode (epstack.cluster.roles)
+
+
 def job_labels(job: Job) -> dict[str, str]:
-    return {
+    labels = {
         "app.kubernetes.io/name": "epstack",
         "app.kubernetes.io/component": job.kind,
         "epstack.io/job": job.name,
         "epstack.io/image-digest": job.image.short,
     }
+    return labels | ({ROLE_LABEL: job.role} if job.role else {})
 
 
 def part_labels(job: Job, component: str, name: str) -> dict[str, str]:
@@ -72,7 +76,8 @@ def tolerations(site: Site) -> Obj:
 def leader_selector(job: Job, kind: str) -> dict[str, str]:
     """Node 0's pod: the LWS leader (worker index 0) or the indexed Job's pod 0."""
     index = LWS_WORKER_INDEX_LABEL if kind == "lws" else JOB_INDEX_LABEL
-    return {"epstack.io/job": job.name, index: "0"}
+    role = {ROLE_LABEL: job.role} if job.role else {}
+    return {"epstack.io/job": job.name, **role, index: "0"}
 
 
 def pod_monitor(job: Job, name: str, selector: dict[str, str], port: str, labels: dict[str, str]) -> Obj:

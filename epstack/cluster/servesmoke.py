@@ -67,16 +67,18 @@ def report(job: Job, run_id: str = RUN_ID) -> str:
     return str(PurePosixPath(job.site.results.mount) / report_name(job, run_id))
 
 
-def url(job: Job, host: str) -> str:
+def url(job: Job, host: str, port: int | None = None) -> str:
+    """The endpoint at `host`: the server's HTTP port, or `port` (a router's beside it)."""
     assert job.http_port is not None, "the serve smoke is for serve jobs"
-    return f"http://{host}:{job.http_port}"
+    return f"http://{host}:{port or job.http_port}"
 
 
-def command(job: Job, *, host: str, server_log: str | None = None) -> list[str]:
-    """`epstack smoke serve --url` against `host` at the server's port, with the server's own plan."""
+def command(job: Job, *, host: str, port: int | None = None, server_log: str | None = None) -> list[str]:
+    """`epstack smoke serve --url` against `host` at the server's port (or `port`), with the server's own
+    plan."""
     plan = job.serve
     assert plan is not None, "the serve smoke is for serve jobs"
-    args = [PROGRAM, "smoke", "serve", "--url", url(job, host), "--profile", plan.profile.name]
+    args = [PROGRAM, "smoke", "serve", "--url", url(job, host, port), "--profile", plan.profile.name]
     args += ["--model-path", plan.model_path, "--a2a", plan.a2a]
     # The endpoint's TP = EP size, for the report; the smoke itself runs on no GPU.
     args += ["--gpus", str(plan.world), "--no-sweep", "--health-timeout", str(health_timeout_s(job))]
@@ -87,7 +89,14 @@ def command(job: Job, *, host: str, server_log: str | None = None) -> list[str]:
 
 
 def words(
-    job: Job, literal: Callable[[str], str], *, host: str, run_id: str, server_log: str | None = None
+    job: Job,
+    literal: Callable[[str], str],
+    *,
+    host: str,
+    run_id: str,
+    port: int | None = None,
+    server_log: str | None = None,
 ) -> list[str]:
     """The command as a platform writes it: literal text through `literal`, the run id as its expression."""
-    return platform_words(command(job, host=host, server_log=server_log), literal, {RUN_ID: run_id})
+    smoke = command(job, host=host, port=port, server_log=server_log)
+    return platform_words(smoke, literal, {RUN_ID: run_id})

@@ -12,6 +12,9 @@ read-only root and outlive the step. The fabric's devices are mounted by path (w
 awslabs/awsome-distributed-ai's DeepEP V2 sbatch does); each task gets its CPUs (--cpus-per-task)
 unbound (--cpu-bind=none): SGLang runs about 11 processes per node.
 
+With --router-image, SGLang's router (epstack.cluster.router) is a step of one task on node 0 too,
+started first, in the background, without a GPU; clients and the serve smoke call it on its own port.
+
 A serve job also runs the serve smoke (epstack.cluster.servesmoke) unless --serve-smoke off: a step of
 one task on node 0 beside the server step (--overlap), with no GPU (--gres=none), against 127.0.0.1.
 It starts first, in the background, and waits for the server itself. With "on" the job then lives as
@@ -27,7 +30,7 @@ import shlex
 from pathlib import PurePosixPath
 
 from epstack import __version__
-from epstack.cluster import servesmoke
+from epstack.cluster import router, servesmoke
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import IMAGE_ENTRYPOINT, Job
 from epstack.errors import BadInput
@@ -95,7 +98,7 @@ def _container_mounts(job: Job) -> list[str]:
     return mounts + [f"{path}:{path}" for path in devices]
 
 
-def _notes(job: Job) -> list[str]:
+def _notes(job: Job, router_image: ImageRef | None) -> list[str]:
     notes = job.notes()
     if job.crosses_nodes:
         notes.append(
@@ -104,8 +107,10 @@ def _notes(job: Job) -> list[str]:
         )
     if job.site.host_network:
         notes.append("--host-network: pyxis containers already share the node's network namespace.")
+    if router_image is not None:
+        notes.append(router.slurm_note())
     if job.serve_smoke != "off":
-        notes.append(_smoke_note(job))
+        notes.append(_smoke_note(job, _smoke_port(router_image)))
     return notes
 
 
@@ -124,7 +129,12 @@ def _server_logs(job: Job) -> tuple[str, str] | None:
     return pattern, str(PurePosixPath(results.mount) / _server_log_name(job, servesmoke.RUN_ID, "0"))
 
 
-def _smoke_note(job: Job) -> str:
+def _smoke_port(router_image: ImageRef | None) -> int | None:
+    """The port the serve smoke calls on node 0: the router's when there is one, else the server's."""
+    return router.SLURM_PORT if router_image is not None else None
+
+
+def _smoke_note(job: Job, port: int | None) -> str:
     results = job.site.results
     ending = (
         "the job keeps serving whatever its verdict"
@@ -140,12 +150,28 @@ def _smoke_note(job: Job) -> str:
         )
     return (
         f"Serve smoke (--serve-smoke {job.serve_smoke}): a step on node 0 without a GPU runs `epstack smoke "
-        f"serve --url {servesmoke.url(job, '127.0.0.1')} --no-sweep` once the server answers "
+        f"serve --url {servesmoke.url(job, '127.0.0.1', port)} --no-sweep` once the server answers "
         f"(--health-timeout {servesmoke.health_timeout_s(job)}); {ending}. Report: {where}."
     )
 
 
-def _smoke_step(job: Job, squashfs_dir: str | None) -> str:
+def _node0_step(options: list[str], command: list[str]) -> str:
+    """An srun of one task on node 0 ($MASTER_ADDR) beside the server step (--overlap), no GPU."""
+    srun = f'srun --overlap --nodes=1 --ntasks=1 --nodelist="${V.MASTER_ADDR}" {shlex.join(options)}'
+    return " \\\n    ".join([srun, " ".join(command)])
+
+
+def _router_step(job: Job, image: ImageRef) -> list[str]:
+    """SGLang's router on node 0, in the background, in its own image."""
+    options = ["--gres=none", f"--container-image={image.ref}", "--no-container-mount-home"]
+    return [
+        "# The router, in the background on node 0: it routes to the server there once it answers.",
+        _node0_step(options, [shlex.quote(word) for word in router.slurm_command(job)]) + " &",
+        "",
+    ]
+
+
+def _smoke_step(job: Job, squashfs_dir: str | None, port: int | None) -> str:
     """The serve smoke's srun: one task on node 0 ($MASTER_ADDR) beside the server step (--overlap), no
     GPU, the results directory mounted."""
     results = job.site.results
@@ -159,10 +185,10 @@ def _smoke_step(job: Job, squashfs_dir: str | None) -> str:
         shlex.quote,
         host="127.0.0.1",
         run_id=f'-"${V.SLURM_JOB_ID}"',
+        port=port,
         server_log=logs[1] if logs else None,
     )
-    srun = f'srun --overlap --nodes=1 --ntasks=1 --nodelist="${V.MASTER_ADDR}" {shlex.join(options)}'
-    return " \\\n    ".join([srun, " ".join(command)])
+    return _node0_step(options, command)
 
 
 _RANK_NOTE = [
@@ -171,15 +197,18 @@ _RANK_NOTE = [
 ]
 
 
-def _serve_steps(job: Job, server: str, squashfs_dir: str | None) -> list[str]:
-    """The server step, and the serve smoke beside it: in the background, the job living as long as the
-    server ("on"); or the job ending with the smoke's exit code ("exit"), the smoke stopped should the
-    server step end first (it would wait out its --health-timeout for nothing)."""
+def _serve_steps(job: Job, server: str, squashfs_dir: str | None, router_image: ImageRef | None) -> list[str]:
+    """The router first when there is one; the server step, and the serve smoke beside it: in the
+    background, the job living as long as the server ("on"); or the job ending with the smoke's exit code
+    ("exit"), the smoke stopped should the server step end first (it would wait out its
+    --health-timeout for nothing)."""
+    front = _router_step(job, router_image) if router_image is not None else []
     if job.serve_smoke == "off":
-        return [*_RANK_NOTE, server]
-    smoke = _smoke_step(job, squashfs_dir)
+        return [*front, *_RANK_NOTE, server]
+    smoke = _smoke_step(job, squashfs_dir, _smoke_port(router_image))
     if job.serve_smoke == "on":
         return [
+            *front,
             "# The serve smoke, in the background: it checks the endpoint on node 0 once it answers.",
             f"{smoke} &",
             "",
@@ -188,6 +217,7 @@ def _serve_steps(job: Job, server: str, squashfs_dir: str | None) -> list[str]:
             server,
         ]
     return [
+        *front,
         "# The serve smoke, in the background: it checks the endpoint on node 0 once it answers; the",
         "# job ends with its exit code, and Slurm then stops the server step.",
         f"{smoke} &",
@@ -248,7 +278,14 @@ def _fetch_step(job: Job, squashfs_dir: str | None, exported: list[str]) -> list
     ]
 
 
-def sbatch_script(job: Job, *, squashfs_dir: str | None = None, pins_target: str = "") -> str:
+def sbatch_script(
+    job: Job,
+    *,
+    squashfs_dir: str | None = None,
+    pins_target: str = "",
+    router_image: ImageRef | None = None,
+) -> str:
+    """The job's sbatch script; a serve job's router in front of it when `router_image` is given."""
     host_dirs = _host_dirs(job)
     env = job.env() | {V.MASTER_PORT: str(job.rendezvous_port)}
     exported = [V.MASTER_ADDR, *env, *(secret.env for secret in job.site.secrets)]
@@ -264,7 +301,7 @@ def sbatch_script(job: Job, *, squashfs_dir: str | None = None, pins_target: str
         f" x {job.gpus_per_node} GPU(s), fabric {job.fabric.name}.",
         f"# Image by digest: {shlex.quote(job.image.ref)}",
         "# Needs pyxis and enroot >= 4.0 (image references with a digest).",
-        *(f"# {note}" for note in _notes(job)),
+        *(f"# {note}" for note in _notes(job, router_image)),
         "set -euo pipefail",
         "",
         "# DeepEP and NCCL pin host memory: the locked-memory limit must be unlimited (epstack doctor).",
@@ -289,7 +326,11 @@ def sbatch_script(job: Job, *, squashfs_dir: str | None = None, pins_target: str
     lines += _fetch_step(job, squashfs_dir, exported)
     if job.http_port is not None:
         url = f"http://${V.MASTER_ADDR}:{job.http_port}{METRICS_PATH}"
-        lines += [f'echo "epstack: SGLang serves Prometheus metrics at {url} (scrape it there)"', ""]
+        lines.append(f'echo "epstack: SGLang serves Prometheus metrics at {url} (scrape it there)"')
+        if router_image is not None:
+            url = f"http://${V.MASTER_ADDR}:{router.METRICS_PORT}{METRICS_PATH}"
+            lines.append(f'echo "epstack: the router serves Prometheus metrics at {url}"')
+        lines.append("")
     srun = [
         "srun",
         f"--ntasks-per-node={job.tasks_per_node}",
@@ -306,7 +347,7 @@ def sbatch_script(job: Job, *, squashfs_dir: str | None = None, pins_target: str
     if logs is not None:
         srun.append(f"--output={logs[0]}")
     step = " \\\n    ".join([shlex.join(srun), _task_command(job)])
-    lines += _serve_steps(job, step, squashfs_dir) if job.kind == "serve" else [step]
+    lines += _serve_steps(job, step, squashfs_dir, router_image) if job.kind == "serve" else [step]
     return "\n".join(lines) + "\n"
 
 

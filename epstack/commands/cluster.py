@@ -15,15 +15,26 @@ from typing import TypeVar
 from rich.console import Console
 
 from epstack import metrics
-from epstack.cluster import k8s, router, site, slurm
-from epstack.cluster.image import PLACEHOLDER, chosen_image, parse_image, pins_target
+from epstack.cluster import k8s, kustomize, roles, router, site, slurm
+from epstack.cluster.image import PLACEHOLDER, ImageRef, chosen_image, parse_image, pins_target
 from epstack.cluster.jobs import JOB_KINDS, SERVE_SMOKE_MODES, Job, make_job, node_commands
+from epstack.cluster.k8sparts import Obj
 from epstack.cluster.yamltext import dump_all
-from epstack.commands.common import PINS, SubParsers, one_line, path_arg, pins_path, positive_int, rename
+from epstack.commands.common import (
+    LOCKS,
+    PINS,
+    SubParsers,
+    one_line,
+    path_arg,
+    pins_path,
+    positive_int,
+    rename,
+)
 from epstack.errors import BadInput
 from epstack.fabric import FABRICS
 from epstack.output import check_writable, write_file
 from epstack.pins.load import load_pins
+from epstack.python.lockfile import locks_dir
 from epstack.smoke.serving.profiles import A2A_BACKENDS, PROFILES
 
 
@@ -138,9 +149,9 @@ K8S_ONLY = (
     "storage_class",
     "pod_monitor",
     "pod_monitor_label",
-    "router_image",
     "namespace",
     "replicas",
+    "kustomization",
 )
 
 
@@ -198,6 +209,8 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     target, fabric = pins_target(pins, arch=args.arch, fabric=args.fabric)
     if args.print_command and args.job != "serve":
         raise BadInput("--print-command: fix: use it with --job serve")
+    if args.print_command and args.kustomization:
+        raise BadInput("--print-command --kustomization: a command is no manifest; fix: drop one of them")
     image = (
         PLACEHOLDER
         if args.print_command and not (args.image or args.manifest)
@@ -220,13 +233,21 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
         site=_site(args),
         serve_smoke=args.serve_smoke,
     )
+    role_jobs = _role_jobs(args, job)
     if args.print_command:
-        _write(node_commands(job), args.out)
+        _write("".join(node_commands(each) for each in role_jobs or (job,)), args.out)
         return 0
     if args.target == "slurm":
-        text = slurm.sbatch_script(job, squashfs_dir=args.squashfs_dir, pins_target=target)
+        text = slurm.sbatch_script(
+            job, squashfs_dir=args.squashfs_dir, pins_target=target, router_image=_router_image(args, job)
+        )
     else:
-        text = _k8s_text(args, job)
+        objects, text, rdma = _k8s_render(args, job, role_jobs)
+        if args.kustomization:
+            base = _kustomization_path(args)
+            write_file(
+                base, kustomize.kustomization(objects, args.out.name, rdma_resource=rdma), what=base.name
+            )
     _write(text, args.out)
     if args.out:
         console.print(
@@ -236,13 +257,51 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _k8s_text(args: argparse.Namespace, job: Job) -> str:
-    """The job's Kubernetes objects, and the router in front of them when --router-image is given."""
-    router_image = parse_image(args.router_image, what="--router-image") if args.router_image else None
-    if router_image and job.http_port is None:
+def _router_image(args: argparse.Namespace, job: Job) -> ImageRef | None:
+    """--router-image, by digest, for a serve job only."""
+    if not args.router_image:
+        return None
+    if job.http_port is None:
         raise BadInput("--router-image: the router fronts a serve job; fix: use it with --job serve")
+    return parse_image(args.router_image, what="--router-image")
+
+
+def _role_jobs(args: argparse.Namespace, job: Job) -> tuple[Job, ...]:
+    """--disaggregation: the job's prefill and decode servers (epstack.cluster.roles), else none."""
+    if not args.disaggregation:
+        return ()
+    return roles.role_jobs(
+        job,
+        target=args.target,
+        kind=k8s.k8s_kind(job, args.k8s_kind),
+        router=bool(args.router_image) or args.print_command,  # printed commands need no router
+        locks=locks_dir(args.locks),
+    )
+
+
+def _kustomization_path(args: argparse.Namespace) -> Path:
+    """--kustomization: kustomization.yaml beside --out, which it lists."""
+    if args.out is None or args.out.name == kustomize.FILE:
+        raise BadInput(
+            f"--kustomization: the base lists the manifests file, and goes beside it; fix: add --out "
+            f"DIR/NAME.yaml (not {kustomize.FILE})"
+        )
+    if args.namespace:
+        raise BadInput(
+            "--kustomization --namespace: a site's overlay sets the namespace (kustomize's namespace: "
+            "NAME, which also names it in the router's RoleBinding); fix: drop --namespace"
+        )
+    path: Path = args.out.parent / kustomize.FILE
+    check_writable(path, what="--kustomization", inputs=[pins_path(args.pins)])
+    return path
+
+
+def _k8s_render(args: argparse.Namespace, job: Job, role_jobs: tuple[Job, ...]) -> tuple[list[Obj], str, str]:
+    """The job's Kubernetes objects, and the router in front of them when --router-image is given; their
+    text; the RDMA resource the pods request ("" when none)."""
+    router_image = _router_image(args, job)
     if args.namespace and not router_image:
-        raise BadInput("--namespace: the namespace the router watches; fix: add --router-image, or drop it")
+        raise BadInput("--namespace: the router's RoleBinding names it; fix: add --router-image, or drop it")
     if args.replicas and job.http_port is None:
         raise BadInput(f"--replicas {args.replicas}: serving groups; fix: use it with --job serve")
     model = job.site.model
@@ -260,13 +319,17 @@ def _k8s_text(args: argparse.Namespace, job: Job) -> str:
         replicas=args.replicas or 1,
         endpoint=router.name(job) if router_image else "",
     )
-    objects = k8s.job_objects(job, settings, args.k8s_kind)
-    notes = k8s.notes(job, settings, args.k8s_kind)
+    objects = k8s.job_objects(job, settings, args.k8s_kind, role_jobs)
+    notes = k8s.notes(job, settings, args.k8s_kind, role_jobs)
+    if role_jobs:
+        notes.append(roles.note(role_jobs[0]))
     if router_image:
         kind, namespace = k8s.k8s_kind(job, args.k8s_kind), args.namespace or "default"
-        objects += router.objects(job, kind, router_image, namespace=namespace, monitor=settings.pod_monitor)
+        objects += router.objects(
+            job, kind, router_image, namespace=namespace, monitor=settings.pod_monitor, role_jobs=role_jobs
+        )
         notes.append(router.note(job, namespace))
-    return dump_all(objects, comments=notes)
+    return objects, dump_all(objects, comments=notes), k8s.rdma_resource(job, settings)
 
 
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:
@@ -362,13 +425,21 @@ def _site_arguments(render: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--router-image",
         type=one_line,
-        help=f"k8s serve: SGLang's router ({router.PACKAGE}) in front of the groups, from this image "
-        "REPOSITORY[:TAG]@sha256:<64 hex>",
+        help=f"serve: SGLang's router ({router.PACKAGE}) in front of the groups (k8s: a Deployment; slurm: "
+        f"a step on node 0, port {router.SLURM_PORT}), from this image REPOSITORY[:TAG]@sha256:<64 hex>",
     )
     group.add_argument(
         "--namespace",
         type=_typed(site.dns_label),
-        help="k8s: the namespace the router watches (default: default)",
+        help="k8s: the namespace the job is applied in, which the router's RoleBinding names (default: "
+        "default; the router watches its own pod's)",
+    )
+    group.add_argument(
+        "--kustomization",
+        action="store_true",
+        help=f"k8s: also write {kustomize.FILE} beside --out: a kustomize base listing it, headed by the "
+        "patch points a site's overlay uses (namespace, registry, node selector, tolerations, storage "
+        "class, RDMA resource)",
     )
     group.add_argument(
         "--replicas", type=positive_int, help="k8s serve: serving groups (LWS replicas, default 1)"
@@ -414,7 +485,7 @@ def register(subparsers: SubParsers) -> None:
         "cluster", help="Kubernetes and Slurm jobs by image digest"
     ).add_subparsers(dest="cluster_command", required=True, metavar="SUBCOMMAND")
     render = cluster.add_parser(
-        "render", parents=[PINS], help="a smoke or serve job as Kubernetes objects or an sbatch script"
+        "render", parents=[PINS, LOCKS], help="a smoke or serve job as Kubernetes objects or an sbatch script"
     )
     _common(render)
     render.add_argument("--job", choices=JOB_KINDS, required=True, help="what the job runs")
@@ -443,6 +514,12 @@ def register(subparsers: SubParsers) -> None:
     render.add_argument("--shm-size", type=one_line, default="64Gi", help="/dev/shm size (default 64Gi)")
     render.add_argument("--memory", type=one_line, default="256Gi", help="pod memory request (default 256Gi)")
     render.add_argument("--print-command", action="store_true", help="serve: print node 0's and 1's commands")
+    render.add_argument(
+        "--disaggregation",
+        action="store_true",
+        help="k8s serve: prefill and decode roles, an LWS each behind the router in PD mode; needs a KV "
+        "transfer engine (mooncake or nixl) in the sglang lock (--locks), which the shipped lock lacks",
+    )
     render.add_argument(
         "--serve-smoke",
         choices=SERVE_SMOKE_MODES,

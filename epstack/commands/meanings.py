@@ -169,9 +169,11 @@ MEANINGS: dict[str, Meaning] = {
     "--storage-class": Meaning(text="k8s: the storage class of a shared claim"),
     "--pod-monitor": _flag("k8s: a PodMonitor for the server's metrics"),
     "--pod-monitor-label": Meaning(text="k8s: a label KEY=VALUE on the PodMonitor"),
-    "--router-image": Meaning(text="k8s: the image of SGLang's router, by digest"),
+    "--router-image": Meaning(text="the image of SGLang's router, by digest"),
     "--namespace": Meaning(text="k8s: a namespace"),
     "--replicas": Meaning(text="k8s: serving groups"),
+    "--kustomization": _flag("k8s: a kustomize base beside the manifests"),
+    "--disaggregation": _flag("k8s serve: prefill and decode roles behind the router"),
     **{
         f"--{what}-storage": Meaning(text=f"where the {what} storage comes from", metavar="SPEC")
         for what in ("model", "cache", "results")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -9,11 +10,12 @@ from typing import Any
 import yaml
 
 from epstack.commands.main import main
-from tests.conftest import PINS, check_golden, pins_variant
+from tests.conftest import PINS, REPO, check_golden, pins_variant
 
 REGISTRY = "123456789012.dkr.ecr.us-east-1.amazonaws.com/epstack"
 DIGEST = "sha256:" + "4f" * 32
 IMAGE = f"{REGISTRY}:sglang-0.5.23-test@{DIGEST}"
+ROUTER_IMAGE = "registry.example/smg:1.13.0@sha256:" + "ab" * 32  # --router-image
 GOLDEN = Path(__file__).parent.parent / "golden" / "cluster"
 
 
@@ -22,6 +24,16 @@ def pins_for(tmp_path: Path, fabric: str, nodes: int) -> Path:
     if fabric == "efa" and nodes > 1:
         return pins_variant(tmp_path, NCCL_VERSION="2.31.2")
     return PINS
+
+
+def locks_with(tmp_path: Path, distribution: str) -> Path:
+    """A copy of locks/ whose sglang lock also pins `distribution` (a transfer engine, hashed as uv
+    writes an entry)."""
+    locks = tmp_path / "locks"
+    shutil.copytree(REPO / "locks", locks)
+    with (locks / "sglang.txt").open("a") as lock:
+        lock.write(f"{distribution}==1.0.0 \\\n    --hash=sha256:{'ab' * 32}\n    # via sglang\n")
+    return locks
 
 
 def render(tmp_path: Path, *args: str, name: str = "out") -> str:

@@ -17,18 +17,24 @@ import pytest
 from epstack.cluster import modelfetch
 from epstack.commands.main import main
 from tests.cluster import sglang_env
-from tests.cluster.conftest import check_cluster_golden, load_all, pins_for, render, render_args
+from tests.cluster.conftest import (
+    ROUTER_IMAGE,
+    check_cluster_golden,
+    load_all,
+    pins_for,
+    render,
+    render_args,
+)
 from tests.cluster.test_slurm import _run_sbatch, _steps, _tool_checks
 from tests.cluster.validation import validate_object
 
 SECRET = "hf_epstackSECRETvalue0123456789"  # recognizable: must appear in no rendered file
 REVISION = "0123456789abcdef0123456789abcdef01234567"
-ROUTER_IMAGE = "registry.example/smg:1.13.0@sha256:" + "ab" * 32
 K8S_FLAGS = [
     "--profile", "deepseek-v3", "--model-revision", REVISION, "--storage-class", "efs-sc",
     "--secret-env", "HF_TOKEN=hf-token:token", "--secret-env-from", "site-proxy",
     "--pod-monitor", "--pod-monitor-label", "release=kube-prometheus-stack",
-    "--router-image", "registry.example/smg:1.13.0@sha256:" + "ab" * 32, "--namespace", "inference",
+    "--router-image", ROUTER_IMAGE, "--namespace", "inference",
 ]  # fmt: skip
 
 
@@ -290,7 +296,8 @@ def test_the_fetch_runs_the_pinned_hf_cli_with_arguments_it_takes(tmp_path: Path
         ("k8s", ["--router-image", "registry.example/smg:latest"], "--router-image"),
         ("k8s", ["--router-image", ROUTER_IMAGE, "--namespace", "Prod_1"], "not a namespace"),
         ("k8s", ["--replicas", "2", "--k8s-kind", "job"], "fix: --k8s-kind lws"),
-        ("slurm", ["--router-image", ROUTER_IMAGE], "--router-image: Kubernetes pod settings"),
+        ("slurm", ["--router-image", ROUTER_IMAGE, "--namespace", "x"], "--namespace: Kubernetes pod"),
+        ("slurm", ["--router-image", "registry.example/smg:latest"], "--router-image"),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(
@@ -317,6 +324,7 @@ def test_bad_flags_are_one_line_and_exit_2(
         ("k8s", "--router-image", ROUTER_IMAGE),
         ("k8s", "--namespace", "inference"),
         ("slurm", "--secret-file", "HF_TOKEN=/etc/token"),
+        ("slurm", "--router-image", ROUTER_IMAGE),
     ],
 )
 @pytest.mark.parametrize("breaker", ["\n", "\r", "\x1b[31m", "\u2028"])

@@ -1,11 +1,13 @@
-"""The router's command, parsed by the pinned router's own parser: smg's RouterArgs (smg==1.13.0 with
---no-deps into .cache/, 37 MB; its parser needs only its own Rust module). A renamed flag fails here, not
-in a cluster. Marked network: the first run installs it (tests/cluster/sglang_env.install)."""
+"""The router's commands (Kubernetes and Slurm), parsed by the pinned router's own parser: smg's
+RouterArgs (smg==1.13.0 with --no-deps into .cache/, 37 MB; its parser needs only its own Rust module).
+A renamed flag fails here, not in a cluster. Marked network: the first run installs it
+(tests/cluster/sglang_env.install)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +17,11 @@ import pytest
 
 from epstack.cluster import router
 from tests.cluster import sglang_env
-from tests.cluster.conftest import load_all, pins_for, render, render_args
+from tests.cluster.conftest import ROUTER_IMAGE, load_all, locks_with, pins_for, render, render_args
 from tests.cluster.validation import validate_object
 
 pytestmark = pytest.mark.network
 
-ROUTER_IMAGE = "registry.example/smg:1.13.0@sha256:" + "ab" * 32
 # Runs in the smg folder: each argv through RouterArgs' argparse and from_cli_args; the fields read back.
 PARSE = """
 import argparse, json, sys
@@ -31,11 +32,13 @@ for argv in json.load(sys.stdin):
     RouterArgs.add_cli_args(parser)
     try:
         args = RouterArgs.from_cli_args(parser.parse_args(argv))
-    except (argparse.ArgumentError, SystemExit) as exc:
+        args._validate_router_args()
+    except (argparse.ArgumentError, SystemExit, ValueError) as exc:
         out.append({"ok": False, "error": str(exc)})
         continue
     fields = ("host", "port", "policy", "service_discovery", "selector", "service_discovery_port",
-              "service_discovery_namespace", "prometheus_host", "prometheus_port")
+              "service_discovery_namespace", "prometheus_host", "prometheus_port", "worker_urls",
+              "worker_startup_timeout_secs", "pd_disaggregation", "prefill_selector", "decode_selector")
     out.append({"ok": True, "values": {name: getattr(args, name) for name in fields}})
 print(json.dumps(out))
 """
@@ -59,11 +62,16 @@ def _parse(argvs: list[list[str]]) -> list[dict[str, Any]]:
     return parsed
 
 
-def _router_command(objects: list[dict[str, Any]]) -> list[str]:
+def _router_command(objects: list[dict[str, Any]], namespace: str) -> list[str]:
+    """The router's arguments as Kubernetes passes them: $(POD_NAMESPACE) expanded to its pod's
+    namespace, which the downward API gives it."""
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
-    command: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    (env,) = container["env"]
+    assert env == {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
+    command: list[str] = container["command"]
     assert command[:2] == ["smg", "launch"]
-    return command[2:]
+    return [word.replace("$(POD_NAMESPACE)", namespace) for word in command[2:]]
 
 
 @pytest.mark.parametrize("kind", ["lws", "job"])
@@ -77,7 +85,7 @@ def test_the_rendered_router_parses_and_finds_the_leaders(tmp_path: Path, kind: 
     )
     for obj in objects:
         validate_object(obj)
-    command = _router_command(objects)
+    command = _router_command(objects, "inference")
     renamed = [*command, "--service-discovery-prt", "1"]  # the control: a misspelt flag is refused
     good, bad = _parse([command, renamed])
     assert not bad["ok"]
@@ -97,3 +105,33 @@ def test_the_rendered_router_parses_and_finds_the_leaders(tmp_path: Path, kind: 
     (smoke,) = [o for o in objects if o["metadata"]["name"] == "epstack-serve-smoke"]
     url = smoke["spec"]["template"]["spec"]["containers"][0]["command"]
     assert url[url.index("--url") + 1] == "http://epstack-serve-router:30000"  # the smoke goes through it
+
+
+def test_the_slurm_router_parses_and_routes_to_node_0s_server(tmp_path: Path) -> None:
+    pins = pins_for(tmp_path, "ib", 2)
+    args = render_args(target="slurm", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
+    script = render(tmp_path, *args, "--router-image", ROUTER_IMAGE)
+    (line,) = [line for line in script.splitlines() if line.lstrip().startswith("smg launch")]
+    command = shlex.split(line.removesuffix(" &"))
+    assert command[:2] == ["smg", "launch"]
+    (good,) = _parse([command[2:]])
+    assert good["ok"], good
+    values = good["values"]
+    assert values["worker_urls"] == ["http://127.0.0.1:30000"] and values["service_discovery"] is False
+    assert (values["port"], values["prometheus_port"]) == (router.SLURM_PORT, router.METRICS_PORT)
+    assert values["worker_startup_timeout_secs"] == 4200 and values["policy"] == router.POLICY
+
+
+def test_the_pd_router_parses_and_finds_each_roles_leaders(tmp_path: Path) -> None:
+    pins = pins_for(tmp_path, "ib", 2)
+    args = render_args(target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
+    locks = locks_with(tmp_path, "mooncake-transfer-engine-cuda13")
+    text = render(tmp_path, *args, "--disaggregation", "--router-image", ROUTER_IMAGE, "--locks", str(locks))
+    objects = load_all(text)
+    (good,) = _parse([_router_command(objects, "default")])
+    assert good["ok"], good
+    values = good["values"]
+    assert values["pd_disaggregation"] is True and values["selector"] == {}
+    for role in ("prefill", "decode"):
+        (http,) = [o for o in objects if o["metadata"]["name"] == f"epstack-serve-{role}-http"]
+        assert values[f"{role}_selector"] == http["spec"]["selector"]

@@ -18,7 +18,7 @@ from epstack.smoke.serving import server
 from epstack.smoke.serving.command import SGLANG_ENTRY, sglang_command
 from epstack.smoke.serving.profiles import A2A_BACKENDS, PROFILES, ServePlan, serve_plan
 from tests.cluster import sglang_env
-from tests.cluster.conftest import load_all, pins_for, render, render_args
+from tests.cluster.conftest import load_all, locks_with, pins_for, render, render_args
 from tests.conftest import PINS
 
 pytestmark = pytest.mark.network
@@ -123,10 +123,27 @@ def _manifest_commands(tmp_path: Path) -> list[dict[str, Any]]:
     return commands
 
 
+def _role_commands(tmp_path: Path) -> list[dict[str, Any]]:
+    """--disaggregation's printed commands (a lock with mooncake): node 0 and 1 of prefill, then decode."""
+    pins = pins_for(tmp_path, "ib", 2)
+    args = render_args(target="k8s", job="serve", nodes=2, gpus=GPUS, fabric="ib", pins=pins)
+    locks = locks_with(tmp_path, "mooncake-transfer-engine-cuda13")
+    printed = render(tmp_path, *args, "--disaggregation", "--print-command", "--locks", str(locks), name="pd")
+    lines = [line for line in printed.splitlines() if not line.startswith("#")]
+    commands = []
+    for index, (role, line) in enumerate(zip(["prefill", "prefill", "decode", "decode"], lines, strict=True)):
+        words = shlex.split(line)
+        argv = _argv(words[words.index(SGLANG_ENTRY[0]) :])
+        commands.append({"id": f"role/{role}/node{index % 2}", "argv": argv, "role": role})
+    return commands
+
+
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     tmp_path = tmp_path_factory.mktemp("sglang")
-    commands = _profile_commands() + _manifest_commands(tmp_path) + _smoke_commands()
+    commands = (
+        _profile_commands() + _manifest_commands(tmp_path) + _smoke_commands() + _role_commands(tmp_path)
+    )
     negative = [
         # A renamed flag (the attention-DP flag under a name this SGLang does not have) must fail...
         {"id": "renamed", "argv": ["--model-path", "m", "--attention-dp-width", "2"]},
@@ -140,6 +157,7 @@ def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
     by_id = {r["id"]: r for r in results}
     for command in commands:
         by_id[command["id"]] |= {"plan": command.get("plan"), "rank": command.get("rank")}
+        by_id[command["id"]]["role"] = command.get("role")
     return by_id
 
 
@@ -210,3 +228,16 @@ def test_the_parser_catches_a_renamed_flag_and_a_deprecated_one(parsed: dict[str
     assert not parsed["renamed"]["ok"]
     assert "unrecognized arguments: --attention-dp-width" in parsed["renamed"]["error"]
     assert parsed["deprecated"]["ok"] and _deprecations(parsed["deprecated"])
+
+
+def test_the_roles_parse_as_prefill_and_decode_with_deepep_v2(parsed: dict[str, dict[str, Any]]) -> None:
+    roles = {key: value for key, value in parsed.items() if key.startswith("role/")}
+    assert len(roles) == 4
+    for key, result in roles.items():
+        assert result["ok"] and not _deprecations(result), (key, result["error"] or result["warnings"])
+        values = result["values"]
+        assert values["disaggregation_mode"] == result["role"]
+        assert values["disaggregation_transfer_backend"] == "mooncake"
+        assert values["moe_a2a_backend"] == "deepep_v2" and values["deepep_v2_mode"] == "hybrid"
+        if result["role"] == "prefill":
+            assert values["disaggregation_bootstrap_port"] == 8998

@@ -68,6 +68,7 @@ LWS_SCHEMA: dict[str, Any] = {
 
 _DURATION = "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
 _LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
+_NAMESPACE = {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63}
 # Written from the fields the Prometheus Operator documents for PodMonitor (prometheus-operator,
 # pkg/apis/monitoring/v1/podmonitor_types.go: PodMonitorSpec, PodMetricsEndpoint; the CRD's
 # required `selector`, the endpoint's port name, path, and Duration pattern), the fields rendered here
@@ -85,6 +86,7 @@ POD_MONITOR_SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "properties": {
                 "name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63},
+                "namespace": _NAMESPACE,  # set by a site's overlay (kustomize)
                 "labels": _LABELS,
             },
         },

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from epstack.cli import build_parser
 from epstack.commands import smoke
 from epstack.commands.common import from_args, parse
+from epstack.commands.main import build_parser
 from epstack.smoke.serving import run as serving_run
 from epstack.smoke.serving.checks import Asked
 

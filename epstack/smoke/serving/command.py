@@ -16,6 +16,9 @@ HEALTH_PATH = "/health"
 # --enable-metrics: SGLang's Prometheus metrics at /metrics on the HTTP port (node 0's server).
 METRICS_PATH = "/metrics"
 DIST_INIT_PORT = 5000
+# A prefill server's bootstrap port, which decode servers reach for the KV cache (SGLang's default, written
+# out); the router reads it from the prefill pods' BOOTSTRAP_ANNOTATION.
+BOOTSTRAP_PORT = 8998
 
 # SGLang's environment variables (sglang/srt/environ.py) for each backend's per-rank token budget.
 V2_BUDGET_ENV = "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
@@ -40,6 +43,15 @@ def sglang_args(plan: ServePlan, *, node_rank: str, leader: str) -> list[str]:
         args += ["--deepep-v2-mode", plan.deepep_v2_mode]
     elif plan.a2a == "deepep":
         args += ["--deepep-mode", "auto"]
+    if plan.role:
+        args += [
+            "--disaggregation-mode",
+            plan.role,
+            "--disaggregation-transfer-backend",
+            plan.transfer_engine,
+        ]
+        if plan.role == "prefill":
+            args += ["--disaggregation-bootstrap-port", str(BOOTSTRAP_PORT)]
     args += [
         "--chunked-prefill-size",
         str(plan.chunked_prefill_size),

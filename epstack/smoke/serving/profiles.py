@@ -21,6 +21,8 @@ A2A = Literal["deepep_v2", "deepep", "none"]
 # What a serve job may use; "none" (no all-to-all, experts reduced by TP) only as the serve smoke's
 # reference run (ServePlan.without_deepep).
 A2A_BACKENDS: tuple[A2A, ...] = ("deepep_v2", "deepep")
+# A server's part in prefill/decode disaggregation (epstack.cluster.roles); "" serves both.
+Role = Literal["", "prefill", "decode"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +88,8 @@ class ServePlan:
     a2a: A2A
     model_path: str
     model_revision: str | None = None  # a hub commit (or branch) for the weights: --revision
+    role: Role = ""
+    transfer_engine: str = ""  # the KV cache's transfer engine between the roles (mooncake, nixl)
 
     def without_deepep(self) -> ServePlan:
         """The same model and layout with --moe-a2a-backend none: the serve smoke's reference."""
