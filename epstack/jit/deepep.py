@@ -91,14 +91,8 @@ def cache_dir(env: Mapping[str, str]) -> Path:
 def cache_files(cache_dir: Path) -> dict[str, bytes]:
     """The finished kernels under a DeepEP cache folder (cache/kernel.<name>.<hash>/*; never its
     tmp/): what unpack accepts."""
-    found = {}
-    for kernel in sorted((cache_dir / "cache").glob("kernel.*")):
-        if kernel.is_dir() and not kernel.is_symlink():
-            for file in sorted(kernel.iterdir()):
-                relative = file.relative_to(cache_dir).as_posix()
-                if _KERNEL_FILE.fullmatch(relative) and file.is_file() and not file.is_symlink():
-                    found[relative] = file.read_bytes()
-    return found
+    kernels = sorted((cache_dir / "cache").glob("kernel.*"))
+    return export.entry_files(cache_dir, (k for k in kernels if k.is_dir() and not k.is_symlink()), KIND)
 
 
 def pack(cache_dir: Path, key: CacheKey) -> tuple[bytes, KernelCache]:

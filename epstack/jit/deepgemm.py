@@ -106,13 +106,7 @@ def committed_entries(root: Path) -> list[Path]:
 
 def cache_files(root: Path) -> dict[str, bytes]:
     """Every file of the committed entries, as deep_jit names them (never its tmp/ or SGLang's locks/)."""
-    found = {}
-    for entry in committed_entries(root):
-        for file in sorted(entry.iterdir()):
-            relative = file.relative_to(root).as_posix()
-            if _ENTRY_FILE.fullmatch(relative) and file.is_file() and not file.is_symlink():
-                found[relative] = file.read_bytes()
-    return found
+    return export.entry_files(root, committed_entries(root), KIND)
 
 
 def pack(root: Path, key: CacheKey) -> tuple[bytes, DeepGemmCache]:

@@ -14,8 +14,9 @@ import json
 import re
 import tarfile
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from epstack.boundedtar import BoundedTar
@@ -151,6 +152,18 @@ def unpack(
             f"{archive}: {shown(missing[0])} is in its manifest, not in the archive; fix: export it again"
         )
     return kind, manifest, {name.removeprefix(f"{kind.tool}/"): blob for name, blob in blobs.items()}
+
+
+def entry_files(root: Path, entries: Iterable[Path], kind: Kind) -> dict[str, bytes]:
+    """Every regular file directly in `entries` (folders under `root`, none a link) named as `kind`
+    names a cache file, by its path relative to `root`: what a toolchain's export packs."""
+    found = {}
+    for entry in entries:
+        for file in sorted(entry.iterdir()):
+            relative = file.relative_to(root).as_posix()
+            if kind.file_pattern.fullmatch(relative) and file.is_file() and not file.is_symlink():
+                found[relative] = file.read_bytes()
+    return found
 
 
 def write_files(files: Mapping[str, bytes]) -> Callable[[Any], None]:

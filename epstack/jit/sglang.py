@@ -119,13 +119,7 @@ def entries(manifest: SglangJitCache) -> list[str]:
 
 def cache_files(root: Path) -> dict[str, bytes]:
     """Every file of the published leaves, as SGLang names them."""
-    found = {}
-    for leaf in leaves(root):
-        for file in sorted(leaf.iterdir()):
-            relative = file.relative_to(root).as_posix()
-            if _LEAF_FILE.fullmatch(relative) and file.is_file() and not file.is_symlink():
-                found[relative] = file.read_bytes()
-    return found
+    return export.entry_files(root, leaves(root), KIND)
 
 
 def pack(root: Path, key: CacheKey) -> tuple[bytes, SglangJitCache]:
