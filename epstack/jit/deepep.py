@@ -27,8 +27,7 @@ from epstack.deepepmanifest import DEEPEP_MANIFEST, manifest_path
 from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
 from epstack.jit import export
-from epstack.jit.export import write_files
-from epstack.jit.shipped import CacheFile, cache_file, install_folder
+from epstack.jit.shipped import CacheFile, cache_file
 
 NAME = "deepep"
 TITLE = "DeepEP"
@@ -208,9 +207,7 @@ def arch_difference(arch: str, archs: Sequence[str]) -> str:
 
 def install(manifest: KernelCache, files: Mapping[str, bytes], into: Path) -> None:
     """The kernels into a new folder `into`, readable by every user, their manifest beside it."""
-
-    refusal = "already holds kernels; fix: unpack into a new image layer or folder"
-    install_folder(into, KERNEL_CACHE.dumps(manifest), manifest.files, write_files(files), refusal=refusal)
+    export.install(KIND, manifest, files, into, held="kernels")
 
 
 def install_differences(key: CacheKey, archs: Sequence[str], env: Mapping[str, str]) -> list[str]:

@@ -28,7 +28,7 @@ from epstack.document import Schema
 from epstack.errors import BadInput
 from epstack.jit import export
 from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
-from epstack.jit.shipped import CacheFile, cache_file, install_folder, manifest_beside
+from epstack.jit.shipped import CacheFile, cache_file
 
 NAME = "deepgemm"
 TITLE = "DeepGEMM"
@@ -160,15 +160,12 @@ def install_differences(key: CacheKey, archs: Sequence[str], env: Mapping[str, s
 
 def install(manifest: DeepGemmCache, files: Mapping[str, bytes], into: Path = SHIPPED) -> None:
     """The kernels into a new folder `into`, readable by every user, their manifest and sums beside."""
-    refusal = "already holds DeepGEMM kernels; fix: unpack into a new image layer or folder"
-    install_folder(
-        into, DEEPGEMM_CACHE.dumps(manifest), manifest.files, export.write_files(files), refusal=refusal
-    )
+    export.install(KIND, manifest, files, into, held="DeepGEMM kernels")
 
 
 def read_manifest(into: Path = SHIPPED) -> DeepGemmCache | None:
-    path = manifest_beside(into)
-    return DEEPGEMM_CACHE.read(path) if path.is_file() else None
+    manifest: DeepGemmCache | None = export.read_manifest(KIND, into)
+    return manifest
 
 
 def compiled_since(root: Path, manifest: DeepGemmCache | None) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from epstack.boundedtar import BoundedTar
 from epstack.document import SCHEMA_KEY, Schema
 from epstack.errors import BadInput, shown
-from epstack.jit.shipped import CacheFile, sha256_hex
+from epstack.jit.shipped import CacheFile, install_folder, manifest_beside, sha256_hex
 
 MANIFEST_NAME = "manifest.json"
 # Caps on an export, far above real caches (the H200 exports: DeepEP 26 files, 273,070 bytes, the
@@ -152,6 +152,19 @@ def unpack(
             f"{archive}: {shown(missing[0])} is in its manifest, not in the archive; fix: export it again"
         )
     return kind, manifest, {name.removeprefix(f"{kind.tool}/"): blob for name, blob in blobs.items()}
+
+
+def install(kind: Kind, manifest: Manifest, files: Mapping[str, bytes], into: Path, *, held: str) -> None:
+    """An export's files into a new folder `into`, readable by every user, the manifest and sha256 list
+    beside it; BadInput `<into>: already holds <held>` when it or its manifest is there."""
+    refusal = f"already holds {held}; fix: unpack into a new image layer or folder"
+    install_folder(into, kind.schema.dumps(manifest), manifest.files, write_files(files), refusal=refusal)
+
+
+def read_manifest(kind: Kind, into: Path) -> Any:
+    """The manifest of the kernels shipped in `into` (None when none are)."""
+    path = manifest_beside(into)
+    return kind.schema.read(path) if path.is_file() else None
 
 
 def entry_files(root: Path, entries: Iterable[Path], kind: Kind) -> dict[str, bytes]:

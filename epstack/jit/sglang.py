@@ -33,7 +33,7 @@ from epstack.errors import BadInput, EpstackError
 from epstack.jit import export
 from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
 from epstack.jit.deepgemm import nvcc_build
-from epstack.jit.shipped import CacheFile, cache_file, install_folder, manifest_beside
+from epstack.jit.shipped import CacheFile, cache_file
 
 NAME = "sglang"
 TITLE = "SGLang"
@@ -193,15 +193,12 @@ def install_differences(key: CacheKey, archs: Sequence[str], env: Mapping[str, s
 
 def install(manifest: SglangJitCache, files: Mapping[str, bytes], into: Path = SHIPPED) -> None:
     """The kernels into a new folder `into`, readable by every user, their manifest and sums beside."""
-    refusal = "already holds SGLang JIT kernels; fix: unpack into a new image layer or folder"
-    install_folder(
-        into, SGLANG_JIT_CACHE.dumps(manifest), manifest.files, export.write_files(files), refusal=refusal
-    )
+    export.install(KIND, manifest, files, into, held="SGLang JIT kernels")
 
 
 def read_manifest(into: Path = SHIPPED) -> SglangJitCache | None:
-    path = manifest_beside(into)
-    return SGLANG_JIT_CACHE.read(path) if path.is_file() else None
+    manifest: SglangJitCache | None = export.read_manifest(KIND, into)
+    return manifest
 
 
 def compiled_since(root: Path, manifest: SglangJitCache | None) -> list[str]:
