@@ -28,6 +28,7 @@ from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
 from epstack.jit import export
 from epstack.jit.export import write_files
+from epstack.jit.install import CacheHome
 from epstack.jit.shipped import CacheFile, cache_file, install_folder
 
 NAME = "deepep"
@@ -86,6 +87,16 @@ KIND = export.Kind(
 def cache_dir(env: Mapping[str, str]) -> Path:
     """DeepEP's cache folder: $EP_JIT_CACHE_DIR, else ~/.deep_ep (csrc/jit/compiler.hpp)."""
     return Path(env.get("EP_JIT_CACHE_DIR") or Path(env.get("HOME", "~")).expanduser() / ".deep_ep")
+
+
+HOME = CacheHome(
+    variable="EP_JIT_CACHE_DIR",
+    default=cache_dir,
+    name=TOOL,
+    entries=("cache/kernel.*",),
+    what="DeepEP's kernels compile into",
+    always=True,  # DeepEP compiles into it (and its tmp/) whether or not kernels are shipped
+)
 
 
 def cache_files(cache_dir: Path) -> dict[str, bytes]:

@@ -28,6 +28,7 @@ from epstack.document import Schema
 from epstack.errors import BadInput
 from epstack.jit import export
 from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
+from epstack.jit.install import CacheHome
 from epstack.jit.shipped import CacheFile, cache_file, install_folder, manifest_beside
 
 NAME = "deepgemm"
@@ -96,6 +97,15 @@ def cache_dir(env: Mapping[str, str]) -> Path:
         )
         named = str(Path(base).expanduser() / TOOL)
     return Path(named.split(":", 1)[0])
+
+
+HOME = CacheHome(
+    variable="SGLANG_DG_CACHE_DIR",
+    default=cache_dir,
+    name=TOOL,
+    entries=("cache/*.*",),  # cache/<tag>.<digest>
+    what="DeepGEMM's kernels go to",
+)
 
 
 def committed_entries(root: Path) -> list[Path]:
