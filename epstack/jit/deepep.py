@@ -6,7 +6,7 @@ the include paths of deep_ep and NCCL (csrc/jit/compiler.hpp). The code holds th
 (csrc/jit/device_runtime.hpp), so the kernels are made on a GPU: `epstack smoke elastic
 --export-jit-cache FILE` packs what the smoke compiled with a manifest of that key (`pack`); a layer
 over the sglang image unpacks it, verified by its sha256, into imagepaths.JIT (`unpack`); the
-entrypoint copies it into the writable cache at start (scripts/image/jit-caches.sh). A kernel for
+entrypoint copies it into the writable cache at start (epstack.jit.install). A kernel for
 another arch, compiler or install has another hash: it is compiled, never loaded.
 """
 

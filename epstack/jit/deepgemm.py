@@ -12,7 +12,7 @@ default), which the image points at imagepaths.JIT_CACHES/deep_gemm.
 So the kernels are made on a GPU by a serve run (`epstack smoke serve`, any SGLang start with the
 deep_gemm runner): `epstack jit export --toolchain deepgemm` packs the committed ones with their key,
 the kernels layer unpacks them by sha256 into imagepaths.JIT/deep_gemm, and the entrypoint copies them
-into the writable cache at start (scripts/image/jit-caches.sh), each entry whole or not at all.
+into the writable cache at start (epstack.jit.install), each entry whole or not at all.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ another folder and compiles, never loads these; another FlashInfer version looks
 At build, `epstack jit probe --ship` compiles MODULES in the image's FLASHINFER_WORKSPACE_BASE, one
 process per arch as a GPU node names its folder, and `ship` moves the tree under imagepaths.JIT with a
 manifest (their key, each file's sha256). At start the entrypoint copies it back into that folder,
-timestamps kept (scripts/image/jit-caches.sh); `ninja -n` then has nothing to do (`pending`).
+timestamps kept (epstack.jit.install); `ninja -n` then has nothing to do (`pending`).
 """
 
 from __future__ import annotations
