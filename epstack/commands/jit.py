@@ -19,8 +19,6 @@ from rich.table import Table
 from epstack import imagepaths
 from epstack.commands.common import SubParsers, add_cuda_arch, path_arg, seconds
 from epstack.errors import ENVIRONMENT, BadInput, EnvironmentProblem
-from epstack.image.engine import DockerEngine
-from epstack.image.kernels import LayerExport, build_kernels_layer, kernels_tag
 from epstack.inputs import read_bytes
 from epstack.jit import export, flashinfer, triton
 from epstack.jit.gpuexport import export as export_cache
@@ -183,6 +181,10 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_layer(args: argparse.Namespace, console: Console) -> int:
     """Here, with Docker: the kernels layer over a built image."""
+    # Rendering images (jinja2, the pins model) loads only here: every container start runs `jit install`.
+    from epstack.image.engine import DockerEngine  # noqa: PLC0415
+    from epstack.image.kernels import LayerExport, build_kernels_layer, kernels_tag  # noqa: PLC0415
+
     if args.sha256 and len(args.sha256) != len(args.export):
         raise BadInput(
             f"--sha256 given {len(args.sha256)} times for {len(args.export)} --export; fix: one per export"
