@@ -28,6 +28,7 @@ EXAMPLES: dict[str, str] = {
     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
     "jit export": "epstack jit export --out /results/deep_ep-kernels.tar.gz",
     "jit layer": f"epstack jit layer --image {IMAGE}:sglang-TAG --export deep_ep-kernels.tar.gz",
+    "jit install": "epstack jit install",
     "lock": "epstack lock --check\nepstack lock --upgrade pydantic==2.13.0",
     "sbom": "epstack sbom --layer sglang --out sglang.cdx.json\nepstack sbom --validate sglang.cdx.json",
     "deepep build": "epstack deepep build --wheel-dir build/wheels --cuda-arch 9.0 --fabric ib",

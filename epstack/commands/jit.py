@@ -1,11 +1,13 @@
-"""`epstack jit probe`: compile one real module of each JIT toolchain of a layer, now, and write the
-report the guard reads (epstack.jit.probe)."""
+"""`epstack jit probe|unpack|export|layer|install`: prove, ship and install the JIT toolchains' caches
+(epstack.jit)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import shlex
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,14 +18,13 @@ from rich.table import Table
 
 from epstack import imagepaths
 from epstack.commands.common import SubParsers, add_cuda_arch, path_arg, seconds
-from epstack.errors import BadInput, EnvironmentProblem
-from epstack.image.engine import DockerEngine
-from epstack.image.kernels import LayerExport, build_kernels_layer, kernels_tag
+from epstack.errors import ENVIRONMENT, BadInput, EnvironmentProblem
 from epstack.inputs import read_bytes
 from epstack.jit import export, flashinfer, triton
 from epstack.jit.gpuexport import export as export_cache
+from epstack.jit.install import install
 from epstack.jit.probe import TIMEOUT_S, TOOLCHAINS, JitReport, probe_layer, report_path
-from epstack.jit.registry import EXPORTED, by_kind, kinds
+from epstack.jit.registry import EXPORTED, INSTALLED, by_kind, kinds
 from epstack.jit.shipped import sha256_hex
 from epstack.layers import LAYER_NAMES
 from epstack.output import check_writable, write_file
@@ -180,6 +181,10 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_layer(args: argparse.Namespace, console: Console) -> int:
     """Here, with Docker: the kernels layer over a built image."""
+    # Rendering images (jinja2, the pins model) loads only here: every container start runs `jit install`.
+    from epstack.image.engine import DockerEngine  # noqa: PLC0415
+    from epstack.image.kernels import LayerExport, build_kernels_layer, kernels_tag  # noqa: PLC0415
+
     if args.sha256 and len(args.sha256) != len(args.export):
         raise BadInput(
             f"--sha256 given {len(args.sha256)} times for {len(args.export)} --export; fix: one per export"
@@ -199,6 +204,16 @@ def cmd_layer(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_install(args: argparse.Namespace, console: Console) -> int:
+    """At container start: the shipped caches into the writable ones; `export` lines for the shell."""
+    moved = install(INSTALLED, os.environ, lambda line: print(line, file=sys.stderr))
+    if moved is None:
+        return ENVIRONMENT
+    for variable, folder in moved.items():
+        print(f"export {variable}={shlex.quote(folder)}")
+    return 0
+
+
 def _sha256_hex(value: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{64}", value):
         raise argparse.ArgumentTypeError(f"{value!r} is not a sha256 (64 lowercase hex)")
@@ -206,7 +221,7 @@ def _sha256_hex(value: str) -> str:
 
 
 def register(subparsers: SubParsers) -> None:
-    """Add `jit probe|unpack|layer` to the top-level subcommands."""
+    """Add `jit probe|unpack|export|layer|install` to the top-level subcommands."""
     jit = subparsers.add_parser("jit", help="prove the JIT toolchains an image runs at first use")
     actions = jit.add_subparsers(dest="action", required=True, metavar="ACTION")
     probe = actions.add_parser("probe", help="compile one real module of each toolchain of a layer, now")
@@ -274,3 +289,9 @@ def register(subparsers: SubParsers) -> None:
     )
     layer.add_argument("--tag", help="default: the image's tag + -kernels-<12 hex of the export>")
     layer.set_defaults(func=cmd_layer)
+    install_p = actions.add_parser(
+        "install",
+        help="at container start: the image's shipped JIT caches into the writable ones; prints an "
+        "`export VAR=FOLDER` line for each cache moved to $TMPDIR (eval it; scripts/image/jit-caches.sh)",
+    )
+    install_p.set_defaults(func=cmd_install)

@@ -6,7 +6,7 @@ the include paths of deep_ep and NCCL (csrc/jit/compiler.hpp). The code holds th
 (csrc/jit/device_runtime.hpp), so the kernels are made on a GPU: `epstack smoke elastic
 --export-jit-cache FILE` packs what the smoke compiled with a manifest of that key (`pack`); a layer
 over the sglang image unpacks it, verified by its sha256, into imagepaths.JIT (`unpack`); the
-entrypoint copies it into the writable cache at start (scripts/image/jit-caches.sh). A kernel for
+entrypoint copies it into the writable cache at start (epstack.jit.install). A kernel for
 another arch, compiler or install has another hash: it is compiled, never loaded.
 """
 
@@ -27,7 +27,13 @@ from epstack.deepepmanifest import DEEPEP_MANIFEST, manifest_path
 from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
 from epstack.jit import export
+<<<<<<< HEAD
 from epstack.jit.shipped import CacheFile, cache_file
+=======
+from epstack.jit.export import write_files
+from epstack.jit.install import CacheHome
+from epstack.jit.shipped import CacheFile, cache_file, install_folder
+>>>>>>> helper-j
 
 NAME = "deepep"
 TITLE = "DeepEP"
@@ -85,6 +91,16 @@ KIND = export.Kind(
 def cache_dir(env: Mapping[str, str]) -> Path:
     """DeepEP's cache folder: $EP_JIT_CACHE_DIR, else ~/.deep_ep (csrc/jit/compiler.hpp)."""
     return Path(env.get("EP_JIT_CACHE_DIR") or Path(env.get("HOME", "~")).expanduser() / ".deep_ep")
+
+
+HOME = CacheHome(
+    variable="EP_JIT_CACHE_DIR",
+    default=cache_dir,
+    name=TOOL,
+    entries=("cache/kernel.*",),
+    what="DeepEP's kernels compile into",
+    always=True,  # DeepEP compiles into it (and its tmp/) whether or not kernels are shipped
+)
 
 
 def cache_files(cache_dir: Path) -> dict[str, bytes]:

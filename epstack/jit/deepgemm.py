@@ -12,7 +12,7 @@ default), which the image points at imagepaths.JIT_CACHES/deep_gemm.
 So the kernels are made on a GPU by a serve run (`epstack smoke serve`, any SGLang start with the
 deep_gemm runner): `epstack jit export --toolchain deepgemm` packs the committed ones with their key,
 the kernels layer unpacks them by sha256 into imagepaths.JIT/deep_gemm, and the entrypoint copies them
-into the writable cache at start (scripts/image/jit-caches.sh), each entry whole or not at all.
+into the writable cache at start (epstack.jit.install), each entry whole or not at all.
 """
 
 from __future__ import annotations
@@ -28,7 +28,12 @@ from epstack.document import Schema
 from epstack.errors import BadInput
 from epstack.jit import export
 from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
+<<<<<<< HEAD
 from epstack.jit.shipped import CacheFile, cache_file
+=======
+from epstack.jit.install import CacheHome
+from epstack.jit.shipped import CacheFile, cache_file, install_folder, manifest_beside
+>>>>>>> helper-j
 
 NAME = "deepgemm"
 TITLE = "DeepGEMM"
@@ -96,6 +101,15 @@ def cache_dir(env: Mapping[str, str]) -> Path:
         )
         named = str(Path(base).expanduser() / TOOL)
     return Path(named.split(":", 1)[0])
+
+
+HOME = CacheHome(
+    variable="SGLANG_DG_CACHE_DIR",
+    default=cache_dir,
+    name=TOOL,
+    entries=("cache/*.*",),  # cache/<tag>.<digest>
+    what="DeepGEMM's kernels go to",
+)
 
 
 def committed_entries(root: Path) -> list[Path]:

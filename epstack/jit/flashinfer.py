@@ -11,7 +11,7 @@ another folder and compiles, never loads these; another FlashInfer version looks
 At build, `epstack jit probe --ship` compiles MODULES in the image's FLASHINFER_WORKSPACE_BASE, one
 process per arch as a GPU node names its folder, and `ship` moves the tree under imagepaths.JIT with a
 manifest (their key, each file's sha256). At start the entrypoint copies it back into that folder,
-timestamps kept (scripts/image/jit-caches.sh); `ninja -n` then has nothing to do (`pending`).
+timestamps kept (epstack.jit.install); `ninja -n` then has nothing to do (`pending`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from epstack import imagepaths
 from epstack.cmd import run
 from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
+from epstack.jit.install import CacheHome
 from epstack.jit.shipped import CacheFile, install_folder, manifest_beside, sha256_hex
 
 SHIPPED = Path(imagepaths.JIT) / "flashinfer"  # the workspace's .cache/flashinfer tree, read-only
@@ -84,6 +85,16 @@ def norm_compiles_cute_dsl(env: Mapping[str, str]) -> bool:
 def workspace(env: Mapping[str, str]) -> Path:
     """FlashInfer's workspace base as it reads it: FLASHINFER_WORKSPACE_BASE, else the home folder."""
     return Path(env.get("FLASHINFER_WORKSPACE_BASE") or Path(env.get("HOME", "~")).expanduser())
+
+
+HOME = CacheHome(
+    variable="FLASHINFER_WORKSPACE_BASE",
+    default=workspace,
+    name=SHIPPED.name,
+    entries=(".cache/flashinfer/*/*/*/*",),
+    what="FlashInfer's modules compile at first use into",
+    copy_when_moved=False,  # its objects are named by absolute path: moved, its modules compile there
+)
 
 
 def installed_version() -> str:

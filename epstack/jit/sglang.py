@@ -33,6 +33,7 @@ from epstack.errors import BadInput, EpstackError
 from epstack.jit import export
 from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
 from epstack.jit.deepgemm import nvcc_build
+from epstack.jit.install import CacheHome
 from epstack.jit.shipped import CacheFile, cache_file
 
 NAME = "sglang"
@@ -97,6 +98,15 @@ def cache_dir(env: Mapping[str, str]) -> Path:
     """The folder SGLang's JIT writes to: SGLANG_JIT_CACHE_DIR, else ~/.cache/sglang/jit."""
     named = env.get("SGLANG_JIT_CACHE_DIR") or str(Path(env.get("HOME", "~")) / ".cache" / "sglang" / "jit")
     return Path(named).expanduser()
+
+
+HOME = CacheHome(
+    variable="SGLANG_JIT_CACHE_DIR",
+    default=cache_dir,
+    name=TOOL,
+    entries=("*/*/*/*",),  # <target>/<module>/build-<key>/deps-<key>
+    what="SGLang's JIT kernels go to",
+)
 
 
 def leaves(root: Path) -> list[Path]:

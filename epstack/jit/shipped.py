@@ -1,6 +1,6 @@
 """A shipped JIT cache: a read-only folder under imagepaths.JIT, its manifest beside it (<folder>.json,
 each file's sha256) and the same digests as a sha256sum list (<folder>.sha256), which the entrypoint
-checks before it copies the folder into a writable cache (scripts/image/jit-caches.sh)."""
+checks before it copies the folder into a writable cache (epstack.jit.install)."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ from epstack.cmd import run
 from epstack.document import Schema
 from epstack.errors import EpstackError
 from epstack.jit.compiles import epstack_python
+from epstack.jit.install import CacheHome
 from epstack.jit.shipped import CacheFile, install_folder, manifest_beside, sha256_hex
 
 SHIPPED = Path(imagepaths.JIT) / "triton"
@@ -152,3 +153,12 @@ def read_manifest(into: Path = SHIPPED) -> ShippedLaunchers | None:
 def cache_dir(env: Mapping[str, str]) -> Path:
     """Triton's cache folder as it reads it: TRITON_CACHE_DIR, else ~/.triton/cache."""
     return Path(env.get("TRITON_CACHE_DIR") or Path(env.get("HOME", "~")).expanduser() / ".triton" / "cache")
+
+
+HOME = CacheHome(
+    variable="TRITON_CACHE_DIR",
+    default=cache_dir,
+    name=SHIPPED.name,
+    entries=("*",),  # one folder per launcher key
+    what="Triton's launcher and kernels go to",
+)

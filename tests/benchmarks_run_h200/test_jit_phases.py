@@ -4,7 +4,6 @@ runs, and the entrypoint's copy of the shipped caches, whose variables the later
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from benchmarks.elastic.h200 import jit
 from benchmarks.elastic.h200.host import Host
 from tests.benchmarks_run_h200.conftest import REPO
+from tests.jit import EPSTACK_PATH
 
 
 def _host(tmp_path: Path, path: str) -> Host:
@@ -53,7 +53,7 @@ def test_the_entrypoints_copy_fills_the_cache_and_its_moves_reach_the_next_comma
     digest = hashlib.sha256(b"cubin").hexdigest()
     Path(f"{shipped}.sha256").write_text(f"{digest}  cache/kernel.dispatch.0123\n")
     (tmp_path / "a-file").write_text("")
-    host = _host(tmp_path, os.environ["PATH"])
+    host = _host(tmp_path, EPSTACK_PATH)  # `epstack jit install` beside this Python, as on the host
     env = host.environ({"EPSTACK_HOME": str(tmp_path / "image"), "EP_JIT_CACHE_DIR": str(tmp_path / "a-file"),
                         "TMPDIR": str(tmp_path / "tmp")})  # fmt: skip
     after = jit.entrypoint_copy(host, env)

@@ -43,6 +43,7 @@ from epstack.jit.deepep import (
 from epstack.jit.export import MANIFEST_NAME
 from epstack.jit.shipped import CacheFile, manifest_beside
 from tests.conftest import REPO, write_deepep_manifest, write_dist
+from tests.jit import EPSTACK_PATH
 
 H200_MANIFEST = REPO / "benchmarks" / "elastic" / "results" / "deep_ep-kernels.manifest.json"
 H200 = KERNEL_CACHE.read(H200_MANIFEST)
@@ -406,7 +407,7 @@ def test_the_entrypoint_stops_in_one_line_where_neither_a_cache_nor_tmpdir_can_b
     home, cache, tmpdir = tmp_path / "opt", tmp_path / "file" / "cache", tmp_path / "file" / "tmp"
     if shipped:
         (home / "jit" / shipped).mkdir(parents=True)
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "EPSTACK_HOME": str(home),
+    env = {"PATH": EPSTACK_PATH, "HOME": str(tmp_path / "home"), "EPSTACK_HOME": str(home),
            "EPSTACK_GUARD": "off", "TMPDIR": str(tmpdir), variable: str(cache)}  # fmt: skip
     entrypoint = REPO / "scripts" / "image" / "entrypoint.sh"
     result = subprocess.run(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from epstack.jit import deepgemm, export
 from epstack.jit import gpuexport as smoke_export
 from epstack.jit.deepep import KIND as DEEPEP
 from epstack.jit.shipped import CacheFile, manifest_beside, sums_beside
+from tests.jit import EPSTACK_PATH
 from tests.jit.test_deepep import fake_nvcc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ def shipped(tmp_path: Path) -> Path:
 def start(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """The entrypoint's copy, sourced as the entrypoint sources it."""
     script = f'set -euo pipefail; . "{JIT_CACHES}"; echo "SGLANG_DG_CACHE_DIR=${{SGLANG_DG_CACHE_DIR:-}}"'
-    environment = {"PATH": os.environ["PATH"], "EPSTACK_HOME": str(tmp_path / "opt"),
+    environment = {"PATH": EPSTACK_PATH, "EPSTACK_HOME": str(tmp_path / "opt"),
                    "HOME": str(tmp_path / "home"), **env}  # fmt: skip
     return subprocess.run(
         ["bash", "-c", script], env=environment, capture_output=True, text=True, check=False

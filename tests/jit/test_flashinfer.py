@@ -21,6 +21,7 @@ from epstack.errors import BadInput
 from epstack.jit import flashinfer
 from epstack.jit.flashinfer import FLASHINFER_CACHE, ModulesKey, module_dirs, pending, ship
 from epstack.jit.shipped import changed_files, manifest_beside
+from tests.jit import EPSTACK_PATH
 
 JIT_CACHES = Path(__file__).resolve().parents[2] / "scripts" / "image" / "jit-caches.sh"
 VERSION, ARCH = "0.7.2", "90a"
@@ -72,7 +73,13 @@ def shipped(tmp_path: Path) -> tuple[Path, Path]:
 def start(home: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """The entrypoint's copy, sourced as it sources it; prints the workspace it leaves."""
     script = f'. "{JIT_CACHES}"; echo "FLASHINFER_WORKSPACE_BASE=$FLASHINFER_WORKSPACE_BASE"'
-    environment = {**os.environ, "EPSTACK_HOME": str(home), "HOME": str(home / "home"), **env}
+    environment = {
+        **os.environ,
+        "PATH": EPSTACK_PATH,
+        "EPSTACK_HOME": str(home),
+        "HOME": str(home / "home"),
+        **env,
+    }
     return subprocess.run(["bash", "-c", script], env=environment, capture_output=True, text=True, check=True)
 
 

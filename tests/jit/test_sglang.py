@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from epstack.guard.kernelcache import exported_cache_rows
 from epstack.jit import export, gpuexport, sglang
 from epstack.jit.registry import kinds
 from epstack.jit.shipped import CacheFile
+from tests.jit import EPSTACK_PATH
 
 REPO = Path(__file__).resolve().parents[2]
 JIT_CACHES = REPO / "scripts" / "image" / "jit-caches.sh"
@@ -74,7 +74,7 @@ def shipped(tmp_path: Path) -> Path:
 def start(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """The entrypoint's copy, sourced as the entrypoint sources it."""
     script = f'set -euo pipefail; . "{JIT_CACHES}"; echo "SGLANG_JIT_CACHE_DIR=${{SGLANG_JIT_CACHE_DIR:-}}"'
-    environment = {"PATH": os.environ["PATH"], "EPSTACK_HOME": str(tmp_path / "opt"),
+    environment = {"PATH": EPSTACK_PATH, "EPSTACK_HOME": str(tmp_path / "opt"),
                    "HOME": str(tmp_path / "home"), **env}  # fmt: skip
     return subprocess.run(
         ["bash", "-c", script], env=environment, capture_output=True, text=True, check=False

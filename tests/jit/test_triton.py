@@ -17,6 +17,7 @@ from epstack.errors import BadInput, EpstackError
 from epstack.jit import triton
 from epstack.jit.shipped import changed_files, manifest_beside
 from epstack.jit.triton import LIBCUDA_DIRS, TRITON_LAUNCHERS, build, libcuda_dirs, ship
+from tests.jit import EPSTACK_PATH
 
 JIT_CACHES = Path(__file__).resolve().parents[2] / "scripts" / "image" / "jit-caches.sh"
 TOOLKIT = "\tlibcuda.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libcuda.so.1\n"  # as ldconfig -p lists it
@@ -129,7 +130,13 @@ def test_ship_keeps_each_launcher_readable_by_all_with_its_manifest(shipped: Pat
 
 def start(home: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     script = f'. "{JIT_CACHES}"; echo "TRITON_CACHE_DIR=$TRITON_CACHE_DIR"'
-    environment = {**os.environ, "EPSTACK_HOME": str(home), "HOME": str(home / "home"), **env}
+    environment = {
+        **os.environ,
+        "PATH": EPSTACK_PATH,
+        "EPSTACK_HOME": str(home),
+        "HOME": str(home / "home"),
+        **env,
+    }
     return subprocess.run(["bash", "-c", script], env=environment, capture_output=True, text=True, check=True)
 
 
