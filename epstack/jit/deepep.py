@@ -27,13 +27,8 @@ from epstack.deepepmanifest import DEEPEP_MANIFEST, manifest_path
 from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
 from epstack.jit import export
-<<<<<<< HEAD
-from epstack.jit.shipped import CacheFile, cache_file
-=======
-from epstack.jit.export import write_files
 from epstack.jit.install import CacheHome
-from epstack.jit.shipped import CacheFile, cache_file, install_folder
->>>>>>> helper-j
+from epstack.jit.shipped import CacheFile, cache_file
 
 NAME = "deepep"
 TITLE = "DeepEP"

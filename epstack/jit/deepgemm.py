@@ -28,12 +28,8 @@ from epstack.document import Schema
 from epstack.errors import BadInput
 from epstack.jit import export
 from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
-<<<<<<< HEAD
-from epstack.jit.shipped import CacheFile, cache_file
-=======
 from epstack.jit.install import CacheHome
-from epstack.jit.shipped import CacheFile, cache_file, install_folder, manifest_beside
->>>>>>> helper-j
+from epstack.jit.shipped import CacheFile, cache_file
 
 NAME = "deepgemm"
 TITLE = "DeepGEMM"
