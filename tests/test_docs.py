@@ -33,7 +33,8 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     result = mkdocs_build(REPO, tmp_path / "site")
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "site" / "guides" / "jit-caches" / "index.html").is_file()
-    pictures = ("serve-sweep.png", "cold-start.png", "cold-start-h100.png", "first-calls.png")  # drawn from the JSON by the hook
+    # drawn from the JSON by the hook
+    pictures = ("serve-sweep.png", "cold-start.png", "cold-start-h100.png", "first-calls.png")
     assert all((tmp_path / "site" / "images" / name).read_bytes()[:4] == b"\x89PNG" for name in pictures)
 
 
