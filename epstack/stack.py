@@ -73,7 +73,7 @@ CUDA_RELEASE_WHEELS = (
 # ones with an extra, and its loader (cutlass/_mlir/_mlir_libs/__init__.py) binds the flavour that is
 # installed. nixl 1.5.1 (the module SGLang imports) requires nixl-cu12 and nixl-cu13 both and imports the
 # one torch's CUDA major names. The locks exclude the other majors' flavours (235 MB of cutlass-dsl and
-# 59 MB of nixl cu12 in a CUDA 13 image).
+# a 69 MB nixl-cu12 wheel in a CUDA 13 image).
 CUDA_FLAVOURED_STEMS = ("nvidia-cutlass-dsl-libs", "nixl")
 _CUDA_MAJOR_SUFFIX = re.compile(r"-cu(\d+)$")
 
