@@ -91,14 +91,14 @@ DEEPEP = Layer(
 SGLANG = Layer(
     name="sglang",
     on="deepep",
-    pin_keys=("SGLANG_VERSION",),
+    pin_keys=("SGLANG_VERSION", "NIXL_VERSION"),
     per_arch=True,
     locks=("sglang",),
     stages=("sglang",),
     tag="sglang-{sglang}-deepep-{deepep}-cu{cuda}-{target}",
     from_git=True,  # above the deepep layer
     holds_deep_ep=True,
-    guard=(GuardScope(name="sglang", keys=("SGLANG_VERSION",)),),
+    guard=(GuardScope(name="sglang", keys=("SGLANG_VERSION", "NIXL_VERSION")),),
 )
 
 # Every layer, each after the one it is built on; the last is the served image (the default to build,

@@ -71,8 +71,10 @@ CUDA_RELEASE_WHEELS = (
 # Distributions published once per CUDA major (<stem>-cu12, <stem>-cu13) that a requirement brings
 # whatever the image's major: nvidia-cutlass-dsl 4.8.0 requires its cu12 libraries always and its cu13
 # ones with an extra, and its loader (cutlass/_mlir/_mlir_libs/__init__.py) binds the flavour that is
-# installed. The locks exclude the other majors' flavours (235 MB of cu12 in a CUDA 13 image).
-CUDA_FLAVOURED_STEMS = ("nvidia-cutlass-dsl-libs",)
+# installed. nixl 1.5.1 (the module SGLang imports) requires nixl-cu12 and nixl-cu13 both and imports the
+# one torch's CUDA major names. The locks exclude the other majors' flavours (235 MB of cutlass-dsl and
+# a 69 MB nixl-cu12 wheel in a CUDA 13 image).
+CUDA_FLAVOURED_STEMS = ("nvidia-cutlass-dsl-libs", "nixl")
 _CUDA_MAJOR_SUFFIX = re.compile(r"-cu(\d+)$")
 
 
@@ -147,6 +149,7 @@ class CudaWheels:
     major: int
     nccl: str  # nvidia-nccl-cu13
     nvshmem: str  # nvidia-nvshmem-cu13
+    nixl: str  # nixl-cu13: the KV transfer engine's build for this major (NIXL_VERSION)
     release: tuple[str, ...]  # CUDA_RELEASE_WHEELS as this major names them
     foreign: tuple[str, ...]  # CUDA_FLAVOURED_STEMS' flavours for the other majors
 
@@ -174,6 +177,7 @@ def cuda_wheels(cuda_version: str) -> CudaWheels:
         major=major,
         nccl=nccl,
         nvshmem=nvshmem,
+        nixl=f"nixl-cu{major}",
         release=tuple(f"{name}{suffix}" for name in CUDA_RELEASE_WHEELS),
         foreign=tuple(
             f"{stem}-cu{other}"

@@ -5,8 +5,7 @@ SGLang 0.5.23 takes `--disaggregation-mode prefill|decode` with `--moe-a2a-backe
 parser, tests/cluster/test_sglang_parser.py), but its servers then move the KV cache from prefill to
 decode through a transfer engine, mooncake or nixl, which is a package of its own. So the roles are
 rendered only when the image's sglang lock carries one; otherwise the request is refused, naming the
-missing pin and the fix. The shipped lock (locks/sglang.txt) carries neither: a pins decision (a
-transfer engine in the sglang layer's requirements, then `epstack lock`) unlocks the roles.
+missing pin and the fix. The shipped lock (locks/sglang.txt) carries NIXL (pins.env NIXL_VERSION).
 
 The router finds each role's leader pods itself (`--pd-disaggregation` with a selector per role) and
 reads a prefill pod's bootstrap port from its BOOTSTRAP_ANNOTATION; the serve smoke calls the router.
@@ -53,8 +52,8 @@ def transfer_engine(locks: Path) -> str:
     raise BadInput(
         f"--disaggregation: SGLang's prefill and decode servers move the KV cache through a transfer "
         f"engine, and {path} pins none ({TRANSFER_ENGINES['mooncake'][0]} or {TRANSFER_ENGINES['nixl'][0]}); "
-        "fix: a pins decision, a transfer engine in the sglang layer's requirements, then epstack lock "
-        "(docs/guides/clusters.md#prefill-and-decode-roles), or drop --disaggregation"
+        "fix: pass the --locks of an image whose sglang layer carries one (NIXL_VERSION in pins.env, then "
+        "epstack lock; docs/guides/clusters.md#prefill-and-decode-roles), or drop --disaggregation"
     )
 
 

@@ -518,7 +518,7 @@ def register(subparsers: SubParsers) -> None:
         "--disaggregation",
         action="store_true",
         help="k8s serve: prefill and decode roles, an LWS each behind the router in PD mode; needs a KV "
-        "transfer engine (mooncake or nixl) in the sglang lock (--locks), which the shipped lock lacks",
+        "transfer engine (mooncake or nixl) in the sglang lock (--locks); the shipped lock pins nixl",
     )
     render.add_argument(
         "--serve-smoke",

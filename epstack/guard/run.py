@@ -45,6 +45,7 @@ from epstack.guard.kernelcache import (
 from epstack.guard.libraries import check_cuda, check_nccl_loaded, try_import
 from epstack.guard.onecuda import cuda_home, cuda_home_checks, other_major_check, release_wheel_checks
 from epstack.guard.report import GuardReport
+from epstack.guard.transfer import nixl_checks
 from epstack.jit.probe import layer_rows as jit_rows
 from epstack.jit.registry import PLACED
 from epstack.layers import guard_scopes
@@ -109,6 +110,7 @@ def deepep_checks(pins: Expected) -> list[Check]:
 def sglang_checks(pins: Expected) -> list[Check]:
     return [
         check_distribution("sglang", pins.sglang_version),
+        *nixl_checks(pins),
         *check_requirements("sglang", pins.base_packages),
         *jit_rows("sglang", os.environ),
         *kernel_cache_rows(os.environ, pins.torch_cuda_arch_list.split()),

@@ -105,6 +105,7 @@ class Pins(CudaFacts, BaseModel):
     deepep_patches_efa: Annotated[str, AfterValidator(v.patches)] = Field(alias="DEEPEP_PATCHES_EFA")
     deepep_patches_ib: Annotated[str, AfterValidator(v.patches)] = Field(alias="DEEPEP_PATCHES_IB")
     sglang_version: ExactVersion = Field(alias="SGLANG_VERSION")
+    nixl_version: ExactVersion = Field(alias="NIXL_VERSION")
     efa_installer_version: ExactVersion = Field(alias="EFA_INSTALLER_VERSION")
     efa_installer_sha256: Annotated[
         str, AfterValidator(v.pattern(r"^[0-9a-f]{64}$", "<64 lowercase hex>"))

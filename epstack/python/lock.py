@@ -80,13 +80,19 @@ def lock_specs(pins: Pins) -> tuple[LockSpec, ...]:
         ),
         LockSpec(
             name="sglang",
-            requirements=(f"sglang=={pins.sglang_version}",),
+            requirements=(f"sglang=={pins.sglang_version}", *nixl_requirements(pins)),
             overrides=base,
             constraints=one_cuda,
             excludes=(*DEEP_EP_PROVIDERS, *pins.wheels.foreign),
             below=("base",),
         ),
     )
+
+
+def nixl_requirements(pins: Pins) -> tuple[str, ...]:
+    """NIXL, SGLang's KV transfer engine: the `nixl` module it imports and that module's build for the
+    image's CUDA major (the other majors' builds, which nixl also requires, are excluded)."""
+    return (f"nixl=={pins.nixl_version}", f"{pins.wheels.nixl}=={pins.nixl_version}")
 
 
 def cuda_release_constraints(pins: Pins) -> tuple[str, ...]:

@@ -33,6 +33,7 @@ def index_pins(pins: Pins) -> dict[str, str]:
         "NCCL_VERSION": pins.wheels.nccl,
         "NVSHMEM_VERSION": pins.wheels.nvshmem,
         "UV_VERSION": "uv",
+        "NIXL_VERSION": pins.wheels.nixl,
     }
 
 

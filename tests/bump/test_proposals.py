@@ -133,7 +133,8 @@ def test_a_group_held_back_by_a_pin_outside_it_names_the_wider_group(
     assert bump(checkout, "--group", "torch") == 1
     (line,) = error_lines(capsys.readouterr().err)
     assert (
-        "--group torch: none of the 1 newer torch tried resolves with SGLANG_VERSION, UV_VERSION held" in line
+        "--group torch: none of the 1 newer torch tried resolves with SGLANG_VERSION, UV_VERSION, "
+        "NIXL_VERSION held" in line
     )
     assert line.endswith("fix: --group sglang, which moves more pins with it"), line
     assert snapshot(checkout) == before

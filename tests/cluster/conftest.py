@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from epstack.cluster import roles
 from epstack.commands.main import main
 from tests.conftest import PINS, REPO, check_golden, pins_variant
 
@@ -26,11 +27,25 @@ def pins_for(tmp_path: Path, fabric: str, nodes: int) -> Path:
     return PINS
 
 
-def locks_with(tmp_path: Path, distribution: str) -> Path:
-    """A copy of locks/ whose sglang lock also pins `distribution` (a transfer engine, hashed as uv
-    writes an entry)."""
+def locks_without_engine(tmp_path: Path) -> Path:
+    """A copy of locks/ whose sglang lock pins no KV transfer engine (its entries of one dropped)."""
     locks = tmp_path / "locks"
     shutil.copytree(REPO / "locks", locks)
+    engines = {name for names in roles.TRANSFER_ENGINES.values() for name in names}
+    kept, dropping = [], False
+    for line in (locks / "sglang.txt").read_text().splitlines(keepends=True):
+        if not line.startswith((" ", "#")):  # an entry's first line: name==version
+            dropping = line.split("==")[0] in engines
+        if not dropping:
+            kept.append(line)
+    (locks / "sglang.txt").write_text("".join(kept))
+    return locks
+
+
+def locks_with(tmp_path: Path, distribution: str) -> Path:
+    """A copy of locks/ whose sglang lock pins `distribution` as its only transfer engine (hashed as uv
+    writes an entry)."""
+    locks = locks_without_engine(tmp_path)
     with (locks / "sglang.txt").open("a") as lock:
         lock.write(f"{distribution}==1.0.0 \\\n    --hash=sha256:{'ab' * 32}\n    # via sglang\n")
     return locks

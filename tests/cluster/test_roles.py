@@ -1,6 +1,6 @@
-"""Prefill/decode roles (--disaggregation): refused while the sglang lock pins no KV transfer engine (the
-shipped lock pins none), rendered as two LeaderWorkerSets behind the router in PD mode once a lock does,
-every object validated. SGLang's and smg's own parsers take the commands in test_sglang_parser.py and
+"""Prefill/decode roles (--disaggregation): rendered as two LeaderWorkerSets behind the router in PD mode
+with the KV transfer engine the sglang lock pins (the shipped lock: NIXL), every object validated; refused
+for a lock that pins none. SGLang's and smg's own parsers take the commands in test_sglang_parser.py and
 test_router_parser.py."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from tests.cluster.conftest import (
     check_cluster_golden,
     load_all,
     locks_with,
+    locks_without_engine,
     pins_for,
     render,
     render_args,
@@ -42,13 +43,17 @@ def _refusal(capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str]
     return err
 
 
-def test_the_shipped_lock_pins_no_transfer_engine_and_is_refused(
+def test_a_lock_without_a_transfer_engine_is_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    args = [*_args(tmp_path), *FLAGS, "--locks", str(REPO / "locks")]
-    err = _refusal(capsys, tmp_path, args)
-    assert err.startswith("error: --disaggregation: ") and f"{REPO / 'locks' / 'sglang.txt'} pins none" in err
-    assert "mooncake-transfer-engine or nixl" in err and "fix: a pins decision" in err
+    locks = locks_without_engine(tmp_path)
+    err = _refusal(capsys, tmp_path, [*_args(tmp_path), *FLAGS, "--locks", str(locks)])
+    assert err.startswith("error: --disaggregation: ") and f"{locks / 'sglang.txt'} pins none" in err
+    assert "mooncake-transfer-engine or nixl" in err and "fix: pass the --locks of an image" in err
+
+
+def test_the_shipped_lock_carries_nixl() -> None:
+    assert roles.transfer_engine(REPO / "locks") == "nixl"
 
 
 @pytest.mark.parametrize(
@@ -122,13 +127,12 @@ def test_a_lock_with_an_engine_renders_both_roles_behind_the_router(
 
 
 def test_golden_prefill_decode_deepseek_v3(tmp_path: Path) -> None:
-    locks = locks_with(tmp_path, "mooncake-transfer-engine-cuda13")
-    text = render(tmp_path, *_args(tmp_path), *FLAGS, "--locks", str(locks))
+    text = render(tmp_path, *_args(tmp_path), *FLAGS, "--locks", str(REPO / "locks"))
     check_cluster_golden(text, "serve-lws-deepseek-v3-pd-2x8.yaml")
 
 
 def test_printed_commands_name_each_role(tmp_path: Path) -> None:
-    locks = locks_with(tmp_path, "nixl")
+    locks = REPO / "locks"
     text = render(tmp_path, *_args(tmp_path), "--disaggregation", "--print-command", "--locks", str(locks))
     commands = [line for line in text.splitlines() if not line.startswith("#")]
     assert len(commands) == 4  # node 0 and 1 of each role

@@ -17,8 +17,9 @@ import pytest
 
 from epstack.cluster import router
 from tests.cluster import sglang_env
-from tests.cluster.conftest import ROUTER_IMAGE, load_all, locks_with, pins_for, render, render_args
+from tests.cluster.conftest import ROUTER_IMAGE, load_all, pins_for, render, render_args
 from tests.cluster.validation import validate_object
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.network
 
@@ -125,8 +126,9 @@ def test_the_slurm_router_parses_and_routes_to_node_0s_server(tmp_path: Path) ->
 def test_the_pd_router_parses_and_finds_each_roles_leaders(tmp_path: Path) -> None:
     pins = pins_for(tmp_path, "ib", 2)
     args = render_args(target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
-    locks = locks_with(tmp_path, "mooncake-transfer-engine-cuda13")
-    text = render(tmp_path, *args, "--disaggregation", "--router-image", ROUTER_IMAGE, "--locks", str(locks))
+    text = render(
+        tmp_path, *args, "--disaggregation", "--router-image", ROUTER_IMAGE, "--locks", str(REPO / "locks")
+    )
     objects = load_all(text)
     (good,) = _parse([_router_command(objects, "default")])
     assert good["ok"], good

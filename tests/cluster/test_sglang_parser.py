@@ -18,8 +18,8 @@ from epstack.smoke.serving import server
 from epstack.smoke.serving.command import SGLANG_ENTRY, sglang_command
 from epstack.smoke.serving.profiles import A2A_BACKENDS, PROFILES, ServePlan, serve_plan
 from tests.cluster import sglang_env
-from tests.cluster.conftest import load_all, locks_with, pins_for, render, render_args
-from tests.conftest import PINS
+from tests.cluster.conftest import load_all, pins_for, render, render_args
+from tests.conftest import PINS, REPO
 
 pytestmark = pytest.mark.network
 
@@ -124,10 +124,10 @@ def _manifest_commands(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def _role_commands(tmp_path: Path) -> list[dict[str, Any]]:
-    """--disaggregation's printed commands (a lock with mooncake): node 0 and 1 of prefill, then decode."""
+    """--disaggregation's printed commands (the shipped lock: nixl): node 0 and 1 of prefill, then decode."""
     pins = pins_for(tmp_path, "ib", 2)
     args = render_args(target="k8s", job="serve", nodes=2, gpus=GPUS, fabric="ib", pins=pins)
-    locks = locks_with(tmp_path, "mooncake-transfer-engine-cuda13")
+    locks = REPO / "locks"
     printed = render(tmp_path, *args, "--disaggregation", "--print-command", "--locks", str(locks), name="pd")
     lines = [line for line in printed.splitlines() if not line.startswith("#")]
     commands = []
@@ -237,7 +237,7 @@ def test_the_roles_parse_as_prefill_and_decode_with_deepep_v2(parsed: dict[str, 
         assert result["ok"] and not _deprecations(result), (key, result["error"] or result["warnings"])
         values = result["values"]
         assert values["disaggregation_mode"] == result["role"]
-        assert values["disaggregation_transfer_backend"] == "mooncake"
+        assert values["disaggregation_transfer_backend"] == "nixl"
         assert values["moe_a2a_backend"] == "deepep_v2" and values["deepep_v2_mode"] == "hybrid"
         if result["role"] == "prefill":
             assert values["disaggregation_bootstrap_port"] == 8998

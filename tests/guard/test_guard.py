@@ -112,6 +112,9 @@ def test_without_the_stack_exits_1_listing_every_missing_component(
         "NVVM (CUDA_HOME)",
         "CUDA headers (CUDA_HOME)",
         "sglang",
+        "nixl",
+        "nixl-cu13",
+        "nixl._api (SGLang's import)",
     }
     assert {c for c, v in verdicts.items() if v == "missing"} == missing
     mismatched = torch_rows if cpu_torch else set()

@@ -34,6 +34,10 @@ RELEASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("sglang", "0.5.23", ("torch==2.14.1", "tinydep<2")),
     ("sglang", "0.5.24", ("torch==2.14.1", "tinydep>=2")),
     ("sglang", "0.6.0", ("torch==2.15.0", "tinydep>=2")),
+    # as on PyPI: the nixl module requires both CUDA builds (the locks exclude the other major's)
+    ("nixl", "1.5.1", ("nixl-cu12==1.5.1", "nixl-cu13==1.5.1")),
+    ("nixl-cu12", "1.5.1", ("torch",)),
+    ("nixl-cu13", "1.5.1", ("torch",)),
 )
 
 

@@ -23,6 +23,7 @@ from epstack.stack import CUDA_RELEASE_WHEELS, DEEP_EP_PROVIDERS, ImageTarget
 from tests.conftest import PINS, REPO, pins_variant
 
 LOCKS = REPO / "locks"
+NIXL = "nixl==1.5.1 nixl-cu13==1.5.1"  # the sglang lock's requirements beside SGLang (pins.env NIXL_VERSION)
 
 
 def committed(name: str) -> Resolution:
@@ -106,7 +107,7 @@ def test_another_sglang_version_names_the_stale_lock(
     pins = pins_variant(tmp_path, SGLANG_VERSION="0.5.22")
     assert main(["lock", "--check", "--pins", str(pins), "--locks", str(LOCKS)]) == 1
     stale = [line for line in capsys.readouterr().err.splitlines() if "stale" in line]
-    assert stale == [f"{LOCKS}/sglang.txt: stale (requires: sglang==0.5.23 -> sglang==0.5.22)"]
+    assert stale == [f"{LOCKS}/sglang.txt: stale (requires: sglang==0.5.23 {NIXL} -> sglang==0.5.22 {NIXL})"]
 
 
 def test_a_base_pin_makes_every_lock_above_it_stale(tmp_path: Path) -> None:
@@ -171,14 +172,14 @@ def test_a_relock_resolves_only_what_changed(tmp_path: Path) -> None:
                  installable=no_install_check)  # fmt: skip
     assert run.kept == ["base", "deepep-build"] and list(run.locks) == ["sglang"]
     (call,) = uv.calls
-    assert call["requirements"] == ["sglang==0.5.22"]
+    assert call["requirements"] == ["sglang==0.5.22", *NIXL.split()]
     one_cuda = [f"{name}==13.0.*" for name in CUDA_RELEASE_WHEELS]
     assert call["constraints"] == [p.pin for p in committed("base").packages] + one_cuda
-    assert call["excludes"] == (*DEEP_EP_PROVIDERS, "nvidia-cutlass-dsl-libs-cu12")
+    assert call["excludes"] == (*DEEP_EP_PROVIDERS, "nvidia-cutlass-dsl-libs-cu12", "nixl-cu12")
     assert call["preferences"] == committed("sglang").text
     assert run.moves == [], "the recorded answer is the old lock: nothing moved"
     header = run.locks["sglang"].inputs
-    assert header["requires"] == "sglang==0.5.22"
+    assert header["requires"] == f"sglang==0.5.22 {NIXL}"
 
 
 def test_the_base_lock_is_resolved_with_the_stack_in_view(tmp_path: Path) -> None:
@@ -187,7 +188,11 @@ def test_the_base_lock_is_resolved_with_the_stack_in_view(tmp_path: Path) -> Non
     run = relock(load_pins(PINS), tmp_path / "empty", resolver=uv, installable=no_install_check)
     assert [call["name"] for call in uv.calls] == ["stack", "base", "deepep-build", "sglang"]
     stack, base, build = uv.calls[0], uv.calls[1], uv.calls[2]
-    assert stack["requirements"] == [*lock_specs(load_pins(PINS))[0].requirements, "sglang==0.5.23"]
+    assert stack["requirements"] == [
+        *lock_specs(load_pins(PINS))[0].requirements,
+        "sglang==0.5.23",
+        *NIXL.split(),
+    ]
     assert base["constraints"] == [p.pin for p in committed("base").packages]
     assert not any(str(c).startswith("setuptools==") for c in build["constraints"]), (  # type: ignore[attr-defined]
         "the build lock pins its own setuptools"
@@ -326,7 +331,7 @@ def test_a_relock_lists_every_move_and_writes_each_new_lock_whole(tmp_path: Path
     new = run.locks["sglang"]
     assert checked == [(new.resolution.text, pins.image_target)], "installed dry-run before it is written"
     assert list(run.seconds) == ["sglang"] and 0 <= run.seconds["sglang"] < 60
-    assert new.name == "sglang" and new.entries_intact and new.inputs["requires"] == "sglang==0.5.22"
+    assert new.name == "sglang" and new.entries_intact and new.inputs["requires"] == f"sglang==0.5.22 {NIXL}"
     assert write_locks(run, locks) == [locks / "sglang.txt"]
     assert (locks / "sglang.txt").read_text() == new.text
     assert (locks / "base.txt").read_text() == (LOCKS / "base.txt").read_text()

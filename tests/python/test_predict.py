@@ -96,7 +96,11 @@ def test_a_pins_change_is_predicted_against_the_committed_locks(tmp_path: Path) 
     )
 
     def uv(requirements: Sequence[str], target: ImageTarget, **options: object) -> Resolution:
-        assert options["name"] == "sglang" and list(requirements) == ["sglang==0.5.22"]
+        assert options["name"] == "sglang" and list(requirements) == [
+            "sglang==0.5.22",
+            "nixl==1.5.1",
+            "nixl-cu13==1.5.1",
+        ]
         return moved
 
     run = predict_locks(load_pins(pins_variant(tmp_path, SGLANG_VERSION="0.5.22")), locks, uv)
