@@ -18,18 +18,23 @@ into the writable cache at start (epstack.jit.install), each entry whole or not 
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path, PurePosixPath
+from typing import cast
 
 from epstack import imagepaths
+from epstack.checkrow import Check
 from epstack.document import Schema
 from epstack.errors import BadInput
 from epstack.jit import export
 from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
 from epstack.jit.install import CacheHome
+from epstack.jit.placed import placed_rows
 from epstack.jit.shipped import CacheFile, cache_file
+from epstack.jit.toolchain import Placed
 
 NAME = "deepgemm"
 TITLE = "DeepGEMM"
@@ -45,6 +50,9 @@ _ENTRY_FILE = re.compile(
 )
 _NVCC_BUILD = re.compile(r"release [\d.]+, V([\d.]+)")
 COLD_S = "125 s of the tiny profile's 287 s cold start on an H200"
+COMPONENT = f"JIT cache {TITLE}"
+GUARD_SCOPE = "sglang"
+CHECKED_AT_START = True  # where its kernels are: copied into its cache at start, or not
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,3 +204,8 @@ def placed(cache: Path, entry: str) -> bool:
 
 def made_with(key: CacheKey) -> str:
     return f"deep_gemm {key.deep_gemm}"
+
+
+def guard_rows(env: Mapping[str, str], archs: Sequence[str], *, verify_bytes: bool = True) -> list[Check]:
+    """Its shipped kernels' guard row: epstack.jit.placed's, given this module."""
+    return placed_rows(cast(Placed, sys.modules[__name__]), env, archs, verify_bytes=verify_bytes)

@@ -21,12 +21,15 @@ writable cache at start, each leaf whole or not at all.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path, PurePosixPath
+from typing import cast
 
 from epstack import imagepaths
+from epstack.checkrow import Check
 from epstack.cmd import run
 from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
@@ -34,7 +37,9 @@ from epstack.jit import export
 from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
 from epstack.jit.deepgemm import nvcc_build
 from epstack.jit.install import CacheHome
+from epstack.jit.placed import placed_rows
 from epstack.jit.shipped import CacheFile, cache_file
+from epstack.jit.toolchain import Placed
 
 NAME = "sglang"
 TITLE = "SGLang"
@@ -51,6 +56,9 @@ _LEAF_FILE = re.compile(
     r"(?:sgl_deps\.json|(?P=module)\.so)"
 )
 COLD_S = "36-38 s of the tiny profile's cold start on an H200"
+COMPONENT = f"JIT cache {TITLE}"
+GUARD_SCOPE = "sglang"
+CHECKED_AT_START = True  # where its kernels are: copied into its cache at start, or not
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,3 +232,8 @@ def placed(cache: Path, entry: str) -> bool:
 
 def made_with(key: CacheKey) -> str:
     return ", ".join(key.versions[:2]) or "no versions"
+
+
+def guard_rows(env: Mapping[str, str], archs: Sequence[str], *, verify_bytes: bool = True) -> list[Check]:
+    """Its shipped kernels' guard row: epstack.jit.placed's, given this module."""
+    return placed_rows(cast(Placed, sys.modules[__name__]), env, archs, verify_bytes=verify_bytes)
