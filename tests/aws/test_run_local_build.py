@@ -44,7 +44,12 @@ def test_build_yml_builds_guards_pushes_and_pulls_back_by_the_exported_digest(
     clean_out: None,
 ) -> None:
     out = tmp_path / "run"
-    overrides = ["EPSTACK_TARGET=hopper-ib", "EPSTACK_PUSH=top", "EPSTACK_PREDICT=no", "EPSTACK_MIN_FREE_GB=0"]
+    overrides = [
+        "EPSTACK_TARGET=hopper-ib",
+        "EPSTACK_PUSH=top",
+        "EPSTACK_PREDICT=no",
+        "EPSTACK_MIN_FREE_GB=0",
+    ]
     code = main(
         [
             "codebuild",
