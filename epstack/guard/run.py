@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
@@ -59,10 +59,9 @@ def _package_file(distribution: str, name: str) -> Path | None:
     return next((Path(str(dist.locate_file(f))) for f in files(dist)[0] if f.name == name), None)
 
 
-def shipped_cache_rows(scope: str, pins: Expected) -> list[Check]:
-    """The rows of the JIT caches the image ships whose toolchain's GUARD_SCOPE is `scope`, in the
-    registry's order."""
-    archs = pins.torch_cuda_arch_list.split()
+def shipped_cache_rows(scope: str, archs: Sequence[str]) -> list[Check]:
+    """The rows of the JIT caches of an image of `archs` whose toolchain's GUARD_SCOPE is `scope`, in
+    the registry's order."""
     return [
         row
         for chain in TOOLCHAINS
@@ -92,7 +91,7 @@ def base_checks(pins: Expected) -> list[Check]:
         *check_cuda(pins, torch, _read_maps),
         *cuda_home_checks(pins.cuda_major_minor, cuda_home(os.environ)),
         *jit_rows("base", os.environ),
-        *shipped_cache_rows("base", pins),
+        *shipped_cache_rows("base", pins.torch_cuda_arch_list.split()),
     ]
 
 
@@ -118,7 +117,7 @@ def sglang_checks(pins: Expected) -> list[Check]:
         check_distribution("sglang", pins.sglang_version),
         *check_requirements("sglang", pins.base_packages),
         *jit_rows("sglang", os.environ),
-        *shipped_cache_rows("sglang", pins),
+        *shipped_cache_rows("sglang", pins.torch_cuda_arch_list.split()),
     ]
 
 
