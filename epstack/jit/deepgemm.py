@@ -41,7 +41,6 @@ TITLE = "DeepGEMM"
 TOOL = "deep_gemm"
 AGAIN = "`epstack jit export --toolchain deepgemm` after a serve run"
 SHIPPED = Path(imagepaths.JIT) / TOOL
-CACHE = Path(imagepaths.JIT_CACHES) / TOOL  # the image's SGLANG_DG_CACHE_DIR and DG_JIT_CACHE_DIR
 DISTRIBUTIONS = ("sgl-deep-gemm", "deep-gemm")  # SGLang's build of DeepGEMM, or DeepSeek's own
 COMMITTED = ".committed"  # deep_jit's marker of a whole entry: the only ones it loads
 # A file of a committed entry, as deep_jit names them (entry: <tag>.<digest>, tag [A-Za-z0-9_]).

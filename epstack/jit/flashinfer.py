@@ -11,7 +11,8 @@ another folder and compiles, never loads these; another FlashInfer version looks
 At build, `epstack jit probe --ship` compiles MODULES in the image's FLASHINFER_WORKSPACE_BASE, one
 process per arch as a GPU node names its folder, and `ship` moves the tree under imagepaths.JIT with a
 manifest (their key, each file's sha256). At start the entrypoint copies it back into that folder,
-timestamps kept (epstack.jit.install); `ninja -n` then has nothing to do (`pending`).
+timestamps kept (epstack.jit.install); `ninja -n` then has nothing to do (`pending`), which the
+guard's row (`guard_rows`) checks with the rest.
 """
 
 from __future__ import annotations

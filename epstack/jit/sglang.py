@@ -46,7 +46,6 @@ TITLE = "SGLang"
 TOOL = "sglang_jit"
 AGAIN = "`epstack jit export --toolchain sglang` after a serve run"
 SHIPPED = Path(imagepaths.JIT) / TOOL
-CACHE = Path(imagepaths.JIT_CACHES) / TOOL  # the image's SGLANG_JIT_CACHE_DIR
 DEPS = "sgl_deps.json"  # a published leaf's dependency list, written before the leaf is renamed in
 # The distributions SGLang's build key names (cache._VERSIONED_PACKAGES), and SGLang itself.
 VERSIONED = ("sglang", "torch", "flashinfer-python", "apache-tvm-ffi", "sgl-deep-gemm", "nvidia-mathdx")

@@ -8,7 +8,7 @@ it (`libcuda_dirs`). A build has only the driver stub, so it compiles the launch
 folder in LIBCUDA_DIRS (TRITON_LIBCUDA_PATH naming it, the stub to link against) and ships them under
 imagepaths.JIT with a manifest; the entrypoint copies them into the writable TRITON_CACHE_DIR, where
 the node's own key finds its launcher. A node whose driver is elsewhere builds its own at first
-launch, as it would without these; the guard's row says which.
+launch, as it would without these; the guard's row (`guard_rows`, in the base scope) says which.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from epstack.jit.shipped import (
 SHIPPED = Path(imagepaths.JIT) / "triton"
 NAME = "triton"
 TITLE = "Triton"
-COMPONENT = "JIT cache Triton launcher"
+COMPONENT = f"JIT cache {TITLE} launcher"
 GUARD_SCOPE = "base"
 CHECKED_AT_START = True  # the launcher against the folder of the driver mounted now
 # Where a container sees libcuda.so.1 on GPU nodes, as Triton names the folder:
