@@ -29,8 +29,8 @@ from epstack.checkrow import Check
 from epstack.cmd import run
 from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
-from epstack.jit import probe
 from epstack.jit.install import CacheHome
+from epstack.jit.probereport import read_report, report_path
 from epstack.jit.shipped import (
     CacheFile,
     changed_files,
@@ -203,10 +203,10 @@ FIX = "rebuild the image: its sglang guard step compiles and ships them (`jit pr
 
 def _probed_nvcc(layer: str = "sglang") -> str:
     """The compiler version FlashInfer's probe ran in this image's build ("" without its report)."""
-    path = probe.report_path(layer)
+    path = report_path(layer)
     if not path.is_file():
         return ""
-    probes = probe.read_report(path).probes
+    probes = read_report(path).probes
     return next((p.compiler_version for p in probes if p.toolchain == "flashinfer"), "")
 
 

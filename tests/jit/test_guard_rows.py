@@ -17,7 +17,7 @@ import pytest
 from epstack.checkrow import Check
 from epstack.jit import deepep, flashinfer, triton
 from epstack.jit.deepep import FIX_EXPORT, TOOL, CacheKey, install, unpack
-from epstack.jit.probe import JitReport, Probe, report_path
+from epstack.jit.probereport import JitReport, Probe, report_path
 from tests.jit.test_deepep import KEY, export_of, fake_install, h200_kernels, sha256
 from tests.jit.test_flashinfer import MODULE, VERSION, compile_module
 from tests.jit.test_flashinfer import key as modules_key
