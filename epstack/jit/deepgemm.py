@@ -18,23 +18,23 @@ into the writable cache at start (epstack.jit.install), each entry whole or not 
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path, PurePosixPath
-from typing import cast
 
 from epstack import imagepaths
 from epstack.checkrow import Check
 from epstack.document import Schema
 from epstack.errors import BadInput
-from epstack.jit import export
+from epstack.jit import (
+    deepgemm,  # noqa: PLW0406 (this module, as the Placed toolchain its guard row reads: mypy checks it)
+    export,
+)
 from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
 from epstack.jit.install import CacheHome
 from epstack.jit.placed import placed_rows
 from epstack.jit.shipped import CacheFile, cache_file
-from epstack.jit.toolchain import Placed
 
 NAME = "deepgemm"
 TITLE = "DeepGEMM"
@@ -207,4 +207,4 @@ def made_with(key: CacheKey) -> str:
 
 def guard_rows(env: Mapping[str, str], archs: Sequence[str], *, verify_bytes: bool = True) -> list[Check]:
     """Its shipped kernels' guard row: epstack.jit.placed's, given this module."""
-    return placed_rows(cast(Placed, sys.modules[__name__]), env, archs, verify_bytes=verify_bytes)
+    return placed_rows(deepgemm, env, archs, verify_bytes=verify_bytes)

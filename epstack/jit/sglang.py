@@ -21,25 +21,25 @@ writable cache at start, each leaf whole or not at all.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path, PurePosixPath
-from typing import cast
 
 from epstack import imagepaths
 from epstack.checkrow import Check
 from epstack.cmd import run
 from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
-from epstack.jit import export
+from epstack.jit import (
+    export,
+    sglang,  # noqa: PLW0406 (this module, as the Placed toolchain its guard row reads: mypy checks it)
+)
 from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
 from epstack.jit.deepgemm import nvcc_build
 from epstack.jit.install import CacheHome
 from epstack.jit.placed import placed_rows
 from epstack.jit.shipped import CacheFile, cache_file
-from epstack.jit.toolchain import Placed
 
 NAME = "sglang"
 TITLE = "SGLang"
@@ -235,4 +235,4 @@ def made_with(key: CacheKey) -> str:
 
 def guard_rows(env: Mapping[str, str], archs: Sequence[str], *, verify_bytes: bool = True) -> list[Check]:
     """Its shipped kernels' guard row: epstack.jit.placed's, given this module."""
-    return placed_rows(cast(Placed, sys.modules[__name__]), env, archs, verify_bytes=verify_bytes)
+    return placed_rows(sglang, env, archs, verify_bytes=verify_bytes)

@@ -21,7 +21,7 @@ from epstack.jit.install import CacheHome
 class Toolchain(Protocol):
     """A toolchain whose compiled kernels the image ships, installs at start and guards."""
 
-    NAME: str  # its name on the command line: `jit export --toolchain NAME`
+    NAME: str  # its name: `jit export --toolchain NAME` for an exported one
     TITLE: str  # in messages: "DeepGEMM"
     SHIPPED: Path  # where the image ships its kernels, under imagepaths.JIT
     HOME: CacheHome  # its writable cache, which `epstack jit install` fills from SHIPPED at start
