@@ -24,6 +24,7 @@ from epstack.commands.common import (
     LOCKS,
     PINS,
     SubParsers,
+    from_args,
     one_line,
     path_arg,
     pins_path,
@@ -185,7 +186,9 @@ def _site(args: argparse.Namespace) -> site.Site:
     if args.pod_monitor_label and not args.pod_monitor:
         raise BadInput("--pod-monitor-label: labels the PodMonitor; fix: add --pod-monitor")
     env = _site_env(args)
-    return site.Site(
+    return from_args(
+        site.Site,
+        args,
         model=_storage(args, "model", model_default),
         cache=_storage(args, "cache", "host:" + node_dir.format("jit-cache")),
         results=_storage(args, "results", "host:" + node_dir.format("results")),
@@ -195,10 +198,7 @@ def _site(args: argparse.Namespace) -> site.Site:
         annotations=site.split_pairs(args.annotation),
         node_selector=selector,
         tolerations=tuple(dict.fromkeys([site.GPU_TAINT, *args.toleration])),
-        host_network=args.host_network,
-        privileged=args.privileged,
         topology_key=args.topology_key or "",
-        cpus_per_gpu=args.cpus_per_gpu,
         startup_timeout_s=args.startup_timeout,
     )
 
@@ -310,9 +310,9 @@ def _k8s_render(args: argparse.Namespace, job: Job, role_jobs: tuple[Job, ...]) 
             "--storage-class: the class of the shared model claim; fix: add --model-storage shared:SIZE "
             "(the default for a serve job on 2 or more nodes), or drop it"
         )
-    settings = k8s.PodSettings(
-        shm_size=args.shm_size,
-        memory=args.memory,
+    settings = from_args(
+        k8s.PodSettings,
+        args,
         rdma_resource=args.rdma_resource or "",
         storage_class=args.storage_class or "",
         pod_monitor=site.split_pairs(args.pod_monitor_label) if args.pod_monitor else None,

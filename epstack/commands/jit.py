@@ -23,7 +23,8 @@ from epstack.inputs import read_bytes
 from epstack.jit import export, flashinfer, triton
 from epstack.jit.gpuexport import export as export_cache
 from epstack.jit.install import install
-from epstack.jit.probe import TIMEOUT_S, TOOLCHAINS, JitReport, probe_layer, report_path
+from epstack.jit.probe import TIMEOUT_S, TOOLCHAINS, probe_layer
+from epstack.jit.probereport import JitReport, report_path
 from epstack.jit.registry import EXPORTED, INSTALLED, by_kind, kinds
 from epstack.jit.shipped import sha256_hex
 from epstack.layers import LAYER_NAMES

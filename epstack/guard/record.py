@@ -40,7 +40,8 @@ from epstack.document import Schema
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.guard.libraries import LoadedRuntime, loaded_cuda_runtime
 from epstack.guard.onecuda import cuda_home
-from epstack.jit.probe import STEERING, reports_folder
+from epstack.jit.probe import STEERING
+from epstack.jit.probereport import reports_folder
 
 # What decides the guard's rows besides the files: what the loader loads (glibc's UNSECURE_ENVVARS,
 # sysdeps/generic/unsecvars.h, the variables it drops for setuid programs because they steer loading,

@@ -1,8 +1,9 @@
 """The guard: is what this Python has installed and loaded exactly what pins.env pins?
 
 Each check is a small function returning Check rows (guard.distributions, libraries, deepep,
-onecuda, epstack.jit.probe); each guard scope runs its own checks and those of the scopes below it, because
-an upper layer's install is what moves a lower layer's pins. Runtime facts beat package claims: NCCL
+onecuda, epstack.jit.probe, each JIT toolchain's `guard_rows` through epstack.jit.registry); each
+guard scope runs its own checks and those of the scopes below it, because an upper layer's install is
+what moves a lower layer's pins. Runtime facts beat package claims: NCCL
 is the libnccl mapped into this process, never torch.cuda.nccl.version().
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
@@ -36,18 +37,12 @@ from epstack.guard.distributions import (
     closure_report,
 )
 from epstack.guard.expected import Expected, load_expected
-from epstack.guard.kernelcache import (
-    exported_cache_rows,
-    flashinfer_cache_rows,
-    kernel_cache_rows,
-    triton_launcher_rows,
-)
 from epstack.guard.libraries import check_cuda, check_nccl_loaded, try_import
 from epstack.guard.onecuda import cuda_home, cuda_home_checks, other_major_check, release_wheel_checks
 from epstack.guard.report import GuardReport
 from epstack.guard.transfer import nixl_checks
 from epstack.jit.probe import layer_rows as jit_rows
-from epstack.jit.registry import PLACED
+from epstack.jit.registry import TOOLCHAINS
 from epstack.layers import guard_scopes
 from epstack.python import closure
 from epstack.python.distinfo import files, find
@@ -63,6 +58,17 @@ def _package_file(distribution: str, name: str) -> Path | None:
     except metadata.PackageNotFoundError:
         return None
     return next((Path(str(dist.locate_file(f))) for f in files(dist)[0] if f.name == name), None)
+
+
+def shipped_cache_rows(scope: str, archs: Sequence[str]) -> list[Check]:
+    """The rows of the JIT caches of an image of `archs` whose toolchain's GUARD_SCOPE is `scope`, in
+    the registry's order."""
+    return [
+        row
+        for chain in TOOLCHAINS
+        if scope == chain.GUARD_SCOPE
+        for row in chain.guard_rows(os.environ, archs)
+    ]
 
 
 def python_checks(pins: Expected) -> list[Check]:
@@ -86,7 +92,7 @@ def base_checks(pins: Expected) -> list[Check]:
         *check_cuda(pins, torch, _read_maps),
         *cuda_home_checks(pins.cuda_major_minor, cuda_home(os.environ)),
         *jit_rows("base", os.environ),
-        *triton_launcher_rows(os.environ),
+        *shipped_cache_rows("base", pins.torch_cuda_arch_list.split()),
     ]
 
 
@@ -113,13 +119,7 @@ def sglang_checks(pins: Expected) -> list[Check]:
         *nixl_checks(pins),
         *check_requirements("sglang", pins.base_packages),
         *jit_rows("sglang", os.environ),
-        *kernel_cache_rows(os.environ, pins.torch_cuda_arch_list.split()),
-        *(
-            row
-            for chain in PLACED
-            for row in exported_cache_rows(chain, os.environ, pins.torch_cuda_arch_list.split())
-        ),
-        *flashinfer_cache_rows(os.environ, pins.torch_cuda_arch_list.split()),
+        *shipped_cache_rows("sglang", pins.torch_cuda_arch_list.split()),
     ]
 
 

@@ -3,9 +3,10 @@ decides it changed (guard.record), and checks now only what can change after the
 
 Checked now, without importing torch: the NVIDIA driver the runtime mounted (libcuda.so.1 through
 ctypes, against the pinned CUDA as check_cuda judges it), DeepEP's JIT cache, writable by this user
-on this file system, DeepGEMM's shipped kernels and FlashInfer's modules where each looks for them,
-and Triton's shipped launcher against the folder of the driver mounted now (their bytes are the
-build's: the record covers the image's files). Every other row is the build report's, marked proven
+on this file system, and the row of each JIT toolchain of epstack.jit.registry that CHECKED_AT_START
+(DeepGEMM's and SGLang's kernels and FlashInfer's modules where each looks for them, Triton's launcher
+against the folder of the driver mounted now; their bytes are the build's: the record covers the
+image's files). Every other row is the build report's, marked proven
 at build.
 """
 
@@ -18,18 +19,10 @@ from pathlib import Path
 from epstack.checkrow import Check
 from epstack.guard.deepep import JIT_CACHE, check_jit_cache
 from epstack.guard.expected import load_expected
-from epstack.guard.kernelcache import (
-    FLASHINFER,
-    TRITON,
-    cache_component,
-    exported_cache_rows,
-    flashinfer_cache_rows,
-    triton_launcher_rows,
-)
 from epstack.guard.libraries import CUDA_DRIVER, CUDA_RUNTIME, CUDA_SKIPPED, live_cuda_rows
 from epstack.guard.record import read_record, what_changed
 from epstack.guard.report import GUARD_REPORT, GuardReport
-from epstack.jit.registry import PLACED
+from epstack.jit.registry import TOOLCHAINS
 from epstack.layers import guard_scopes
 
 CUDA_COMPONENTS = frozenset({CUDA_SKIPPED, CUDA_RUNTIME, CUDA_DRIVER})
@@ -56,7 +49,8 @@ def trusted_report(pins: Path, layer: str, locks: Path | None, env: Mapping[str,
     expected = load_expected(pins, [scope.name for scope in guard_scopes(layer)[0]])
     rows: list[Check] = []
     live = 0
-    placed = {cache_component(chain): chain for chain in PLACED}
+    archs = expected.torch_cuda_arch_list.split()
+    checked = {chain.COMPONENT: chain for chain in TOOLCHAINS if chain.CHECKED_AT_START}
     for row in built.checks:
         if row.component in CUDA_COMPONENTS:
             if any(check.component in CUDA_COMPONENTS for check in rows):
@@ -64,13 +58,8 @@ def trusted_report(pins: Path, layer: str, locks: Path | None, env: Mapping[str,
             now = live_cuda_rows(expected.cuda_major_minor, record.cuda_runtime)
         elif row.component == JIT_CACHE:
             now = [check_jit_cache(env)]
-        elif row.component == FLASHINFER:
-            now = flashinfer_cache_rows(env, expected.torch_cuda_arch_list.split(), verify_bytes=False)
-        elif row.component in placed:
-            archs = expected.torch_cuda_arch_list.split()
-            now = exported_cache_rows(placed[row.component], env, archs, verify_bytes=False)
-        elif row.component == TRITON:
-            now = triton_launcher_rows(env, verify_bytes=False)
+        elif row.component in checked:
+            now = checked[row.component].guard_rows(env, archs, verify_bytes=False)
         else:
             rows.append(replace(row, detail=f"{row.detail}; {PROVEN}" if row.detail else PROVEN))
             continue

@@ -22,19 +22,29 @@ from importlib import metadata
 from pathlib import Path, PurePosixPath
 
 from epstack import imagepaths
+from epstack.checkrow import Check
 from epstack.cmd import run
 from epstack.deepepmanifest import DEEPEP_MANIFEST, manifest_path
 from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
 from epstack.jit import export
 from epstack.jit.install import CacheHome
-from epstack.jit.shipped import CacheFile, cache_file
+from epstack.jit.shipped import CacheFile, cache_file, changed_files, manifest_beside, none_shipped
 
 NAME = "deepep"
 TITLE = "DeepEP"
 TOOL = "deep_ep"
 AGAIN = "`epstack smoke elastic --export-jit-cache FILE`"
 SHIPPED = Path(imagepaths.JIT) / TOOL  # the kernels, as DeepEP lays them out under its cache dir
+COMPONENT = "JIT cache DeepEP"
+GUARD_SCOPE = "sglang"
+# Its row holds nothing that changes after the build; the start checks its writable cache instead
+# (epstack.guard.deepep.check_jit_cache).
+CHECKED_AT_START = False
+FIX_EXPORT = (
+    "on a GPU, `epstack smoke elastic --export-jit-cache FILE` in this image, then "
+    "`epstack jit layer --image IMAGE --export FILE`"
+)
 # A kernel file as DeepEP names it, a plain name in cache/kernel.<name>.<hash>/ (never "..").
 _KERNEL_FILE = re.compile(r"cache/kernel\.[A-Za-z0-9_]+\.[0-9a-f]+/[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _NVCC_RELEASE = re.compile(r"release (\d+\.\d+)")
@@ -224,3 +234,49 @@ def install(manifest: KernelCache, files: Mapping[str, bytes], into: Path) -> No
 def install_differences(key: CacheKey, archs: Sequence[str], env: Mapping[str, str]) -> list[str]:
     """Everything that keeps an export's kernels from loading in this install (archs: the image's)."""
     return [d for d in (arch_difference(key.arch, archs), *key_differences(key, image_key(env))) if d]
+
+
+def guard_rows(
+    env: Mapping[str, str], archs: Sequence[str], folder: Path = SHIPPED, *, verify_bytes: bool = True
+) -> list[Check]:
+    """The shipped kernels in `folder`: intact and made for this install (`verify_bytes`)."""
+    manifest_path = manifest_beside(folder)
+    expected = f"DeepEP kernels for {' '.join(archs) or 'the image'}"
+    if not manifest_path.is_file():
+        return [
+            none_shipped(
+                COMPONENT, expected, "each kernel compiles at first use (3.6-6.1 s on an H200)", FIX_EXPORT
+            )
+        ]
+    manifest = KERNEL_CACHE.read(manifest_path)
+    key = manifest.key
+    found = (
+        f"{manifest.kernels} kernels, {len(manifest.files)} files, {manifest.bytes:,} bytes; "
+        f"sm {key.arch} ({key.device}, {key.sm_count} SMs), nvcc {key.nvcc}"
+    )
+    damaged = changed_files(folder, manifest.files) if verify_bytes else []
+    if damaged:
+        return [
+            Check(
+                component=COMPONENT,
+                expected=f"{expected}, as {manifest_path.name} lists them",
+                found=found,
+                verdict="mismatch",
+                detail=f"{len(damaged)} missing or changed, e.g. {damaged[0]}",
+                fix=f"rebuild the layer; {FIX_EXPORT}",
+            )
+        ]
+    differences = install_differences(key, archs, env) if verify_bytes else []
+    if differences:
+        return [
+            Check(
+                component=COMPONENT,
+                expected=f"{expected}, made in this image",
+                found=found,
+                verdict="mismatch",
+                detail=f"made for another install ({'; '.join(differences)}): DeepEP would compile "
+                "every kernel again, never load these",
+                fix=FIX_EXPORT,
+            )
+        ]
+    return [Check(component=COMPONENT, expected=expected, found=found, verdict="ok", detail=str(folder))]

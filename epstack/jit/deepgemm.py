@@ -24,11 +24,16 @@ from importlib import metadata
 from pathlib import Path, PurePosixPath
 
 from epstack import imagepaths
+from epstack.checkrow import Check
 from epstack.document import Schema
 from epstack.errors import BadInput
-from epstack.jit import export
+from epstack.jit import (
+    deepgemm,  # noqa: PLW0406 (this module, as the Placed toolchain its guard row reads: mypy checks it)
+    export,
+)
 from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
 from epstack.jit.install import CacheHome
+from epstack.jit.placed import placed_rows
 from epstack.jit.shipped import CacheFile, cache_file
 
 NAME = "deepgemm"
@@ -36,7 +41,6 @@ TITLE = "DeepGEMM"
 TOOL = "deep_gemm"
 AGAIN = "`epstack jit export --toolchain deepgemm` after a serve run"
 SHIPPED = Path(imagepaths.JIT) / TOOL
-CACHE = Path(imagepaths.JIT_CACHES) / TOOL  # the image's SGLANG_DG_CACHE_DIR and DG_JIT_CACHE_DIR
 DISTRIBUTIONS = ("sgl-deep-gemm", "deep-gemm")  # SGLang's build of DeepGEMM, or DeepSeek's own
 COMMITTED = ".committed"  # deep_jit's marker of a whole entry: the only ones it loads
 # A file of a committed entry, as deep_jit names them (entry: <tag>.<digest>, tag [A-Za-z0-9_]).
@@ -45,6 +49,9 @@ _ENTRY_FILE = re.compile(
 )
 _NVCC_BUILD = re.compile(r"release [\d.]+, V([\d.]+)")
 COLD_S = "125 s of the tiny profile's 287 s cold start on an H200"
+COMPONENT = f"JIT cache {TITLE}"
+GUARD_SCOPE = "sglang"
+CHECKED_AT_START = True  # where its kernels are: copied into its cache at start, or not
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,3 +203,8 @@ def placed(cache: Path, entry: str) -> bool:
 
 def made_with(key: CacheKey) -> str:
     return f"deep_gemm {key.deep_gemm}"
+
+
+def guard_rows(env: Mapping[str, str], archs: Sequence[str], *, verify_bytes: bool = True) -> list[Check]:
+    """Its shipped kernels' guard row: epstack.jit.placed's, given this module."""
+    return placed_rows(deepgemm, env, archs, verify_bytes=verify_bytes)

@@ -11,26 +11,41 @@ another folder and compiles, never loads these; another FlashInfer version looks
 At build, `epstack jit probe --ship` compiles MODULES in the image's FLASHINFER_WORKSPACE_BASE, one
 process per arch as a GPU node names its folder, and `ship` moves the tree under imagepaths.JIT with a
 manifest (their key, each file's sha256). At start the entrypoint copies it back into that folder,
-timestamps kept (epstack.jit.install); `ninja -n` then has nothing to do (`pending`).
+timestamps kept (epstack.jit.install); `ninja -n` then has nothing to do (`pending`), which the
+guard's row (`guard_rows`) checks with the rest.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import shutil
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
 from epstack import imagepaths
+from epstack.checkrow import Check
 from epstack.cmd import run
 from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
 from epstack.jit.install import CacheHome
-from epstack.jit.shipped import CacheFile, install_folder, manifest_beside, sha256_hex
+from epstack.jit.probereport import read_report, report_path
+from epstack.jit.shipped import (
+    CacheFile,
+    changed_files,
+    install_folder,
+    manifest_beside,
+    none_shipped,
+    sha256_hex,
+)
 
 SHIPPED = Path(imagepaths.JIT) / "flashinfer"  # the workspace's .cache/flashinfer tree, read-only
+NAME = "flashinfer"
+TITLE = "FlashInfer"
+COMPONENT = f"JIT cache {TITLE}"
+GUARD_SCOPE = "sglang"
+CHECKED_AT_START = True  # where its modules are, and whether ninja would build them again
 # The modules SGLang 0.5.23 compiles on its serve path for the profiles epstack knows: its default
 # sampler is FlashInfer's (`_sampling_backend_default`, srt/arg_groups/overrides.py), and sglang-kernel's
 # rmsnorm calls FlashInfer's `norm` (sgl_kernel/elementwise.py), whose CUDA JIT module took 35-39 s of
@@ -181,3 +196,115 @@ def pending(base: Path, manifest: ShippedModules) -> dict[str, str]:
             steps = [line for line in lines if line.startswith("[")]
             found[relative.as_posix()] = (steps or lines or [result.stderr.strip()])[0]
     return found
+
+
+FIX = "rebuild the image: its sglang guard step compiles and ships them (`jit probe --ship`)"
+
+
+def _probed_nvcc(layer: str = "sglang") -> str:
+    """The compiler version FlashInfer's probe ran in this image's build ("" without its report)."""
+    path = report_path(layer)
+    if not path.is_file():
+        return ""
+    probes = read_report(path).probes
+    return next((p.compiler_version for p in probes if p.toolchain == "flashinfer"), "")
+
+
+def guard_rows(
+    env: Mapping[str, str],
+    archs: Sequence[str],
+    folder: Path = SHIPPED,
+    *,
+    verify_bytes: bool = True,
+) -> list[Check]:
+    """FlashInfer's shipped modules: intact (`verify_bytes`; the start trusts the build's record for
+    them), made for this image, and where FlashInfer looks now (copied there at start, ninja idle)."""
+    manifest = read_manifest(folder)
+    expected = f"FlashInfer modules for {' '.join(archs) or 'the image'}"
+    if manifest is None:
+        return [
+            none_shipped(
+                COMPONENT,
+                expected,
+                "each module compiles at first use (sampling: 86-456 s of nvcc)",
+                FIX,
+            )
+        ]
+    key = manifest.key
+    row = Check(
+        component=COMPONENT,
+        expected=expected,
+        found=f"{', '.join(manifest.modules)}: {len(manifest.files)} files, {manifest.bytes:,} bytes; "
+        f"flashinfer {key.flashinfer}, {' '.join(key.archs)}, {key.nvcc}",
+        verdict="ok",
+    )
+    problem = _foreign(manifest, folder, archs, verify_bytes)
+    if problem:
+        return [
+            replace(
+                row,
+                expected=f"{expected}, made in this image",
+                verdict="mismatch",
+                detail=problem,
+                fix=FIX,
+            )
+        ]
+    if "norm" in manifest.modules and norm_compiles_cute_dsl(env):
+        return [
+            replace(
+                row,
+                verdict="warn",
+                detail=f"{USE_CUDA_NORM} is not 1: FlashInfer's rmsnorm takes its CuTe DSL "
+                "kernels, compiled at first use, not the shipped norm module",
+                fix=f"{USE_CUDA_NORM}=1 (the image sets it)",
+            )
+        ]
+    return [_placement(row, manifest, folder, workspace(env))]
+
+
+def _foreign(manifest: ShippedModules, folder: Path, archs: Sequence[str], verify_bytes: bool) -> str:
+    """Why the shipped modules are not this image's ("" when they are)."""
+    broken = changed_files(folder, manifest.files) if verify_bytes else []
+    if broken:
+        return (
+            f"{len(broken)} files missing or changed since {manifest_beside(folder).name}, e.g. {broken[0]}"
+        )
+    key = manifest.key
+    made = {"flashinfer": key.flashinfer, "archs": " ".join(key.archs), "nvcc": key.nvcc}
+    here = {
+        "flashinfer": installed_version(),
+        "archs": " ".join(archs),
+        "nvcc": _probed_nvcc() or key.nvcc,
+    }
+    differences = [f"{name} {made[name]} != {value}" for name, value in here.items() if made[name] != value]
+    if differences:
+        return (
+            f"made for another install ({'; '.join(differences)}): FlashInfer would compile them "
+            "again, never load these"
+        )
+    return ""
+
+
+def _placement(row: Check, manifest: ShippedModules, folder: Path, base: Path) -> Check:
+    """The row as FlashInfer will find the modules in workspace `base`: copied there, ninja idle."""
+    built_in = manifest.key.workspace
+    if str(base) != built_in:
+        return replace(
+            row,
+            verdict="warn",
+            detail=f"FLASHINFER_WORKSPACE_BASE is {base}; they were built in {built_in} and FlashInfer "
+            "names its objects by absolute path, so they compile again at first use",
+            fix=f"FLASHINFER_WORKSPACE_BASE={built_in}, writable (a cluster job's cache mount is)",
+        )
+    rebuilt = pending(base, manifest)
+    if rebuilt and set(rebuilt.values()) == {"not copied"}:
+        return replace(row, detail=f"{folder}; the entrypoint copies them into {base} at start")
+    if rebuilt:
+        module, step = next(iter(rebuilt.items()))
+        return replace(
+            row,
+            verdict="warn",
+            detail=f"in {base}, ninja would build {len(rebuilt)} again, e.g. {module}: {step}",
+            fix="start through the image's entrypoint, which copies them with their timestamps",
+        )
+    return replace(row, detail=f"in {base}: ninja has nothing to build")

@@ -17,18 +17,15 @@ import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
 
-from epstack import imagepaths
 from epstack.checkrow import Check
 from epstack.cmd import run
-from epstack.document import Schema
 from epstack.errors import EpstackError
 from epstack.jit.compiles import Compiled, epstack_python
+from epstack.jit.probereport import JitReport, Probe, read_report, report_path
 
-REPORTS = Path(imagepaths.REPORTS)
 TIMEOUT_S = 1200.0
 # Environment variables that decide which compiler a toolchain runs: recorded by the probe, compared
 # by the guard (a container that sets another CUDA_HOME runs another compiler than the one proven).
@@ -36,7 +33,6 @@ STEERING = (
     *("CUDA_HOME", "CUDA_PATH", "CC", "CXX"),
     *("TRITON_PTXAS_PATH", "FLASHINFER_NVCC", "EP_JIT_NVCC_COMPILER", "DG_JIT_NVCC_COMPILER"),
 )
-Verdict = Literal["ok", "failed", "skipped"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,59 +82,6 @@ TOOLCHAINS = (
         "(deep_jit/backend/cuda/options.hpp: Device::get_prop, cudaGetDeviceProperties)",
     ),
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Probe:
-    """How one toolchain's compile went."""
-
-    toolchain: str
-    title: str
-    module: str
-    verdict: Verdict
-    compiler: str = ""  # the compiler the toolchain runs, as it chooses it
-    compiler_version: str = ""
-    seconds: float = 0.0
-    detail: str = ""  # the compiler's own error, or why it was skipped
-    steering: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True)
-class JitReport:
-    layer: str
-    archs: tuple[str, ...]
-    probes: tuple[Probe, ...]
-
-    @property
-    def ok(self) -> bool:
-        return all(probe.verdict != "failed" for probe in self.probes)
-
-    def to_json(self) -> str:
-        return JIT_REPORT.dumps(self)
-
-
-JIT_REPORT = Schema(
-    name="jit-report",
-    version=1,
-    model=JitReport,
-    what="a JIT probe report",
-    fix="`epstack jit probe` again",
-)
-
-
-def reports_folder() -> Path:
-    """Where the image keeps its layers' reports; EPSTACK_REPORTS names another folder."""
-    return Path(os.environ.get("EPSTACK_REPORTS") or REPORTS)
-
-
-def report_path(layer: str) -> Path:
-    """Where the image keeps a layer's JIT report."""
-    return reports_folder() / f"jit-{layer}.json"
-
-
-def read_report(path: Path) -> JitReport:
-    """A report the probe wrote; BadInput naming the file for anything else."""
-    return JIT_REPORT.read(path)
 
 
 def _empty_caches(work: Path, archs: Sequence[str]) -> dict[str, str]:

@@ -1,17 +1,18 @@
-"""The JIT toolchains epstack ships caches of, by the name `jit export --toolchain` takes."""
+"""The JIT toolchains epstack ships caches of: every one in TOOLCHAINS, in the order `epstack jit install`
+copies their caches at container start; those a GPU run exports by the name `jit export --toolchain`
+takes."""
 
 from __future__ import annotations
 
 from epstack.jit import deepep, deepgemm, flashinfer, sglang, triton
 from epstack.jit.export import Kind
 from epstack.jit.install import CacheHome
-from epstack.jit.toolchain import Exported, Placed
+from epstack.jit.toolchain import Exported, Toolchain
 
-EXPORTED: dict[str, Exported] = {"deepep": deepep, "deepgemm": deepgemm, "sglang": sglang}
-# Those a serve run makes, whose guard row looks for each entry in the live cache.
-PLACED: tuple[Placed, ...] = (deepgemm, sglang)
+TOOLCHAINS: tuple[Toolchain, ...] = (deepep, deepgemm, sglang, flashinfer, triton)
+EXPORTED: dict[str, Exported] = {toolchain.NAME: toolchain for toolchain in (deepep, deepgemm, sglang)}
 # Every shipped cache `jit install` copies into its writable one at container start, in this order.
-INSTALLED: tuple[CacheHome, ...] = (deepep.HOME, deepgemm.HOME, sglang.HOME, flashinfer.HOME, triton.HOME)
+INSTALLED: tuple[CacheHome, ...] = tuple(toolchain.HOME for toolchain in TOOLCHAINS)
 
 
 def by_kind(kind: Kind) -> Exported:

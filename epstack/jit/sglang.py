@@ -27,13 +27,18 @@ from importlib import metadata
 from pathlib import Path, PurePosixPath
 
 from epstack import imagepaths
+from epstack.checkrow import Check
 from epstack.cmd import run
 from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
-from epstack.jit import export
+from epstack.jit import (
+    export,
+    sglang,  # noqa: PLW0406 (this module, as the Placed toolchain its guard row reads: mypy checks it)
+)
 from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
 from epstack.jit.deepgemm import nvcc_build
 from epstack.jit.install import CacheHome
+from epstack.jit.placed import placed_rows
 from epstack.jit.shipped import CacheFile, cache_file
 
 NAME = "sglang"
@@ -41,7 +46,6 @@ TITLE = "SGLang"
 TOOL = "sglang_jit"
 AGAIN = "`epstack jit export --toolchain sglang` after a serve run"
 SHIPPED = Path(imagepaths.JIT) / TOOL
-CACHE = Path(imagepaths.JIT_CACHES) / TOOL  # the image's SGLANG_JIT_CACHE_DIR
 DEPS = "sgl_deps.json"  # a published leaf's dependency list, written before the leaf is renamed in
 # The distributions SGLang's build key names (cache._VERSIONED_PACKAGES), and SGLang itself.
 VERSIONED = ("sglang", "torch", "flashinfer-python", "apache-tvm-ffi", "sgl-deep-gemm", "nvidia-mathdx")
@@ -51,6 +55,9 @@ _LEAF_FILE = re.compile(
     r"(?:sgl_deps\.json|(?P=module)\.so)"
 )
 COLD_S = "36-38 s of the tiny profile's cold start on an H200"
+COMPONENT = f"JIT cache {TITLE}"
+GUARD_SCOPE = "sglang"
+CHECKED_AT_START = True  # where its kernels are: copied into its cache at start, or not
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,3 +231,8 @@ def placed(cache: Path, entry: str) -> bool:
 
 def made_with(key: CacheKey) -> str:
     return ", ".join(key.versions[:2]) or "no versions"
+
+
+def guard_rows(env: Mapping[str, str], archs: Sequence[str], *, verify_bytes: bool = True) -> list[Check]:
+    """Its shipped kernels' guard row: epstack.jit.placed's, given this module."""
+    return placed_rows(sglang, env, archs, verify_bytes=verify_bytes)

@@ -1,6 +1,7 @@
 """A shipped JIT cache: a read-only folder under imagepaths.JIT, its manifest beside it (<folder>.json,
 each file's sha256) and the same digests as a sha256sum list (<folder>.sha256), which the entrypoint
-checks before it copies the folder into a writable cache (epstack.jit.install)."""
+checks before it copies the folder into a writable cache (epstack.jit.install); and the guard row of
+a cache none is shipped of."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from epstack.checkrow import Check
 from epstack.errors import BadInput
 
 
@@ -19,6 +21,18 @@ class CacheFile:
     path: str  # relative to the cache folder, e.g. cache/kernel.dispatch.<hash>/kernel.cubin
     sha256: str
     bytes: int
+
+
+def none_shipped(component: str, expected: str, detail: str, fix: str) -> Check:
+    """The guard row of a cache the image does not ship: skipped, with what the tool does without it."""
+    return Check(
+        component=component,
+        expected=expected,
+        found="none shipped",
+        verdict="skipped",
+        detail=detail,
+        fix=fix,
+    )
 
 
 def sha256_hex(data: bytes) -> str:

@@ -1,7 +1,11 @@
-"""What every JIT toolchain whose kernels are made on a GPU offers (DeepEP, DeepGEMM, SGLang's own): one
-module each in epstack.jit satisfies this protocol, and epstack.jit.registry lists them. The commands
-(`jit export`, `jit unpack`, `jit layer`) walk the registry; adding such a toolchain is one module and its
-registry line (docs/contributing.md)."""
+"""What every JIT toolchain epstack ships a cache of offers: one module each in epstack.jit (deepep,
+deepgemm, sglang, flashinfer, triton) satisfies `Toolchain`, and epstack.jit.registry lists them in
+TOOLCHAINS (mypy checks each against it). Those whose kernels a GPU run exports (DeepEP, DeepGEMM,
+SGLang's own) satisfy `Exported` too, which `jit export`, `jit unpack` and `jit layer` walk; those whose
+shipped kernels the guard looks for in the live cache, entry by entry, satisfy `Placed` (their row is
+epstack.jit.placed's). Each toolchain's guard row is its own `guard_rows`: it needs only
+epstack.checkrow, so the rows live beside what they check and the guard (one floor up) iterates the
+registry, naming no toolchain. Adding one is its module and its registry line (docs/contributing.md)."""
 
 from __future__ import annotations
 
@@ -9,16 +13,34 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from epstack.checkrow import Check
 from epstack.jit.export import Kind
+from epstack.jit.install import CacheHome
 
 
-class Exported(Protocol):
+class Toolchain(Protocol):
+    """A toolchain whose compiled kernels the image ships, installs at start and guards."""
+
+    NAME: str  # its name: `jit export --toolchain NAME` for an exported one
+    TITLE: str  # in messages: "DeepGEMM"
+    SHIPPED: Path  # where the image ships its kernels, under imagepaths.JIT
+    HOME: CacheHome  # its writable cache, which `epstack jit install` fills from SHIPPED at start
+    COMPONENT: str  # its guard row's component: "JIT cache DeepGEMM"
+    GUARD_SCOPE: str  # the guard scope whose build checks its row: "sglang"
+    CHECKED_AT_START: bool  # whether the start guard checks its row again, or keeps the build's
+
+    def guard_rows(
+        self, env: Mapping[str, str], archs: Sequence[str], *, verify_bytes: bool = True
+    ) -> list[Check]:
+        """Its guard row for an image of `archs`: shipped or not, intact and made for this install
+        (`verify_bytes`; at start the build's record vouches for both), and where it loads them."""
+        ...
+
+
+class Exported(Toolchain, Protocol):
     """A toolchain whose cache a GPU run exports and a layer over the image unpacks by digest."""
 
-    NAME: str  # `jit export --toolchain NAME`
-    TITLE: str  # in messages: "DeepGEMM"
     TOOL: str  # its folder in an export and under the image's JIT folder: "deep_gemm"
-    SHIPPED: Path  # where `jit unpack` puts its kernels in the image
     KIND: Kind  # its archive's manifest schema and file names
     AGAIN: str  # how to make its kernels again, for a fix
 

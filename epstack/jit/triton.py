@@ -8,27 +8,40 @@ it (`libcuda_dirs`). A build has only the driver stub, so it compiles the launch
 folder in LIBCUDA_DIRS (TRITON_LIBCUDA_PATH naming it, the stub to link against) and ships them under
 imagepaths.JIT with a manifest; the entrypoint copies them into the writable TRITON_CACHE_DIR, where
 the node's own key finds its launcher. A node whose driver is elsewhere builds its own at first
-launch, as it would without these; the guard's row says which.
+launch, as it would without these; the guard's row (`guard_rows`, in the base scope) says which.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
 from epstack import imagepaths
+from epstack.checkrow import Check
 from epstack.cmd import run
 from epstack.document import Schema
 from epstack.errors import EpstackError
 from epstack.jit.compiles import epstack_python
 from epstack.jit.install import CacheHome
-from epstack.jit.shipped import CacheFile, install_folder, manifest_beside, sha256_hex
+from epstack.jit.shipped import (
+    CacheFile,
+    changed_files,
+    install_folder,
+    manifest_beside,
+    none_shipped,
+    sha256_hex,
+)
 
 SHIPPED = Path(imagepaths.JIT) / "triton"
+NAME = "triton"
+TITLE = "Triton"
+COMPONENT = f"JIT cache {TITLE} launcher"
+GUARD_SCOPE = "base"
+CHECKED_AT_START = True  # the launcher against the folder of the driver mounted now
 # Where a container sees libcuda.so.1 on GPU nodes, as Triton names the folder:
 LIBCUDA_DIRS = (
     # the NVIDIA Container Toolkit (Docker, containerd, CRI-O, enroot) mounts it into the image's
@@ -162,3 +175,58 @@ HOME = CacheHome(
     entries=("*",),  # one folder per launcher key
     what="Triton's launcher and kernels go to",
 )
+
+
+FIX = "rebuild the image: its base guard step builds and ships it (`jit probe --ship`)"
+
+
+def guard_rows(
+    env: Mapping[str, str], archs: Sequence[str], folder: Path = SHIPPED, *, verify_bytes: bool = True
+) -> list[Check]:
+    """Triton's shipped launchers: intact (`verify_bytes`), made for this triton, and whether the
+    folder this node's libcuda.so.1 is in (as Triton finds it) is one they were built for."""
+    manifest = read_manifest(folder)
+    expected = f"Triton's launcher for libcuda.so.1 in {' or '.join(LIBCUDA_DIRS)}"
+    if manifest is None:
+        return [
+            none_shipped(COMPONENT, expected, f"a process's first kernel launch builds it ({LAUNCH_S})", FIX)
+        ]
+    built_for = [launcher.libcuda_dir for launcher in manifest.launchers]
+    row = Check(
+        component=COMPONENT,
+        expected=expected,
+        found=f"triton {manifest.triton}: {', '.join(built_for)}",
+        verdict="ok",
+    )
+    broken = changed_files(folder, [item.file for item in manifest.launchers]) if verify_bytes else []
+    if broken:
+        return [replace(row, verdict="mismatch", detail=f"{broken[0]} missing or changed", fix=FIX)]
+    here = installed_version()
+    if manifest.triton != here:
+        detail = f"built for triton {manifest.triton}, here {here}: a first launch builds another"
+        return [replace(row, verdict="mismatch", detail=detail, fix=FIX)]
+    if env.get("EPSTACK_CUDA_STUB"):
+        return [replace(row, detail="no driver mounted here: a GPU node's is checked at its start")]
+    return [_placement(row, manifest, env)]
+
+
+def _placement(row: Check, manifest: ShippedLaunchers, env: Mapping[str, str]) -> Check:
+    """The row as this node's Triton will find its launcher: built for its driver's folder, copied in."""
+    dirs = node_libcuda_dirs(env)
+    launcher = next((item for item in manifest.launchers if [item.libcuda_dir] == dirs), None)
+    if launcher is None:
+        return replace(
+            row,
+            verdict="warn",
+            detail=f"libcuda.so.1 in {', '.join(dirs) or 'no folder'} here: a process's first kernel launch "
+            f"builds its launcher ({LAUNCH_S})",
+        )
+    cache = cache_dir(env)
+    if not (cache / launcher.file.path).is_file():
+        return replace(
+            row,
+            verdict="warn",
+            detail=f"the one for {launcher.libcuda_dir} is not in {cache}: a first launch builds it",
+            fix="start through the image's entrypoint, which copies it there",
+        )
+    return replace(row, detail=f"the one for {launcher.libcuda_dir} in {cache}")

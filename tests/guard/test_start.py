@@ -18,7 +18,6 @@ from epstack.checkrow import Check
 from epstack.commands.main import main
 from epstack.guard import record as record_module
 from epstack.guard import start
-from epstack.guard.kernelcache import FLASHINFER
 from epstack.guard.libraries import LoadedRuntime, live_cuda_rows
 from epstack.guard.record import (
     GUARD_RECORD,
@@ -30,6 +29,7 @@ from epstack.guard.record import (
 )
 from epstack.guard.report import GUARD_REPORT, GuardReport
 from epstack.guard.start import PROVEN, Trusted, trusted_report
+from epstack.jit import flashinfer
 from tests.conftest import PINS
 from tests.guard.test_guard import compiler
 
@@ -332,7 +332,7 @@ def test_flashinfers_row_is_checked_now_where_flashinfer_will_look(
     """The build's row said its modules were shipped; at start the row is made again, live: here no
     module is shipped where the image keeps them, which the live row says instead of the build's."""
     shipped = Check(
-        component=FLASHINFER,
+        component=flashinfer.COMPONENT,
         expected="FlashInfer modules for 9.0a",
         found="sampling: 9 files, 40,000,000 bytes; flashinfer 0.7.2, 9.0a, nvcc 13.0.88",
         verdict="ok",
@@ -346,7 +346,7 @@ def test_flashinfers_row_is_checked_now_where_flashinfer_will_look(
     assert isinstance(trusted, Trusted) and trusted.live == 3
     row = trusted.report.checks[-1]
     assert (row.component, row.found, row.verdict, row.layer) == (
-        FLASHINFER,
+        flashinfer.COMPONENT,
         "none shipped",
         "skipped",
         "sglang",

@@ -21,7 +21,6 @@ from rich.console import Console
 
 from epstack import imagepaths
 from epstack.commands.main import main
-from epstack.guard.kernelcache import cache_component
 from epstack.guard.report import GUARD_REPORT, GuardReport
 from epstack.guard.start import PROVEN
 from epstack.image import cdx
@@ -32,7 +31,7 @@ from epstack.image.standin import STANDIN_LABEL, standin_for
 from epstack.jit import deepgemm
 from epstack.jit import flashinfer as flashinfer_jit
 from epstack.jit.deepep import CacheKey, pack
-from epstack.jit.registry import PLACED
+from epstack.jit.registry import TOOLCHAINS
 from epstack.layers import venv_locks
 from epstack.pins.load import load_pins
 from epstack.python.lockfile import read_lock
@@ -642,9 +641,7 @@ def test_the_start_guard_trusts_the_build_and_checks_the_driver_now(
     live = {
         "CUDA runtime/driver",
         "EP_JIT_CACHE_DIR",
-        "JIT cache FlashInfer",
-        "JIT cache Triton launcher",
-        *(cache_component(chain) for chain in PLACED),  # DeepGEMM's, SGLang's JIT: checked at start
+        *(chain.COMPONENT for chain in TOOLCHAINS if chain.CHECKED_AT_START),
     }
     assert all(row.detail.endswith(PROVEN) for row in report.checks if row.component not in live)
     driver = next(row for row in report.checks if row.component == "CUDA runtime/driver")

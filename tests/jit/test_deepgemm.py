@@ -15,10 +15,10 @@ import pytest
 
 from epstack.commands.main import main
 from epstack.errors import BAD_INPUT, OK, BadInput
-from epstack.guard.kernelcache import exported_cache_rows
 from epstack.jit import deepgemm, export
 from epstack.jit import gpuexport as smoke_export
 from epstack.jit.deepep import KIND as DEEPEP
+from epstack.jit.placed import placed_rows
 from epstack.jit.shipped import CacheFile, manifest_beside, sums_beside
 from tests.jit import EPSTACK_PATH
 from tests.jit.test_deepep import fake_nvcc
@@ -247,19 +247,19 @@ def test_the_row_is_skipped_without_kernels_ok_before_and_after_the_copy(
 ) -> None:
     cache = tmp_path / "var" / "deep_gemm"
     env = {"SGLANG_DG_CACHE_DIR": str(cache), "CUDA_HOME": str(tmp_path / "none")}
-    [row] = exported_cache_rows(deepgemm, env, ["9.0a"], tmp_path / "opt" / "jit" / "deep_gemm")
+    [row] = placed_rows(deepgemm, env, ["9.0a"], tmp_path / "opt" / "jit" / "deep_gemm")
     assert (row.verdict, row.found) == ("skipped", "none shipped")
     into = shipped(tmp_path)
-    [row] = exported_cache_rows(deepgemm, env, ["9.0a"], into)
+    [row] = placed_rows(deepgemm, env, ["9.0a"], into)
     assert row.verdict == "ok" and "the entrypoint copies them into" in row.detail
     assert row.found.startswith("2 kernels,") and "sm 9.0 (NVIDIA H200, 132 SMs), nvcc V13.0.88" in row.found
     start(tmp_path, {"SGLANG_DG_CACHE_DIR": str(cache)})
-    [row] = exported_cache_rows(deepgemm, env, ["9.0a"], into)
+    [row] = placed_rows(deepgemm, env, ["9.0a"], into)
     assert (row.verdict, row.detail) == ("ok", f"in {cache}")
     for name in (cache / "cache" / ENTRIES[0]).iterdir():
         name.unlink()
     (cache / "cache" / ENTRIES[0]).rmdir()
-    [row] = exported_cache_rows(deepgemm, env, ["9.0a"], into)
+    [row] = placed_rows(deepgemm, env, ["9.0a"], into)
     assert row.verdict == "warn" and row.detail.startswith(f"1 of 2 not in {cache}, e.g. cache/{ENTRIES[0]}")
 
 
@@ -271,19 +271,19 @@ def test_a_changed_kernel_is_a_mismatch_unless_the_start_trusts_the_build(
     cubin.chmod(0o644)
     cubin.write_bytes(b"\x7fELF changed")
     env = {"CUDA_HOME": str(tmp_path / "none")}
-    [row] = exported_cache_rows(deepgemm, env, ["9.0a"], into)
+    [row] = placed_rows(deepgemm, env, ["9.0a"], into)
     assert (
         row.verdict == "mismatch"
         and row.detail == f"1 missing or changed, e.g. cache/{ENTRIES[1]}/kernel.cubin"
     )
-    [row] = exported_cache_rows(deepgemm, env, ["9.0a"], into, verify_bytes=False)
+    [row] = placed_rows(deepgemm, env, ["9.0a"], into, verify_bytes=False)
     assert row.verdict == "ok"
 
 
 def test_kernels_for_another_deepgemm_are_a_mismatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     into = shipped(tmp_path)
     monkeypatch.setattr(deepgemm, "installed_version", lambda: "0.2.4")
-    [row] = exported_cache_rows(deepgemm, {"CUDA_HOME": str(tmp_path / "none")}, ["9.0a"], into)
+    [row] = placed_rows(deepgemm, {"CUDA_HOME": str(tmp_path / "none")}, ["9.0a"], into)
     assert row.verdict == "mismatch" and "deep_gemm 0.2.3.post2 != 0.2.4" in row.detail
 
 
@@ -295,7 +295,7 @@ def test_the_start_runs_no_nvcc_for_the_row(tmp_path: Path, monkeypatch: pytest.
         raise AssertionError("the start read the install's key")
 
     monkeypatch.setattr(deepgemm, "image_key", no_key)
-    [row] = exported_cache_rows(
+    [row] = placed_rows(
         deepgemm, {"SGLANG_DG_CACHE_DIR": str(tmp_path / "c")}, ["9.0a"], into, verify_bytes=False
     )
     assert row.verdict == "ok"

@@ -18,15 +18,8 @@ from epstack.commands.main import main
 from epstack.errors import BadInput
 from epstack.jit import flashinfer, triton
 from epstack.jit import probe as jitprobe
-from epstack.jit.probe import (
-    STEERING,
-    JitReport,
-    Probe,
-    layer_rows,
-    probe_rows,
-    read_report,
-    report_path,
-)
+from epstack.jit.probe import STEERING, layer_rows, probe_rows
+from epstack.jit.probereport import JitReport, Probe, read_report, report_path
 
 FLASHINFER = Probe(
     toolchain="flashinfer",

@@ -16,8 +16,8 @@ import pytest
 
 from epstack.commands.main import main
 from epstack.errors import BAD_INPUT, OK, BadInput
-from epstack.guard.kernelcache import exported_cache_rows
 from epstack.jit import export, gpuexport, sglang
+from epstack.jit.placed import placed_rows
 from epstack.jit.registry import kinds
 from epstack.jit.shipped import CacheFile
 from tests.jit import EPSTACK_PATH
@@ -182,23 +182,23 @@ def test_the_row_from_none_shipped_to_copied(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(sglang, "installed_versions", lambda: VERSIONS)
     cache = tmp_path / "var" / "sglang_jit"
     env = {"SGLANG_JIT_CACHE_DIR": str(cache), "CUDA_HOME": str(tmp_path / "none"), "CXX": "/absent"}
-    [row] = exported_cache_rows(sglang, env, ["9.0a"], tmp_path / "opt" / "jit" / sglang.TOOL)
+    [row] = placed_rows(sglang, env, ["9.0a"], tmp_path / "opt" / "jit" / sglang.TOOL)
     assert (row.component, row.verdict) == ("JIT cache SGLang", "skipped")
     assert "--toolchain sglang" in row.fix
     into = shipped(tmp_path)
-    [row] = exported_cache_rows(sglang, env, ["9.0a"], into)
+    [row] = placed_rows(sglang, env, ["9.0a"], into)
     assert row.verdict == "ok" and row.detail.endswith(f"the entrypoint copies them into {cache} at start")
     assert row.found.startswith("2 kernels, ") and "sglang 0.5.23, torch 2.14.1" in row.found
     start(tmp_path, env)
-    [row] = exported_cache_rows(sglang, env, ["9.0a"], into)
+    [row] = placed_rows(sglang, env, ["9.0a"], into)
     assert (row.verdict, row.detail) == ("ok", f"in {cache}")
     (cache / LEAVES[0] / sglang.DEPS).unlink()
-    [row] = exported_cache_rows(sglang, env, ["9.0a"], into)
+    [row] = placed_rows(sglang, env, ["9.0a"], into)
     assert row.verdict == "warn" and row.detail.startswith(f"1 of 2 not in {cache}, e.g. {LEAVES[0]}")
     so = into / LEAVES[1] / "fused_rope.so"
     so.chmod(0o644)
     so.write_bytes(b"changed")
-    [row] = exported_cache_rows(sglang, env, ["9.0a"], into)
+    [row] = placed_rows(sglang, env, ["9.0a"], into)
     assert row.verdict == "mismatch" and row.detail == f"1 missing or changed, e.g. {LEAVES[1]}/fused_rope.so"
 
 

@@ -16,10 +16,10 @@ from epstack import imagepaths
 IMAGE_CUDA_HOME = "benchmarks/elastic/results/image-cuda-home.txt"
 SITE_JIT = "/tmp/site-jit"  # FlashInfer, tvm-ffi, DeepGEMM as the sglang lock pins them ($GPU_SRC/python)
 # The guard's rows for the shipped caches, as JSON ($OUT/<toolchain>-row.json).
-FLASHINFER_ROW = """import json, os, dataclasses; from epstack.guard.kernelcache import flashinfer_cache_rows
-print(json.dumps([dataclasses.asdict(r) for r in flashinfer_cache_rows(os.environ, ["9.0a"])], indent=2))"""
-TRITON_ROW = """import json, os, dataclasses; from epstack.guard.kernelcache import triton_launcher_rows
-print(json.dumps([dataclasses.asdict(r) for r in triton_launcher_rows(os.environ)], indent=2))"""
+FLASHINFER_ROW = """import json, os, dataclasses; from epstack.jit import flashinfer
+print(json.dumps([dataclasses.asdict(r) for r in flashinfer.guard_rows(os.environ, ["9.0a"])], indent=2))"""
+TRITON_ROW = """import json, os, dataclasses; from epstack.jit import triton
+print(json.dumps([dataclasses.asdict(r) for r in triton.guard_rows(os.environ, [])], indent=2))"""
 # An nvcc that logs each run's arguments to the folder's nvcc.log, then runs the real one.
 NVCC_LOGGER = '#!/bin/sh\necho "$*" >> {folder}/nvcc.log\nexec "$(dirname "$0")/nvcc.real" "$@"\n'
 

@@ -15,17 +15,9 @@ from pathlib import Path
 import pytest
 
 from epstack.checkrow import Check
-from epstack.guard.kernelcache import (
-    FIX_EXPORT,
-    FLASHINFER,
-    TRITON,
-    flashinfer_cache_rows,
-    kernel_cache_rows,
-    triton_launcher_rows,
-)
-from epstack.jit import flashinfer, triton
-from epstack.jit.deepep import TOOL, CacheKey, install, unpack
-from epstack.jit.probe import JitReport, Probe, report_path
+from epstack.jit import deepep, flashinfer, triton
+from epstack.jit.deepep import FIX_EXPORT, TOOL, CacheKey, install, unpack
+from epstack.jit.probereport import JitReport, Probe, report_path
 from tests.jit.test_deepep import KEY, export_of, fake_install, h200_kernels, sha256
 from tests.jit.test_flashinfer import MODULE, VERSION, compile_module
 from tests.jit.test_flashinfer import key as modules_key
@@ -41,7 +33,7 @@ def ship(folder: Path, key: CacheKey) -> dict[str, bytes]:
 
 
 def row(folder: Path, archs: list[str]) -> Check:
-    (only,) = kernel_cache_rows(os.environ, archs, folder)
+    (only,) = deepep.guard_rows(os.environ, archs, folder)
     return only
 
 
@@ -173,13 +165,13 @@ def shipped_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
 
 
 def flashinfer_row(base: Path, into: Path, archs: tuple[str, ...] = ("9.0a",), **kwargs: bool) -> Check:
-    (only,) = flashinfer_cache_rows({"FLASHINFER_WORKSPACE_BASE": str(base)}, archs, into, **kwargs)
+    (only,) = flashinfer.guard_rows({"FLASHINFER_WORKSPACE_BASE": str(base)}, archs, into, **kwargs)
     return only
 
 
 def test_no_flashinfer_modules_shipped_is_skipped_with_the_way_to_ship_them(tmp_path: Path) -> None:
     found = flashinfer_row(tmp_path, tmp_path / "jit" / "flashinfer")
-    assert (found.component, found.found, found.verdict) == (FLASHINFER, "none shipped", "skipped")
+    assert (found.component, found.found, found.verdict) == (flashinfer.COMPONENT, "none shipped", "skipped")
     assert found.expected == "FlashInfer modules for 9.0a" and "jit probe --ship" in found.fix
 
 
@@ -228,14 +220,14 @@ def test_a_shipped_norm_module_warns_where_flashinfer_would_compile_cute_dsl_ker
     monkeypatch.setattr(flashinfer, "installed_version", lambda: VERSION)
     monkeypatch.setenv("EPSTACK_REPORTS", str(tmp_path / "reports"))
     env = {"FLASHINFER_WORKSPACE_BASE": str(base)}
-    assert flashinfer_cache_rows(env, ("9.0a",), into)[0].verdict == "ok", "no CuTe DSL: the module serves"
+    assert flashinfer.guard_rows(env, ("9.0a",), into)[0].verdict == "ok", "no CuTe DSL: the module serves"
     (tmp_path / "site" / "cutlass").mkdir(parents=True)
     (tmp_path / "site" / "cutlass" / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    (found,) = flashinfer_cache_rows(env, ("9.0a",), into)
+    (found,) = flashinfer.guard_rows(env, ("9.0a",), into)
     assert (found.verdict, found.fix) == ("warn", "FLASHINFER_USE_CUDA_NORM=1 (the image sets it)")
     assert found.detail.startswith("FLASHINFER_USE_CUDA_NORM is not 1: FlashInfer's rmsnorm takes its CuTe")
-    (chosen,) = flashinfer_cache_rows(env | {"FLASHINFER_USE_CUDA_NORM": "1"}, ("9.0a",), into)
+    (chosen,) = flashinfer.guard_rows(env | {"FLASHINFER_USE_CUDA_NORM": "1"}, ("9.0a",), into)
     assert chosen.verdict == "ok"
 
 
@@ -292,7 +284,7 @@ def launchers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def triton_row(folder: Path, env: dict[str, str], **kwargs: bool) -> Check:
-    (only,) = triton_launcher_rows(env, folder, **kwargs)
+    (only,) = triton.guard_rows(env, (), folder, **kwargs)
     return only
 
 
@@ -303,7 +295,7 @@ def node(cache: Path, libcuda_dir: str) -> dict[str, str]:
 
 def test_no_launcher_shipped_is_skipped_naming_what_a_first_launch_costs(tmp_path: Path) -> None:
     found = triton_row(tmp_path / "jit" / "triton", {})
-    assert (found.component, found.found, found.verdict) == (TRITON, "none shipped", "skipped")
+    assert (found.component, found.found, found.verdict) == (triton.COMPONENT, "none shipped", "skipped")
     assert "0.7-0.9 s" in found.detail and "jit probe --ship" in found.fix
 
 
