@@ -23,7 +23,7 @@ from epstack.inputs import read_bytes
 from epstack.jit import export, flashinfer, triton
 from epstack.jit.gpuexport import export as export_cache
 from epstack.jit.install import install
-from epstack.jit.probe import TIMEOUT_S, TOOLCHAINS, probe_layer
+from epstack.jit.probe import PROBES, TIMEOUT_S, probe_layer
 from epstack.jit.probereport import JitReport, report_path
 from epstack.jit.registry import EXPORTED, INSTALLED, by_kind, kinds
 from epstack.jit.shipped import sha256_hex
@@ -233,7 +233,7 @@ def register(subparsers: SubParsers) -> None:
     probe.add_argument(
         "--toolchain",
         action="append",
-        choices=[toolchain.name for toolchain in TOOLCHAINS],
+        choices=[toolchain.name for toolchain in PROBES],
         help="only this toolchain of the layer (repeatable; default every one)",
     )
     probe.add_argument(

@@ -36,7 +36,9 @@ STEERING = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class Toolchain:
+class ProbeTarget:
+    """What `jit probe` compiles for one toolchain, and in which layer (the toolchain: jit.toolchain)."""
+
     name: str  # the probe's name on the command line
     title: str
     layer: str  # the image layer that brings it (its guard shows the row)
@@ -45,14 +47,14 @@ class Toolchain:
     per_arch: bool = False  # a process per arch: its modules in that arch's folder, as a GPU finds them
 
 
-TOOLCHAINS = (
-    Toolchain(
+PROBES = (
+    ProbeTarget(
         name="triton-launcher",
         title="Triton launcher",
         layer="base",
         module="cuda_utils (triton/backends/nvidia/driver.c), as a process's first kernel launch builds it",
     ),
-    Toolchain(
+    ProbeTarget(
         name="deepep",
         title="DeepEP",
         layer="deepep",
@@ -60,20 +62,20 @@ TOOLCHAINS = (
         needs_gpu="its JIT puts the device's arch and SM count into each kernel "
         "(csrc/jit/device_runtime.hpp: cudaGetDeviceProperties)",
     ),
-    Toolchain(
+    ProbeTarget(
         name="triton-kernel",
         title="Triton kernel",
         layer="sglang",
         module="a vector add, compiled to a cubin for each arch (and run, on a GPU)",
     ),
-    Toolchain(
+    ProbeTarget(
         name="flashinfer",
         title="FlashInfer",
         layer="sglang",
         module="sampling (flashinfer.jit.sampling), SGLang's default sampler (and sampling, on a GPU)",
         per_arch=True,
     ),
-    Toolchain(
+    ProbeTarget(
         name="deepgemm",
         title="DeepGEMM",
         layer="sglang",
@@ -96,7 +98,7 @@ def _empty_caches(work: Path, archs: Sequence[str]) -> dict[str, str]:
 
 
 def run_probe(
-    toolchain: Toolchain, archs: Sequence[str], timeout: float, keep: Mapping[str, str] | None = None
+    toolchain: ProbeTarget, archs: Sequence[str], timeout: float, keep: Mapping[str, str] | None = None
 ) -> Probe:
     """Compile the toolchain's module in a process of its own (one per arch for a per-arch one), each
     cache empty; `keep` names cache variables set to folders of the caller's, kept after the probe."""
@@ -144,7 +146,7 @@ def probe_layer(
     only: Sequence[str] = (),
 ) -> JitReport:
     """Every toolchain of `layer` ("all": of every layer), in order; those named in `only`, if any."""
-    chosen = [t for t in TOOLCHAINS if layer in ("all", t.layer) and (not only or t.name in only)]
+    chosen = [t for t in PROBES if layer in ("all", t.layer) and (not only or t.name in only)]
     return JitReport(
         layer=layer, archs=tuple(archs), probes=tuple(run_probe(t, archs, timeout, keep) for t in chosen)
     )
