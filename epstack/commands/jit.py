@@ -8,8 +8,7 @@ import os
 import re
 import shlex
 import sys
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -18,21 +17,20 @@ from rich.table import Table
 
 from epstack import imagepaths
 from epstack.commands.common import SubParsers, add_cuda_arch, path_arg, seconds
-from epstack.errors import ENVIRONMENT, BadInput, EnvironmentProblem
+from epstack.errors import ENVIRONMENT, BadInput
 from epstack.inputs import read_bytes
 from epstack.jit import export, flashinfer, triton
+from epstack.jit.buildship import WORKSPACE_VARIABLE, ship_flashinfer, ship_triton, shipping_workspace
 from epstack.jit.gpuexport import export as export_cache
 from epstack.jit.install import install
 from epstack.jit.probe import PROBES, TIMEOUT_S, probe_layer
-from epstack.jit.probereport import JitReport, report_path
+from epstack.jit.probereport import report_path
 from epstack.jit.registry import EXPORTED, INSTALLED, by_kind, kinds
 from epstack.jit.shipped import sha256_hex
 from epstack.layers import LAYER_NAMES
 from epstack.output import check_writable, write_file
 from epstack.pins.load import read_layer_pins
 from epstack.stack import GPU_ARCHS
-
-WORKSPACE_VARIABLE = "FLASHINFER_WORKSPACE_BASE"
 
 
 def _archs(values: Sequence[str] | None) -> tuple[str, ...]:
@@ -65,8 +63,8 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
         if args.ship_into
         else (flashinfer.SHIPPED, triton.SHIPPED)
     )
-    ship_flashinfer = args.ship and flashinfer.read_manifest(flashinfer_into) is None
-    keep = _shipping_workspace(os.environ) if ship_flashinfer else {}
+    ships_flashinfer = args.ship and flashinfer.read_manifest(flashinfer_into) is None
+    keep = shipping_workspace(os.environ) if ships_flashinfer else {}
     report = probe_layer(args.layer, archs, args.timeout, keep, args.toolchain or ())
     table = Table(
         "toolchain", "module", "compiler", "seconds", "verdict", title=f"epstack jit probe {args.layer}"
@@ -88,60 +86,25 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
     console.print(f"jit probe: {'ok' if report.ok else 'FAILED'}; report {escape(str(out))}")
     if not report.ok:
         return 1
-    if ship_flashinfer:
-        _ship_flashinfer(report, Path(keep[WORKSPACE_VARIABLE]), flashinfer_into, console)
-    if args.ship and triton.read_manifest(triton_into) is None:
-        _ship_triton(report, triton_into, console)
+    base = Path(keep[WORKSPACE_VARIABLE]) if ships_flashinfer else None
+    shipped = ship_flashinfer(report, base, flashinfer_into) if base else None
+    if shipped:
+        console.print(
+            f"jit probe: shipped FlashInfer's {', '.join(shipped.modules)} for {' '.join(shipped.key.archs)} "
+            f"({len(shipped.files)} files, {shipped.bytes:,} bytes) into {escape(str(flashinfer_into))}"
+        )
+    launchers = (
+        ship_triton(report, triton_into, os.environ)
+        if args.ship and triton.read_manifest(triton_into) is None
+        else None
+    )
+    if launchers:
+        console.print(
+            f"jit probe: shipped Triton {launchers.triton}'s launcher for libcuda.so.1 in "
+            f"{', '.join(launcher.libcuda_dir for launcher in launchers.launchers)} "
+            f"into {escape(str(triton_into))}"
+        )
     return 0
-
-
-def _ship_triton(report: JitReport, into: Path, console: Console) -> None:
-    """Triton's launcher for each folder GPU nodes mount the driver in, under the image's JIT folder."""
-    if not any(p.toolchain == "triton-launcher" for p in report.probes):
-        return
-    dirs = triton.node_libcuda_dirs(os.environ)
-    stub = os.environ.get("EPSTACK_CUDA_STUB") or (f"{dirs[0]}/libcuda.so.1" if dirs else "")
-    if not stub:
-        raise EnvironmentProblem(
-            "no libcuda.so.1 to link Triton's launcher against; fix: source scripts/image/cuda-stub.sh"
-        )
-    with tempfile.TemporaryDirectory(prefix="epstack-triton-") as work:
-        launchers = triton.build(Path(work) / "cache", stub, Path(work))
-        manifest = triton.ship(Path(work) / "cache", launchers, into)
-    console.print(
-        f"jit probe: shipped Triton {manifest.triton}'s launcher for libcuda.so.1 in "
-        f"{', '.join(launcher.libcuda_dir for launcher in manifest.launchers)} "
-        f"into {escape(str(into))}"
-    )
-
-
-def _shipping_workspace(env: Mapping[str, str]) -> dict[str, str]:
-    """--ship: FlashInfer compiles in the image's own workspace, which must hold no module yet."""
-    base = flashinfer.workspace(env)
-    if flashinfer.module_dirs(base):
-        raise BadInput(
-            f"{base}: already holds compiled FlashInfer modules, and the probe compiles from an empty "
-            f"cache; fix: {WORKSPACE_VARIABLE}=<an empty folder>, or remove them"
-        )
-    return {WORKSPACE_VARIABLE: str(base)}
-
-
-def _ship_flashinfer(report: JitReport, base: Path, into: Path, console: Console) -> None:
-    """The modules FlashInfer's probe compiled in `base`, under the image's JIT folder with their key."""
-    probe = next((p for p in report.probes if p.toolchain == "flashinfer"), None)
-    if probe is None:
-        return
-    key = flashinfer.ModulesKey(
-        flashinfer=flashinfer.installed_version(),
-        archs=report.archs,
-        nvcc=probe.compiler_version,
-        workspace=str(base),
-    )
-    manifest = flashinfer.ship(base, key, into)
-    console.print(
-        f"jit probe: shipped FlashInfer's {', '.join(manifest.modules)} for {' '.join(key.archs)} "
-        f"({len(manifest.files)} files, {manifest.bytes:,} bytes) into {escape(str(into))}"
-    )
 
 
 def _read_export(path: Path) -> bytes:
