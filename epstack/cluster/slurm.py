@@ -15,6 +15,12 @@ unbound (--cpu-bind=none): SGLang runs about 11 processes per node.
 With --router-image, SGLang's router (epstack.cluster.router) is a step of one task on node 0 too,
 started first, in the background, without a GPU; clients and the serve smoke call it on its own port.
 
+With prefill/decode roles (epstack.cluster.roles) the job asks for `--nodes` twice: prefill's step runs
+on the allocation's first nodes, decode's on the next (srun --nodes --relative), each SGLang's leader the
+first host of its own nodes and its node rank the task's SLURM_NODEID, which slurmstepd numbers within the
+step. Decode's step is the server step; prefill's, should it end, stops it (decode cannot serve alone).
+Node 0, prefill's leader, runs the router in PD mode and the serve smoke.
+
 A serve job also runs the serve smoke (epstack.cluster.servesmoke) unless --serve-smoke off: a step of
 one task on node 0 beside the server step (--overlap), with no GPU (--gres=none), against 127.0.0.1.
 It starts first, in the background, and waits for the server itself. With "on" the job then lives as
@@ -30,9 +36,9 @@ import shlex
 from pathlib import PurePosixPath
 
 from epstack import __version__
-from epstack.cluster import router, servesmoke
+from epstack.cluster import roles, router, servesmoke
 from epstack.cluster.image import ImageRef
-from epstack.cluster.jobs import IMAGE_ENTRYPOINT, Job
+from epstack.cluster.jobs import IMAGE_ENTRYPOINT, Job, platform_words
 from epstack.errors import BadInput
 from epstack.fabric import RDMA_DEVICE_DIR
 from epstack.smoke import launchenv as V
@@ -51,12 +57,17 @@ def _container_image(job: Job, squashfs_dir: str | None) -> str:
     return squashfs_path(squashfs_dir, job.image) if squashfs_dir else job.image.ref
 
 
+def _leader(job: Job) -> str:
+    """The batch script's variable holding the host of the job's (its role's) node 0."""
+    return roles.leader_variable(job) if job.role else V.MASTER_ADDR
+
+
 def _task_command(job: Job) -> str:
     """What each task runs in the container, as shell text for the batch script."""
     if job.kind == "elastic-smoke":
         return shlex.join([IMAGE_ENTRYPOINT, *job.command(node_rank="", leader="")])
     # SGLang needs this task's node rank: expanded in the task, not in the batch script.
-    inner = job.words(shlex.quote, node_rank=f'"${V.SLURM_NODEID}"', leader=f'"${V.MASTER_ADDR}"')
+    inner = job.words(shlex.quote, node_rank=f'"${V.SLURM_NODEID}"', leader=f'"${_leader(job)}"')
     return shlex.join([IMAGE_ENTRYPOINT, "bash", "-c", " ".join(["exec", *inner])])
 
 
@@ -98,8 +109,14 @@ def _container_mounts(job: Job) -> list[str]:
     return mounts + [f"{path}:{path}" for path in devices]
 
 
-def _notes(job: Job, router_image: ImageRef | None) -> list[str]:
+def _notes(job: Job, router_image: ImageRef | None, role_jobs: tuple[Job, ...]) -> list[str]:
     notes = job.notes()
+    if role_jobs:
+        notes.append(
+            roles.note(
+                role_jobs[0], "an srun step (prefill on the allocation's first nodes, decode on the next)"
+            )
+        )
     if job.crosses_nodes:
         notes.append(
             f"Devices mounted by path ({', '.join([*job.devices, RDMA_DEVICE_DIR])}): enroot shows the "
@@ -108,14 +125,14 @@ def _notes(job: Job, router_image: ImageRef | None) -> list[str]:
     if job.site.host_network:
         notes.append("--host-network: pyxis containers already share the node's network namespace.")
     if router_image is not None:
-        notes.append(router.slurm_note())
+        notes.append(router.slurm_note(pd=bool(role_jobs)))
     if job.serve_smoke != "off":
-        notes.append(_smoke_note(job, _smoke_port(router_image)))
+        notes.append(_smoke_note(job, _smoke_port(router_image), role_jobs or (job,)))
     return notes
 
 
 def _server_log_name(job: Job, run: str, node: str) -> str:
-    return f"{job.name}{run}-node{node}.log"
+    return f"{job.workload_name}{run}-node{node}.log"
 
 
 def _server_logs(job: Job) -> tuple[str, str] | None:
@@ -134,7 +151,7 @@ def _smoke_port(router_image: ImageRef | None) -> int | None:
     return router.SLURM_PORT if router_image is not None else None
 
 
-def _smoke_note(job: Job, port: int | None) -> str:
+def _smoke_note(job: Job, port: int | None, workloads: tuple[Job, ...]) -> str:
     results = job.site.results
     ending = (
         "the job keeps serving whatever its verdict"
@@ -144,9 +161,10 @@ def _smoke_note(job: Job, port: int | None) -> str:
     where = "none kept (no results directory); its log has the check rows"
     if results is not None:
         directory = PurePosixPath(results.source)
+        logs = " and ".join(str(directory / _server_log_name(each, "-JOBID", "N")) for each in workloads)
         where = (
             f"{directory / servesmoke.report_name(job, '-JOBID')}, and each node's server log is "
-            f"{directory / _server_log_name(job, '-JOBID', 'N')} (not this job's output file)"
+            f"{logs} (not this job's output file)"
         )
     return (
         f"Serve smoke (--serve-smoke {job.serve_smoke}): a step on node 0 without a GPU runs `epstack smoke "
@@ -161,25 +179,30 @@ def _node0_step(options: list[str], command: list[str]) -> str:
     return " \\\n    ".join([srun, " ".join(command)])
 
 
-def _router_step(job: Job, image: ImageRef) -> list[str]:
-    """SGLang's router on node 0, in the background, in its own image."""
+def _router_step(job: Job, image: ImageRef, role_jobs: tuple[Job, ...]) -> list[str]:
+    """SGLang's router on node 0, in the background, in its own image; with roles, told each role's
+    leader by the batch script's variable for it."""
     options = ["--gres=none", f"--container-image={image.ref}", "--no-container-mount-home"]
+    hosts = {f"\0{role.role}-leader\0": f'"${_leader(role)}"' for role in role_jobs}
+    command = router.slurm_command(job, tuple(zip(role_jobs, hosts, strict=True)))
+    what = "each role's leader" if role_jobs else "the server there"
     return [
-        "# The router, in the background on node 0: it routes to the server there once it answers.",
-        _node0_step(options, [shlex.quote(word) for word in router.slurm_command(job)]) + " &",
+        f"# The router, in the background on node 0: it routes to {what} once it answers.",
+        _node0_step(options, platform_words(command, shlex.quote, hosts)) + " &",
         "",
     ]
 
 
-def _smoke_step(job: Job, squashfs_dir: str | None, port: int | None) -> str:
+def _smoke_step(job: Job, squashfs_dir: str | None, port: int | None, served: Job) -> str:
     """The serve smoke's srun: one task on node 0 ($MASTER_ADDR) beside the server step (--overlap), no
-    GPU, the results directory mounted."""
+    GPU, the results directory mounted; it reads the log of `served`'s node 0 there (the job, or its
+    prefill role)."""
     results = job.site.results
     options = ["--gres=none", f"--container-image={_container_image(job, squashfs_dir)}"]
     options.append("--no-container-mount-home")
     if results is not None:
         options.append(f"--container-mounts={results.source}:{results.mount}")
-    logs = _server_logs(job)
+    logs = _server_logs(served)
     command = servesmoke.words(
         job,
         shlex.quote,
@@ -197,15 +220,42 @@ _RANK_NOTE = [
 ]
 
 
-def _serve_steps(job: Job, server: str, squashfs_dir: str | None, router_image: ImageRef | None) -> list[str]:
-    """The router first when there is one; the server step, and the serve smoke beside it: in the
-    background, the job living as long as the server ("on"); or the job ending with the smoke's exit code
-    ("exit"), the smoke stopped should the server step end first (it would wait out its
-    --health-timeout for nothing)."""
-    front = _router_step(job, router_image) if router_image is not None else []
+def _role_steps(prefill: str, decode: str) -> str:
+    """Both roles' steps as one server step: decode's in the background, waited for; prefill's beside it,
+    stopping decode's should it end first."""
+    return "\n".join(
+        [
+            "# The decode step, in the background; the job waits for it.",
+            f"{decode} &",
+            "decode=$!",
+            "# The prefill step beside it; should it end, it stops decode's: decode cannot serve alone.",
+            "# shellcheck disable=SC2016",
+            "{",
+            "    status=0",
+            "    " + prefill.replace("\n", "\n    ") + " || status=$?",
+            '    echo "epstack: the prefill step ended (exit $status); stopping the decode step" >&2',
+            '    kill "$decode" 2>/dev/null || true',
+            "} &",
+            'wait "$decode"',
+        ]
+    )
+
+
+def _serve_steps(
+    job: Job,
+    server: str,
+    squashfs_dir: str | None,
+    router_image: ImageRef | None,
+    role_jobs: tuple[Job, ...],
+) -> list[str]:
+    """The router first when there is one; the server step (with roles, both roles' steps), and the serve
+    smoke beside it: in the background, the job living as long as the server ("on"); or the job ending
+    with the smoke's exit code ("exit"), the smoke stopped should the server step end first (it would
+    wait out its --health-timeout for nothing)."""
+    front = _router_step(job, router_image, role_jobs) if router_image is not None else []
     if job.serve_smoke == "off":
         return [*front, *_RANK_NOTE, server]
-    smoke = _smoke_step(job, squashfs_dir, _smoke_port(router_image))
+    smoke = _smoke_step(job, squashfs_dir, _smoke_port(router_image), (role_jobs or (job,))[0])
     if job.serve_smoke == "on":
         return [
             *front,
@@ -278,30 +328,84 @@ def _fetch_step(job: Job, squashfs_dir: str | None, exported: list[str]) -> list
     ]
 
 
+def _hosts(role_jobs: tuple[Job, ...]) -> list[str]:
+    """Node 0's host, and each role's leader's: hosts of the job's node list, read when it runs."""
+    read = f'$(scontrol show hostnames "${V.SLURM_JOB_NODELIST}" | sed -n {{}}p)'
+    lines = [f"{V.MASTER_ADDR}={read.format(1)}"]
+    for role in role_jobs:
+        first = roles.first_node(role)
+        lines.append(
+            f"# The {role.role} role on the allocation's nodes {first}-{first + role.nodes - 1}; its leader:"
+        )
+        lines.append(f"{roles.leader_variable(role)}={read.format(first + 1)}")
+    return lines
+
+
+def _metrics_lines(workloads: tuple[Job, ...], router_image: ImageRef | None) -> list[str]:
+    """Where SGLang (each role's leader) and the router serve Prometheus metrics, printed when the job
+    starts."""
+    lines = []
+    for workload in workloads:
+        url = f"http://${_leader(workload)}:{workload.http_port}{METRICS_PATH}"
+        served = f"SGLang's {workload.role} role" if workload.role else "SGLang"
+        lines.append(f'echo "epstack: {served} serves Prometheus metrics at {url} (scrape it there)"')
+    if router_image is not None:
+        url = f"http://${V.MASTER_ADDR}:{router.METRICS_PORT}{METRICS_PATH}"
+        lines.append(f'echo "epstack: the router serves Prometheus metrics at {url}"')
+    return [*lines, ""]
+
+
+def _server_step(workload: Job, squashfs_dir: str | None, exported: list[str]) -> str:
+    """The srun of the job's (or one role's) servers: over all the job's nodes, or the role's own."""
+    srun = ["srun"]
+    if workload.role:
+        srun += [f"--nodes={workload.nodes}", f"--relative={roles.first_node(workload)}"]
+    srun += [
+        f"--ntasks-per-node={workload.tasks_per_node}",
+        f"--cpus-per-task={workload.site.cpus_per_gpu * workload.gpus_per_node // workload.tasks_per_node}",
+        "--cpu-bind=none",
+        f"--container-image={_container_image(workload, squashfs_dir)}",
+        f"--container-env={','.join(exported)}",
+        "--no-container-mount-home",
+    ]
+    mounts = _container_mounts(workload)
+    if mounts:
+        srun.append(f"--container-mounts={','.join(mounts)}")
+    logs = _server_logs(workload)
+    if logs is not None:
+        srun.append(f"--output={logs[0]}")
+    return " \\\n    ".join([shlex.join(srun), _task_command(workload)])
+
+
 def sbatch_script(
     job: Job,
     *,
     squashfs_dir: str | None = None,
     pins_target: str = "",
     router_image: ImageRef | None = None,
+    role_jobs: tuple[Job, ...] = (),
 ) -> str:
-    """The job's sbatch script; a serve job's router in front of it when `router_image` is given."""
+    """The job's sbatch script; a serve job's router in front of it when `router_image` is given; its
+    prefill and decode `role_jobs` (epstack.cluster.roles) on nodes of their own, if any."""
     host_dirs = _host_dirs(job)
+    workloads = role_jobs or (job,)
+    nodes = job.nodes * len(workloads)
     env = job.env() | {V.MASTER_PORT: str(job.rendezvous_port)}
-    exported = [V.MASTER_ADDR, *env, *(secret.env for secret in job.site.secrets)]
+    leaders = [roles.leader_variable(role) for role in role_jobs]
+    exported = [V.MASTER_ADDR, *leaders, *env, *(secret.env for secret in job.site.secrets)]
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={job.name}",
-        f"#SBATCH --nodes={job.nodes}",
+        f"#SBATCH --nodes={nodes}",
         f"#SBATCH --ntasks-per-node={job.tasks_per_node}",
         f"#SBATCH --gpus-per-node={job.gpus_per_node}",
         "#SBATCH --exclusive",
         f"#SBATCH --output={job.name}-%j.out",
-        f"# Rendered by epstack {__version__} (target {pins_target}): {job.kind} on {job.nodes} node(s)"
+        f"# Rendered by epstack {__version__} (target {pins_target}): {job.kind} on {nodes} node(s)"
         f" x {job.gpus_per_node} GPU(s), fabric {job.fabric.name}.",
         f"# Image by digest: {shlex.quote(job.image.ref)}",
         "# Needs pyxis and enroot >= 4.0 (image references with a digest).",
-        *(f"# {note}" for note in _notes(job, router_image)),
+        *(f"# {note}" for note in _notes(job, router_image, role_jobs)),
         "set -euo pipefail",
         "",
         "# DeepEP and NCCL pin host memory: the locked-memory limit must be unlimited (epstack doctor).",
@@ -311,7 +415,7 @@ def sbatch_script(
         "    exit 1",
         "fi",
         "",
-        f'{V.MASTER_ADDR}=$(scontrol show hostnames "${V.SLURM_JOB_NODELIST}" | sed -n 1p)',
+        *_hosts(role_jobs),
     ]
     lines += _assignments(env)
     if any(shlex.quote(value) != value for value in env.values()):
@@ -324,30 +428,12 @@ def sbatch_script(
         lines.append(shlex.join(["srun", "--ntasks-per-node=1", "mkdir", "-p", "--", *host_dirs]))
         lines.append("")
     lines += _fetch_step(job, squashfs_dir, exported)
-    if job.http_port is not None:
-        url = f"http://${V.MASTER_ADDR}:{job.http_port}{METRICS_PATH}"
-        lines.append(f'echo "epstack: SGLang serves Prometheus metrics at {url} (scrape it there)"')
-        if router_image is not None:
-            url = f"http://${V.MASTER_ADDR}:{router.METRICS_PORT}{METRICS_PATH}"
-            lines.append(f'echo "epstack: the router serves Prometheus metrics at {url}"')
-        lines.append("")
-    srun = [
-        "srun",
-        f"--ntasks-per-node={job.tasks_per_node}",
-        f"--cpus-per-task={job.site.cpus_per_gpu * job.gpus_per_node // job.tasks_per_node}",
-        "--cpu-bind=none",
-        f"--container-image={_container_image(job, squashfs_dir)}",
-        f"--container-env={','.join(exported)}",
-        "--no-container-mount-home",
-    ]
-    mounts = _container_mounts(job)
-    if mounts:
-        srun.append(f"--container-mounts={','.join(mounts)}")
-    logs = _server_logs(job)
-    if logs is not None:
-        srun.append(f"--output={logs[0]}")
-    step = " \\\n    ".join([shlex.join(srun), _task_command(job)])
-    lines += _serve_steps(job, step, squashfs_dir, router_image) if job.kind == "serve" else [step]
+    if job.kind != "serve":
+        return "\n".join([*lines, _server_step(job, squashfs_dir, exported)]) + "\n"
+    lines += _metrics_lines(workloads, router_image)
+    steps = [_server_step(workload, squashfs_dir, exported) for workload in workloads]
+    server = _role_steps(*steps) if role_jobs else steps[0]
+    lines += _serve_steps(job, server, squashfs_dir, router_image, role_jobs)
     return "\n".join(lines) + "\n"
 
 
