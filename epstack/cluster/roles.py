@@ -1,5 +1,5 @@
-"""Prefill/decode roles (`--disaggregation`): one serve job as a prefill and a decode LeaderWorkerSet, each
-of `--nodes` nodes, behind SGLang's router in PD mode.
+"""Prefill/decode roles (`--disaggregation`): one serve job as a prefill and a decode role, each of
+`--nodes` nodes (Kubernetes: a LeaderWorkerSet each; Slurm: below), behind SGLang's router in PD mode.
 
 SGLang 0.5.23 takes `--disaggregation-mode prefill|decode` with `--moe-a2a-backend deepep_v2` (its
 parser, tests/cluster/test_sglang_parser.py), but its servers then move the KV cache from prefill to
@@ -7,12 +7,13 @@ decode through a transfer engine, mooncake or nixl, which is a package of its ow
 rendered only when the image's sglang lock carries one; otherwise the request is refused, naming the
 missing pin and the fix. The shipped lock (locks/sglang.txt) carries NIXL (pins.env NIXL_VERSION).
 
-The router finds each role's leader pods itself (`--pd-disaggregation` with a selector per role) and
-reads a prefill pod's bootstrap port from its BOOTSTRAP_ANNOTATION; the serve smoke calls the router.
+On Kubernetes the router finds each role's leader pods itself (`--pd-disaggregation` with a selector per
+role) and reads a prefill pod's bootstrap port from its BOOTSTRAP_ANNOTATION; the serve smoke calls the
+router.
 
 On Slurm one job holds both roles: `--nodes` each, prefill on the allocation's first nodes, decode on the
 next (first_node), each role an srun step over its own nodes whose leader's host the batch script reads
-into leader_variable; the router is told each leader's URL (epstack.cluster.slurm).
+into leader_variable; the router is told each leader's URL (epstack.cluster.slurmserve).
 """
 
 from __future__ import annotations
