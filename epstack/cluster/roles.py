@@ -1,5 +1,5 @@
-"""Prefill/decode roles (`--disaggregation`): one serve job as a prefill and a decode LeaderWorkerSet, each
-of `--nodes` nodes, behind SGLang's router in PD mode.
+"""Prefill/decode roles (`--disaggregation`): one serve job as a prefill and a decode role, each of
+`--nodes` nodes (Kubernetes: a LeaderWorkerSet each; Slurm: below), behind SGLang's router in PD mode.
 
 SGLang 0.5.23 takes `--disaggregation-mode prefill|decode` with `--moe-a2a-backend deepep_v2` (its
 parser, tests/cluster/test_sglang_parser.py), but its servers then move the KV cache from prefill to
@@ -7,8 +7,13 @@ decode through a transfer engine, mooncake or nixl, which is a package of its ow
 rendered only when the image's sglang lock carries one; otherwise the request is refused, naming the
 missing pin and the fix. The shipped lock (locks/sglang.txt) carries NIXL (pins.env NIXL_VERSION).
 
-The router finds each role's leader pods itself (`--pd-disaggregation` with a selector per role) and
-reads a prefill pod's bootstrap port from its BOOTSTRAP_ANNOTATION; the serve smoke calls the router.
+On Kubernetes the router finds each role's leader pods itself (`--pd-disaggregation` with a selector per
+role) and reads a prefill pod's bootstrap port from its BOOTSTRAP_ANNOTATION; the serve smoke calls the
+router.
+
+On Slurm one job holds both roles: `--nodes` each, prefill on the allocation's first nodes, decode on the
+next (first_node), each role an srun step over its own nodes whose leader's host the batch script reads
+into leader_variable; the router is told each leader's URL (epstack.cluster.slurmserve).
 """
 
 from __future__ import annotations
@@ -59,17 +64,15 @@ def transfer_engine(locks: Path) -> str:
 
 def role_jobs(job: Job, *, target: str, kind: str, router: bool, locks: Path) -> tuple[Job, ...]:
     """The job's prefill and decode servers: the same plan, each with its role and the engine the lock
-    carries. BadInput for what the roles need and the request lacks, the transfer engine first among the
-    things a flag cannot fix."""
+    carries; on Kubernetes (`target` k8s) each an LWS (`kind`). BadInput for what the roles need and the
+    request lacks, the transfer engine first among the things a flag cannot fix."""
     plan = job.serve
     if plan is None:
         raise BadInput("--disaggregation: roles are a serve job's; fix: use it with --job serve")
-    if target != "k8s":
-        raise BadInput("--disaggregation: rendered for Kubernetes only; fix: --platform k8s")
     if plan.a2a != "deepep_v2":
         raise BadInput("--disaggregation: the roles run DeepEP V2; fix: --a2a deepep_v2")
     engine = transfer_engine(locks)
-    if kind != "lws":
+    if target == "k8s" and kind != "lws":
         raise BadInput("--disaggregation: each role is a LeaderWorkerSet; fix: --k8s-kind lws")
     if not router:
         raise BadInput(
@@ -84,11 +87,21 @@ def pod_annotations(job: Job) -> dict[str, str]:
     return {BOOTSTRAP_ANNOTATION: str(BOOTSTRAP_PORT)} if job.role == "prefill" else {}
 
 
-def note(role: Job) -> str:
-    """What the roles are, for the manifests' head."""
+def first_node(role: Job) -> int:
+    """Slurm: the role's first node in the job's allocation (0-based): prefill first, then decode."""
+    return ROLES.index(role.role) * role.nodes
+
+
+def leader_variable(role: Job) -> str:
+    """Slurm: the batch script's variable holding the role's leader's host (its first node)."""
+    return f"{role.role.upper()}_ADDR"
+
+
+def note(role: Job, unit: str = "a LeaderWorkerSet") -> str:
+    """What the roles are, for the manifests' or the script's head; each role is a `unit`."""
     engine = role.serve.transfer_engine if role.serve else ""
     return (
-        f"Prefill/decode roles (--disaggregation): a LeaderWorkerSet each of {role.nodes} node(s), the KV "
+        f"Prefill/decode roles (--disaggregation): {unit} each of {role.nodes} node(s), the KV "
         f"cache moved by {engine} (prefill bootstrap port {BOOTSTRAP_PORT}); the router sends each request "
         "through both."
     )

@@ -12,8 +12,9 @@ default `default`, which kustomize's namespace transformer rewrites). Its own me
 METRICS_PORT. Clients, and the serve smoke, call the `<job>-router` Service.
 
 On Slurm a job is one serving group: the router is a step of one task on node 0 beside the server step,
-without a GPU, in the same image, told the server's URL (`--worker-urls`); it waits for it as long as
-the serve smoke does. Node 0 serves SGLang on HTTP_PORT in the same network namespace, so the router
+without a GPU, in its own image, told the server's URL (`--worker-urls`), or with prefill/decode roles each
+role's leader's (`--pd-disaggregation --prefill URL BOOTSTRAP_PORT --decode URL`); it waits for them as
+long as the serve smoke does. Node 0 serves SGLang on HTTP_PORT in the same network namespace, so the router
 listens on SLURM_PORT. Every flag is one smg's own parser takes (tests/cluster/test_router_parser.py
 runs smg 1.13.0's RouterArgs over both commands).
 """
@@ -24,7 +25,7 @@ from epstack.cluster import servesmoke
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import Job
 from epstack.cluster.k8sparts import Obj, leader_selector, part_labels, pod_monitor
-from epstack.smoke.serving.command import HTTP_PORT
+from epstack.smoke.serving.command import BOOTSTRAP_PORT, HTTP_PORT
 
 PACKAGE = "smg==1.13.0"  # what --router-image must carry (its CLI is what the command is checked against)
 PORT = 30000
@@ -63,11 +64,18 @@ def command(job: Job, kind: str, role_jobs: tuple[Job, ...] = ()) -> list[str]:
     ]  # fmt: skip
 
 
-def slurm_command(job: Job) -> list[str]:
-    """`smg launch` on node 0, routing to the server there; it waits for it as the serve smoke does."""
+def slurm_command(job: Job, leaders: tuple[tuple[Job, str], ...] = ()) -> list[str]:
+    """`smg launch` on node 0, routing to the server there; with `leaders` (each prefill and decode role
+    and its leader's host), in PD mode to each role's leader, a prefill's with its bootstrap port. It
+    waits for them as the serve smoke does."""
+    workers = ["--worker-urls", servesmoke.url(job, "127.0.0.1")]
+    if leaders:
+        workers = ["--pd-disaggregation"]
+        for role, host in leaders:
+            workers += [f"--{role.role}", servesmoke.url(role, host)]
+            workers += [str(BOOTSTRAP_PORT)] if role.role == "prefill" else []
     return [
-        "smg", "launch", "--host", "0.0.0.0", "--port", str(SLURM_PORT), "--policy", POLICY,
-        "--worker-urls", servesmoke.url(job, "127.0.0.1"),
+        "smg", "launch", "--host", "0.0.0.0", "--port", str(SLURM_PORT), "--policy", POLICY, *workers,
         "--worker-startup-timeout-secs", str(servesmoke.health_timeout_s(job)),
         "--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT),
     ]  # fmt: skip
@@ -151,9 +159,10 @@ def note(job: Job, namespace: str) -> str:
     )
 
 
-def slurm_note() -> str:
+def slurm_note(pd: bool) -> str:
+    front = "both roles' leaders (PD mode)" if pd else "the job's server"
     return (
         f"Router: `smg launch` ({PACKAGE} in --router-image), a step on node 0 without a GPU, in front of "
-        f"the job's server; clients call http://$MASTER_ADDR:{SLURM_PORT}; its metrics on "
+        f"{front}; clients call http://$MASTER_ADDR:{SLURM_PORT}; its metrics on "
         f":{METRICS_PORT}/metrics."
     )

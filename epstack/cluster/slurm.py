@@ -12,16 +12,8 @@ read-only root and outlive the step. The fabric's devices are mounted by path (w
 awslabs/awsome-distributed-ai's DeepEP V2 sbatch does); each task gets its CPUs (--cpus-per-task)
 unbound (--cpu-bind=none): SGLang runs about 11 processes per node.
 
-With --router-image, SGLang's router (epstack.cluster.router) is a step of one task on node 0 too,
-started first, in the background, without a GPU; clients and the serve smoke call it on its own port.
-
-A serve job also runs the serve smoke (epstack.cluster.servesmoke) unless --serve-smoke off: a step of
-one task on node 0 beside the server step (--overlap), with no GPU (--gres=none), against 127.0.0.1.
-It starts first, in the background, and waits for the server itself. With "on" the job then lives as
-long as the server step; with "exit" it ends with the smoke's exit code (Slurm stops the server step),
-and a server step that ends first stops the smoke. With a results directory the server step logs one
-file a node there (srun --output, written on the task's node), so the smoke reads node 0's for DeepEP
-V2's buffer line.
+A serve job's server step (one per prefill/decode role), its router and its serve smoke are
+epstack.cluster.slurmserve's.
 """
 
 from __future__ import annotations
@@ -30,13 +22,12 @@ import shlex
 from pathlib import PurePosixPath
 
 from epstack import __version__
-from epstack.cluster import router, servesmoke
+from epstack.cluster import roles, slurmserve
 from epstack.cluster.image import ImageRef
 from epstack.cluster.jobs import IMAGE_ENTRYPOINT, Job
 from epstack.errors import BadInput
 from epstack.fabric import RDMA_DEVICE_DIR
 from epstack.smoke import launchenv as V
-from epstack.smoke.serving.command import METRICS_PATH
 
 # Where `cluster pull` imports images on each node unless told otherwise.
 DEFAULT_SQUASHFS_DIR = "/var/tmp/epstack"
@@ -56,7 +47,7 @@ def _task_command(job: Job) -> str:
     if job.kind == "elastic-smoke":
         return shlex.join([IMAGE_ENTRYPOINT, *job.command(node_rank="", leader="")])
     # SGLang needs this task's node rank: expanded in the task, not in the batch script.
-    inner = job.words(shlex.quote, node_rank=f'"${V.SLURM_NODEID}"', leader=f'"${V.MASTER_ADDR}"')
+    inner = job.words(shlex.quote, node_rank=f'"${V.SLURM_NODEID}"', leader=f'"${slurmserve.leader(job)}"')
     return shlex.join([IMAGE_ENTRYPOINT, "bash", "-c", " ".join(["exec", *inner])])
 
 
@@ -98,7 +89,7 @@ def _container_mounts(job: Job) -> list[str]:
     return mounts + [f"{path}:{path}" for path in devices]
 
 
-def _notes(job: Job, router_image: ImageRef | None) -> list[str]:
+def _notes(job: Job, router_image: ImageRef | None, role_jobs: tuple[Job, ...]) -> list[str]:
     notes = job.notes()
     if job.crosses_nodes:
         notes.append(
@@ -107,132 +98,7 @@ def _notes(job: Job, router_image: ImageRef | None) -> list[str]:
         )
     if job.site.host_network:
         notes.append("--host-network: pyxis containers already share the node's network namespace.")
-    if router_image is not None:
-        notes.append(router.slurm_note())
-    if job.serve_smoke != "off":
-        notes.append(_smoke_note(job, _smoke_port(router_image)))
-    return notes
-
-
-def _server_log_name(job: Job, run: str, node: str) -> str:
-    return f"{job.name}{run}-node{node}.log"
-
-
-def _server_logs(job: Job) -> tuple[str, str] | None:
-    """With the serve smoke and a results directory: each node's server log there (srun's --output
-    pattern, which srun writes on the task's node), and node 0's as the smoke's container sees it."""
-    results = job.site.results
-    if job.serve_smoke == "off" or results is None:
-        return None
-    directory = PurePosixPath(results.source.replace("%", "%%"))  # srun reads % as a pattern
-    pattern = str(directory / _server_log_name(job, "-%j", "%n"))
-    return pattern, str(PurePosixPath(results.mount) / _server_log_name(job, servesmoke.RUN_ID, "0"))
-
-
-def _smoke_port(router_image: ImageRef | None) -> int | None:
-    """The port the serve smoke calls on node 0: the router's when there is one, else the server's."""
-    return router.SLURM_PORT if router_image is not None else None
-
-
-def _smoke_note(job: Job, port: int | None) -> str:
-    results = job.site.results
-    ending = (
-        "the job keeps serving whatever its verdict"
-        if job.serve_smoke == "on"
-        else "the job ends with its exit code (and the server step with it)"
-    )
-    where = "none kept (no results directory); its log has the check rows"
-    if results is not None:
-        directory = PurePosixPath(results.source)
-        where = (
-            f"{directory / servesmoke.report_name(job, '-JOBID')}, and each node's server log is "
-            f"{directory / _server_log_name(job, '-JOBID', 'N')} (not this job's output file)"
-        )
-    return (
-        f"Serve smoke (--serve-smoke {job.serve_smoke}): a step on node 0 without a GPU runs `epstack smoke "
-        f"serve --url {servesmoke.url(job, '127.0.0.1', port)} --no-sweep` once the server answers "
-        f"(--health-timeout {servesmoke.health_timeout_s(job)}); {ending}. Report: {where}."
-    )
-
-
-def _node0_step(options: list[str], command: list[str]) -> str:
-    """An srun of one task on node 0 ($MASTER_ADDR) beside the server step (--overlap), no GPU."""
-    srun = f'srun --overlap --nodes=1 --ntasks=1 --nodelist="${V.MASTER_ADDR}" {shlex.join(options)}'
-    return " \\\n    ".join([srun, " ".join(command)])
-
-
-def _router_step(job: Job, image: ImageRef) -> list[str]:
-    """SGLang's router on node 0, in the background, in its own image."""
-    options = ["--gres=none", f"--container-image={image.ref}", "--no-container-mount-home"]
-    return [
-        "# The router, in the background on node 0: it routes to the server there once it answers.",
-        _node0_step(options, [shlex.quote(word) for word in router.slurm_command(job)]) + " &",
-        "",
-    ]
-
-
-def _smoke_step(job: Job, squashfs_dir: str | None, port: int | None) -> str:
-    """The serve smoke's srun: one task on node 0 ($MASTER_ADDR) beside the server step (--overlap), no
-    GPU, the results directory mounted."""
-    results = job.site.results
-    options = ["--gres=none", f"--container-image={_container_image(job, squashfs_dir)}"]
-    options.append("--no-container-mount-home")
-    if results is not None:
-        options.append(f"--container-mounts={results.source}:{results.mount}")
-    logs = _server_logs(job)
-    command = servesmoke.words(
-        job,
-        shlex.quote,
-        host="127.0.0.1",
-        run_id=f'-"${V.SLURM_JOB_ID}"',
-        port=port,
-        server_log=logs[1] if logs else None,
-    )
-    return _node0_step(options, command)
-
-
-_RANK_NOTE = [
-    "# SGLang's node rank is the task's $SLURM_NODEID, expanded inside the task.",
-    "# shellcheck disable=SC2016",
-]
-
-
-def _serve_steps(job: Job, server: str, squashfs_dir: str | None, router_image: ImageRef | None) -> list[str]:
-    """The router first when there is one; the server step, and the serve smoke beside it: in the
-    background, the job living as long as the server ("on"); or the job ending with the smoke's exit code
-    ("exit"), the smoke stopped should the server step end first (it would wait out its
-    --health-timeout for nothing)."""
-    front = _router_step(job, router_image) if router_image is not None else []
-    if job.serve_smoke == "off":
-        return [*front, *_RANK_NOTE, server]
-    smoke = _smoke_step(job, squashfs_dir, _smoke_port(router_image))
-    if job.serve_smoke == "on":
-        return [
-            *front,
-            "# The serve smoke, in the background: it checks the endpoint on node 0 once it answers.",
-            f"{smoke} &",
-            "",
-            "# The server step: the job lives as long as it does.",
-            *_RANK_NOTE,
-            server,
-        ]
-    return [
-        *front,
-        "# The serve smoke, in the background: it checks the endpoint on node 0 once it answers; the",
-        "# job ends with its exit code, and Slurm then stops the server step.",
-        f"{smoke} &",
-        "smoke=$!",
-        "",
-        "# The server step; should it end first, the smoke is stopped: nothing is left to answer it.",
-        *_RANK_NOTE,
-        "{",
-        "    status=0",
-        "    " + server.replace("\n", "\n    ") + " || status=$?",
-        '    echo "epstack: the server step ended (exit $status) before the serve smoke" >&2',
-        '    kill "$smoke" 2>/dev/null || true',
-        "} &",
-        'wait "$smoke"',
-    ]
+    return notes + slurmserve.notes(job, router_image, role_jobs)
 
 
 def _secret_reads(job: Job) -> list[str]:
@@ -278,30 +144,57 @@ def _fetch_step(job: Job, squashfs_dir: str | None, exported: list[str]) -> list
     ]
 
 
+def _server_step(workload: Job, squashfs_dir: str | None, exported: list[str]) -> str:
+    """The srun of the job's (or one role's) servers: over all the job's nodes, or the role's own."""
+    srun = ["srun"]
+    if workload.role:
+        srun += [f"--nodes={workload.nodes}", f"--relative={roles.first_node(workload)}"]
+    srun += [
+        f"--ntasks-per-node={workload.tasks_per_node}",
+        f"--cpus-per-task={workload.site.cpus_per_gpu * workload.gpus_per_node // workload.tasks_per_node}",
+        "--cpu-bind=none",
+        f"--container-image={_container_image(workload, squashfs_dir)}",
+        f"--container-env={','.join(exported)}",
+        "--no-container-mount-home",
+    ]
+    mounts = _container_mounts(workload)
+    if mounts:
+        srun.append(f"--container-mounts={','.join(mounts)}")
+    logs = slurmserve.server_logs(workload)
+    if logs is not None:
+        srun.append(f"--output={logs[0]}")
+    return " \\\n    ".join([shlex.join(srun), _task_command(workload)])
+
+
 def sbatch_script(
     job: Job,
     *,
     squashfs_dir: str | None = None,
     pins_target: str = "",
     router_image: ImageRef | None = None,
+    role_jobs: tuple[Job, ...] = (),
 ) -> str:
-    """The job's sbatch script; a serve job's router in front of it when `router_image` is given."""
+    """The job's sbatch script; a serve job's router in front of it when `router_image` is given; its
+    prefill and decode `role_jobs` (epstack.cluster.roles) on nodes of their own, if any."""
     host_dirs = _host_dirs(job)
+    workloads = role_jobs or (job,)
+    nodes = job.nodes * len(workloads)
     env = job.env() | {V.MASTER_PORT: str(job.rendezvous_port)}
-    exported = [V.MASTER_ADDR, *env, *(secret.env for secret in job.site.secrets)]
+    leaders = [roles.leader_variable(role) for role in role_jobs]
+    exported = [V.MASTER_ADDR, *leaders, *env, *(secret.env for secret in job.site.secrets)]
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={job.name}",
-        f"#SBATCH --nodes={job.nodes}",
+        f"#SBATCH --nodes={nodes}",
         f"#SBATCH --ntasks-per-node={job.tasks_per_node}",
         f"#SBATCH --gpus-per-node={job.gpus_per_node}",
         "#SBATCH --exclusive",
         f"#SBATCH --output={job.name}-%j.out",
-        f"# Rendered by epstack {__version__} (target {pins_target}): {job.kind} on {job.nodes} node(s)"
+        f"# Rendered by epstack {__version__} (target {pins_target}): {job.kind} on {nodes} node(s)"
         f" x {job.gpus_per_node} GPU(s), fabric {job.fabric.name}.",
         f"# Image by digest: {shlex.quote(job.image.ref)}",
         "# Needs pyxis and enroot >= 4.0 (image references with a digest).",
-        *(f"# {note}" for note in _notes(job, router_image)),
+        *(f"# {note}" for note in _notes(job, router_image, role_jobs)),
         "set -euo pipefail",
         "",
         "# DeepEP and NCCL pin host memory: the locked-memory limit must be unlimited (epstack doctor).",
@@ -311,7 +204,7 @@ def sbatch_script(
         "    exit 1",
         "fi",
         "",
-        f'{V.MASTER_ADDR}=$(scontrol show hostnames "${V.SLURM_JOB_NODELIST}" | sed -n 1p)',
+        *slurmserve.leader_hosts(role_jobs),
     ]
     lines += _assignments(env)
     if any(shlex.quote(value) != value for value in env.values()):
@@ -324,30 +217,13 @@ def sbatch_script(
         lines.append(shlex.join(["srun", "--ntasks-per-node=1", "mkdir", "-p", "--", *host_dirs]))
         lines.append("")
     lines += _fetch_step(job, squashfs_dir, exported)
-    if job.http_port is not None:
-        url = f"http://${V.MASTER_ADDR}:{job.http_port}{METRICS_PATH}"
-        lines.append(f'echo "epstack: SGLang serves Prometheus metrics at {url} (scrape it there)"')
-        if router_image is not None:
-            url = f"http://${V.MASTER_ADDR}:{router.METRICS_PORT}{METRICS_PATH}"
-            lines.append(f'echo "epstack: the router serves Prometheus metrics at {url}"')
-        lines.append("")
-    srun = [
-        "srun",
-        f"--ntasks-per-node={job.tasks_per_node}",
-        f"--cpus-per-task={job.site.cpus_per_gpu * job.gpus_per_node // job.tasks_per_node}",
-        "--cpu-bind=none",
-        f"--container-image={_container_image(job, squashfs_dir)}",
-        f"--container-env={','.join(exported)}",
-        "--no-container-mount-home",
-    ]
-    mounts = _container_mounts(job)
-    if mounts:
-        srun.append(f"--container-mounts={','.join(mounts)}")
-    logs = _server_logs(job)
-    if logs is not None:
-        srun.append(f"--output={logs[0]}")
-    step = " \\\n    ".join([shlex.join(srun), _task_command(job)])
-    lines += _serve_steps(job, step, squashfs_dir, router_image) if job.kind == "serve" else [step]
+    if job.kind != "serve":
+        return "\n".join([*lines, _server_step(job, squashfs_dir, exported)]) + "\n"
+    lines += slurmserve.metrics_lines(workloads, router_image)
+    steps = [_server_step(workload, squashfs_dir, exported) for workload in workloads]
+    server = slurmserve.role_steps(*steps) if role_jobs else steps[0]
+    image = _container_image(job, squashfs_dir)
+    lines += slurmserve.serve_steps(job, server, image, router_image, role_jobs)
     return "\n".join(lines) + "\n"
 
 

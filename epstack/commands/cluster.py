@@ -239,7 +239,11 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
         return 0
     if args.target == "slurm":
         text = slurm.sbatch_script(
-            job, squashfs_dir=args.squashfs_dir, pins_target=target, router_image=_router_image(args, job)
+            job,
+            squashfs_dir=args.squashfs_dir,
+            pins_target=target,
+            router_image=_router_image(args, job),
+            role_jobs=role_jobs,
         )
     else:
         objects, text, rdma = _k8s_render(args, job, role_jobs)
@@ -517,8 +521,9 @@ def register(subparsers: SubParsers) -> None:
     render.add_argument(
         "--disaggregation",
         action="store_true",
-        help="k8s serve: prefill and decode roles, an LWS each behind the router in PD mode; needs a KV "
-        "transfer engine (mooncake or nixl) in the sglang lock (--locks); the shipped lock pins nixl",
+        help="serve: prefill and decode roles of --nodes each behind the router in PD mode (k8s: an LWS "
+        "each; slurm: an srun step each, the job asking for both roles' nodes); needs a KV transfer engine "
+        "(mooncake or nixl) in the sglang lock (--locks); the shipped lock pins nixl",
     )
     render.add_argument(
         "--serve-smoke",

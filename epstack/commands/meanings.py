@@ -173,7 +173,7 @@ MEANINGS: dict[str, Meaning] = {
     "--namespace": Meaning(text="k8s: a namespace"),
     "--replicas": Meaning(text="k8s: serving groups"),
     "--kustomization": _flag("k8s: a kustomize base beside the manifests"),
-    "--disaggregation": _flag("k8s serve: prefill and decode roles behind the router"),
+    "--disaggregation": _flag("serve: prefill and decode roles behind the router"),
     **{
         f"--{what}-storage": Meaning(text=f"where the {what} storage comes from", metavar="SPEC")
         for what in ("model", "cache", "results")

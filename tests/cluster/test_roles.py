@@ -1,7 +1,7 @@
 """Prefill/decode roles (--disaggregation): rendered as two LeaderWorkerSets behind the router in PD mode
 with the KV transfer engine the sglang lock pins (the shipped lock: NIXL), every object validated; refused
-for a lock that pins none. SGLang's and smg's own parsers take the commands in test_sglang_parser.py and
-test_router_parser.py."""
+for a lock that pins none (on Slurm too: test_roles_slurm.py). SGLang's and smg's own parsers take the
+commands in test_sglang_parser.py and test_router_parser.py."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from tests.cluster.conftest import (
 from tests.cluster.validation import validate_object
 from tests.conftest import REPO
 
-FLAGS = ["--profile", "deepseek-v3", "--disaggregation", "--router-image", ROUTER_IMAGE, "--pod-monitor"]
+ROLE_FLAGS = ["--profile", "deepseek-v3", "--disaggregation", "--router-image", ROUTER_IMAGE]
+FLAGS = [*ROLE_FLAGS, "--pod-monitor"]
 
 
 def _args(tmp_path: Path, target: str = "k8s", job: str = "serve") -> list[str]:
@@ -43,11 +44,12 @@ def _refusal(capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str]
     return err
 
 
+@pytest.mark.parametrize("target", ["k8s", "slurm"])
 def test_a_lock_without_a_transfer_engine_is_refused(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, target: str
 ) -> None:
     locks = locks_without_engine(tmp_path)
-    err = _refusal(capsys, tmp_path, [*_args(tmp_path), *FLAGS, "--locks", str(locks)])
+    err = _refusal(capsys, tmp_path, [*_args(tmp_path, target), *ROLE_FLAGS, "--locks", str(locks)])
     assert err.startswith("error: --disaggregation: ") and f"{locks / 'sglang.txt'} pins none" in err
     assert "mooncake-transfer-engine or nixl" in err and "fix: pass the --locks of an image" in err
 
@@ -59,7 +61,13 @@ def test_the_shipped_lock_carries_nixl() -> None:
 @pytest.mark.parametrize(
     "case",
     [
-        ("slurm", "serve", ["--disaggregation"], "fix: --platform k8s"),
+        ("slurm", "serve", ["--disaggregation"], "fix: add --router-image"),
+        (
+            "slurm",
+            "serve",
+            ["--disaggregation", "--router-image", ROUTER_IMAGE, "--a2a", "deepep"],
+            "--a2a deepep_v2",
+        ),
         ("k8s", "elastic-smoke", ["--disaggregation"], "fix: use it with --job serve"),
         ("k8s", "serve", ["--disaggregation", "--a2a", "deepep"], "fix: --a2a deepep_v2"),
         ("k8s", "serve", ["--disaggregation", "--k8s-kind", "job"], "fix: --k8s-kind lws"),

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from epstack.cluster import router
-from tests.cluster import sglang_env
+from tests.cluster import sglang_env, test_roles_slurm
 from tests.cluster.conftest import ROUTER_IMAGE, load_all, pins_for, render, render_args
+from tests.cluster.test_slurm import _run_sbatch
 from tests.cluster.validation import validate_object
 from tests.conftest import REPO
 
@@ -39,7 +40,8 @@ for argv in json.load(sys.stdin):
         continue
     fields = ("host", "port", "policy", "service_discovery", "selector", "service_discovery_port",
               "service_discovery_namespace", "prometheus_host", "prometheus_port", "worker_urls",
-              "worker_startup_timeout_secs", "pd_disaggregation", "prefill_selector", "decode_selector")
+              "worker_startup_timeout_secs", "pd_disaggregation", "prefill_selector", "decode_selector",
+              "prefill_urls", "decode_urls")
     out.append({"ok": True, "values": {name: getattr(args, name) for name in fields}})
 print(json.dumps(out))
 """
@@ -137,3 +139,19 @@ def test_the_pd_router_parses_and_finds_each_roles_leaders(tmp_path: Path) -> No
     for role in ("prefill", "decode"):
         (http,) = [o for o in objects if o["metadata"]["name"] == f"epstack-serve-{role}-http"]
         assert values[f"{role}_selector"] == http["spec"]["selector"]
+
+
+def test_the_slurm_pd_router_parses_and_routes_to_each_roles_leader(tmp_path: Path) -> None:
+    """As the batch script starts it: each leader's host read from the job's node list (the stand-ins')."""
+    script = test_roles_slurm._render(tmp_path)
+    assert _run_sbatch(tmp_path, script, nodes=4, FAKE_PREFILL_SECONDS="1").returncode == 0
+    (route,) = [
+        task for task in test_roles_slurm._recorded(tmp_path) if task["argv"][:2] == ["smg", "launch"]
+    ]
+    (good,) = _parse([route["argv"][2:]])
+    assert good["ok"], good
+    values = good["values"]
+    assert values["pd_disaggregation"] is True and values["worker_urls"] == []
+    assert values["prefill_urls"] == [["http://gpu-st-0:30000", 8998]]
+    assert values["decode_urls"] == ["http://gpu-st-2:30000"]
+    assert (values["port"], values["worker_startup_timeout_secs"]) == (router.SLURM_PORT, 4200)

@@ -17,8 +17,9 @@ from epstack.pins.file import read_pins_file
 from epstack.smoke.serving import server
 from epstack.smoke.serving.command import SGLANG_ENTRY, sglang_command
 from epstack.smoke.serving.profiles import A2A_BACKENDS, PROFILES, ServePlan, serve_plan
-from tests.cluster import sglang_env
+from tests.cluster import sglang_env, test_roles_slurm
 from tests.cluster.conftest import load_all, pins_for, render, render_args
+from tests.cluster.test_slurm import _run_sbatch
 from tests.conftest import PINS, REPO
 
 pytestmark = pytest.mark.network
@@ -138,11 +139,31 @@ def _role_commands(tmp_path: Path) -> list[dict[str, Any]]:
     return commands
 
 
+def _slurm_role_commands(tmp_path: Path) -> list[dict[str, Any]]:
+    """--disaggregation's Slurm script run with the stand-ins: each role's tasks' commands as they expand
+    there (node ranks 0 and 1, prefill's leader gpu-st-0, decode's gpu-st-2)."""
+    script = test_roles_slurm._render(tmp_path)
+    assert _run_sbatch(tmp_path, script, nodes=4, FAKE_PREFILL_SECONDS="1").returncode == 0
+    commands = []
+    for role, tasks in test_roles_slurm._role_tasks(test_roles_slurm._recorded(tmp_path)).items():
+        for rank, task in enumerate(tasks):
+            leader = tasks[0]["env"]["SLURMD_NODENAME"]
+            argv = test_roles_slurm._expanded(task)
+            commands.append(
+                {"id": f"role/slurm/{role}/node{rank}", "argv": argv, "role": role, "leader": leader}
+            )
+    return commands
+
+
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     tmp_path = tmp_path_factory.mktemp("sglang")
     commands = (
-        _profile_commands() + _manifest_commands(tmp_path) + _smoke_commands() + _role_commands(tmp_path)
+        _profile_commands()
+        + _manifest_commands(tmp_path)
+        + _smoke_commands()
+        + _role_commands(tmp_path)
+        + _slurm_role_commands(tmp_path)
     )
     negative = [
         # A renamed flag (the attention-DP flag under a name this SGLang does not have) must fail...
@@ -157,7 +178,7 @@ def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
     by_id = {r["id"]: r for r in results}
     for command in commands:
         by_id[command["id"]] |= {"plan": command.get("plan"), "rank": command.get("rank")}
-        by_id[command["id"]]["role"] = command.get("role")
+        by_id[command["id"]] |= {"role": command.get("role"), "leader": command.get("leader")}
     return by_id
 
 
@@ -232,7 +253,7 @@ def test_the_parser_catches_a_renamed_flag_and_a_deprecated_one(parsed: dict[str
 
 def test_the_roles_parse_as_prefill_and_decode_with_deepep_v2(parsed: dict[str, dict[str, Any]]) -> None:
     roles = {key: value for key, value in parsed.items() if key.startswith("role/")}
-    assert len(roles) == 4
+    assert len(roles) == 8  # node 0 and 1 of each role: printed (k8s), and run by the Slurm script
     for key, result in roles.items():
         assert result["ok"] and not _deprecations(result), (key, result["error"] or result["warnings"])
         values = result["values"]
@@ -241,3 +262,6 @@ def test_the_roles_parse_as_prefill_and_decode_with_deepep_v2(parsed: dict[str, 
         assert values["moe_a2a_backend"] == "deepep_v2" and values["deepep_v2_mode"] == "hybrid"
         if result["role"] == "prefill":
             assert values["disaggregation_bootstrap_port"] == 8998
+        if result["leader"]:  # Slurm: each role its own serving group, its first node the leader
+            assert values["dist_init_addr"] == f"{result['leader']}:5000" and values["nnodes"] == 2
+            assert values["node_rank"] == int(key[-1])

@@ -21,9 +21,11 @@ from tests.cluster.conftest import DIGEST, IMAGE, check_cluster_golden, pins_for
 from tests.conftest import REPO, venv_tool
 
 # srun stand-in: for each of --nodes (default: the job's) x --ntasks-per-node tasks, the environment srun
-# would give it, recorded with the container image and the task's command as JSON lines (the command is
-# not run). A step then takes FAKE_<ROLE>_SECONDS and exits FAKE_<ROLE>_EXIT, its role "smoke" (epstack
-# smoke serve), "server" (sglang) or "other".
+# would give it (its node: --nodelist, else the job's node --relative + its index in the step, as
+# SLURMD_NODENAME), recorded with the container image and the task's command as JSON lines (the command
+# is not run). A step then takes FAKE_<ROLE>_SECONDS and exits FAKE_<ROLE>_EXIT, its role "smoke"
+# (epstack smoke serve), "prefill" or "decode" (sglang in that --disaggregation-mode), "server" (sglang)
+# or "other".
 FAKE_SRUN = r"""#!/usr/bin/env python3
 import json, os, sys, time
 args = sys.argv[1:]
@@ -33,12 +35,16 @@ while args and args[0].startswith("--"):
     opts[key] = value
 nodes = int(opts.get("nodes", os.environ["FAKE_NODES"]))
 per_node = int(opts.get("ntasks-per-node", "1"))
-role = "smoke" if args[1:3] == ["smoke", "serve"] else "server" if "sglang" in " ".join(args) else "other"
+text = " ".join(args)
+role = "smoke" if args[1:3] == ["smoke", "serve"] else "server" if "sglang" in text else "other"
+for mode in ("prefill", "decode"):
+    role = mode if f"--disaggregation-mode {mode} " in text else role
 with open(os.environ["FAKE_LOG"], "a") as log:
     for node in range(nodes):
+        host = opts.get("nodelist") or f"gpu-st-{int(opts.get('relative', '0')) + node}"
         for local in range(per_node):
             env = dict(os.environ, SLURM_PROCID=str(node * per_node + local), SLURM_LOCALID=str(local),
-                       SLURM_NODEID=str(node), SLURM_NTASKS=str(nodes * per_node),
+                       SLURM_NODEID=str(node), SLURMD_NODENAME=host, SLURM_NTASKS=str(nodes * per_node),
                        SLURM_NTASKS_PER_NODE=str(per_node), SLURM_NNODES=str(nodes),
                        SLURM_STEP_NODELIST=os.environ["SLURM_JOB_NODELIST"])
             log.write(json.dumps({"opts": opts, "argv": args, "env": env}) + "\n")
