@@ -25,15 +25,16 @@ def _defines_guard_rows(path: Path) -> bool:
 
 def test_every_toolchain_module_is_in_the_registry_once_in_the_install_order() -> None:
     modules = sorted(path.stem for path in JIT.glob("*.py") if _defines_guard_rows(path))
-    assert sorted(chain.__name__.rpartition(".")[2] for chain in TOOLCHAINS) == modules
-    assert (deepep, deepgemm, sglang, flashinfer, triton) == TOOLCHAINS
+    in_order = (deepep, deepgemm, sglang, flashinfer, triton)
+    assert in_order == TOOLCHAINS
+    assert sorted(module.__name__.rpartition(".")[2] for module in in_order) == modules
     assert set(EXPORTED.values()) <= set(TOOLCHAINS)
 
 
 def test_each_toolchain_has_what_the_protocol_names_and_names_of_its_own() -> None:
     members = [*Toolchain.__annotations__, "guard_rows"]
     for chain in TOOLCHAINS:
-        assert [name for name in members if not hasattr(chain, name)] == [], chain.__name__
+        assert [name for name in members if not hasattr(chain, name)] == [], chain.NAME
     for member in ("NAME", "COMPONENT", "SHIPPED"):
         values = [getattr(chain, member) for chain in TOOLCHAINS]
         assert len(set(values)) == len(values), member
