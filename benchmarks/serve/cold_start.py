@@ -163,12 +163,21 @@ def folder_bytes(root: Path) -> dict[str, int]:
     }
 
 
+def device() -> str | None:
+    """The GPU and driver the run had, as nvidia-smi names them (the card decides what a timing means)."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+    found = subprocess.run(query, capture_output=True, text=True, check=False)
+    return (found.stdout.strip() or None) if found.returncode == 0 else None
+
+
 def run() -> None:
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     base = {k: v for k, v in os.environ.items() if k not in ("CC", "CXX", "CUDAHOSTCXX")}
     base["FLASHINFER_USE_CUDA_NORM"] = "1"  # as the sglang image sets it
-    result: dict[str, Any] = {"schema": "cold-start/1", "flags": list(SERVE)}
+    result: dict[str, Any] = {"schema": "cold-start/1", "flags": list(SERVE), "device": device()}
     with (WORK / "run.log").open("w") as log:
         empty = base | caches(WORK / "empty")
         result["empty"] = serve(log, "empty", empty) | {"compiled": compiled(empty, None)}
