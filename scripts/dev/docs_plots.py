@@ -1,6 +1,6 @@
 """mkdocs hook (mkdocs.yml `hooks`): the docs' pictures drawn from the committed benchmark JSON at every
 build, never committed as images: the H200 serve sweep, the cold starts (H200, and the H100 run
-with SGLang's JIT kernels shipped) (epstack.smoke.serving.plot),
+with every GPU export and FlashInfer's modules shipped) (epstack.smoke.serving.plot),
 and the JIT toolchains' first calls with empty caches against shipped ones."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def first_calls_png() -> bytes:
 def on_files(files: Files, config: Any) -> Files:
     sweep = SERVE / "serve-h200.json"
     cold = [SERVE / "cold-start-sampled" / name for name in ("empty.json", "shipped.json", "warm.json")]
-    h100 = [SERVE / "cold-start-h100-sglang-jit" / name for name in ("empty.json", "shipped.json")]
+    h100 = [SERVE / "cold-start-h100-shipped" / name for name in ("empty.json", "shipped.json", "warm.json")]
     pictures = {
         "images/serve-sweep.png": plot.png(SERVE_REPORT.read(sweep), sweep),
         "images/cold-start.png": plot.startup_png([(SERVE_REPORT.read(path), path) for path in cold]),
