@@ -1,6 +1,6 @@
-"""The kernels layer: a built sglang image plus the kernels exported on a GPU (DeepEP's, epstack.jit.deepep;
-DeepGEMM's, epstack.jit.deepgemm), each unpacked by its sha256, then guarded (images/kernels/Dockerfile.j2,
-`epstack jit layer`)."""
+"""The kernels layer: a built sglang image plus the kernels exported on a GPU (each toolchain of
+epstack.jit.registry.EXPORTED: DeepEP's, DeepGEMM's, SGLang's own, Triton's), each unpacked by its sha256,
+then guarded (images/kernels/Dockerfile.j2, `epstack jit layer`)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ STAGE = "kernels"
 class LayerExport:
     """One export the layer unpacks: its toolchain's folder name, manifest, bytes and digest."""
 
-    tool: str  # deep_ep, deep_gemm
-    manifest: Any  # deepep.KernelCache or deepgemm.DeepGemmCache: a key, files, kernels, bytes
+    tool: str  # deep_ep, deep_gemm, sglang_jit, triton_kernels
+    manifest: Any  # e.g. deepep.KernelCache: a key, files, kernels, bytes
     data: bytes
     sha256: str
 
@@ -77,7 +77,7 @@ def dockerfile(*, image: str, image_id: str, exports: Sequence[LayerExport]) -> 
         for what, value in (
             ("the export's device", item.manifest.key.device),
             ("the export's arch", item.manifest.key.arch),
-            ("the export's nvcc", item.manifest.key.nvcc),
+            ("the export's nvcc", getattr(item.manifest.key, "nvcc", "")),  # Triton's keys have none
         ):
             _one_line(what, value)
     return (

@@ -202,7 +202,7 @@ def placed(cache: Path, entry: str) -> bool:
 
 
 def made_with(key: CacheKey) -> str:
-    return f"deep_gemm {key.deep_gemm}"
+    return f"deep_gemm {key.deep_gemm}, nvcc {key.nvcc}"
 
 
 def guard_rows(env: Mapping[str, str], archs: Sequence[str], *, verify_bytes: bool = True) -> list[Check]:

@@ -9,7 +9,8 @@ guard then names the change). Each entry (a kernel, a module, a key's folder) is
 staging into its place, so a process starting beside this one never reads half of one; one already
 there is kept. Copies, not links: a cache a node shares between pods of other images holds no link into
 this one, and every user can read them. A cache folder that cannot be written (a read-only root, as
-enroot mounts it by default) moves to ${TMPDIR:-/tmp}/epstack/<name>, said, its variable exported;
+enroot mounts it by default) moves to ${TMPDIR:-/tmp}/epstack/<name>, said, its variable exported
+(the toolchains after it that read the same variable, Triton's kernels after its launcher, follow it);
 where TMPDIR cannot be written either, the start stops in one line."""
 
 from __future__ import annotations
@@ -57,7 +58,10 @@ def install(
         if not (home.always or shipped.is_dir()):
             continue
         named = home.default(env)
-        cache = named if _writable(named) else _moved(home, named, env, say)
+        if home.variable in moved:  # a cache another toolchain's shipped folder moved already (Triton's)
+            cache: Path | None = Path(moved[home.variable])
+        else:
+            cache = named if _writable(named) else _moved(home, named, env, say)
         if cache is None:
             return None
         if cache != named:

@@ -1,7 +1,7 @@
 """The guard row of a toolchain a serve run exports (epstack.jit.toolchain.Placed: DeepGEMM, SGLang's
-JIT): its shipped kernels intact, made for this install, and in the cache the toolchain reads, entry
-by entry (the entrypoint copies them there at start). Each such module's `guard_rows` is this one,
-given the module itself (which it imports by name, so that mypy checks it against Placed)."""
+JIT, Triton's kernels): its shipped kernels intact, made for this install, and in the cache the toolchain
+reads, entry by entry (the entrypoint copies them there at start). Each such module's `guard_rows` is this
+one, given the module itself (which it imports by name, so that mypy checks it against Placed)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def placed_rows(
         component=component,
         expected=expected,
         found=f"{manifest.kernels} kernels, {manifest.bytes:,} bytes; {chain.made_with(key)}, "
-        f"sm {key.arch} ({key.device}, {key.sm_count} SMs), nvcc {key.nvcc}",
+        f"sm {key.arch} ({key.device}, {key.sm_count} SMs)",
         verdict="ok",
     )
     broken = changed_files(folder, manifest.files) if verify_bytes else []

@@ -230,7 +230,7 @@ def placed(cache: Path, entry: str) -> bool:
 
 
 def made_with(key: CacheKey) -> str:
-    return ", ".join(key.versions[:2]) or "no versions"
+    return f"{', '.join(key.versions[:2]) or 'no versions'}, nvcc {key.nvcc}"
 
 
 def guard_rows(env: Mapping[str, str], archs: Sequence[str], *, verify_bytes: bool = True) -> list[Check]:
