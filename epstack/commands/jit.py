@@ -215,12 +215,15 @@ def register(subparsers: SubParsers) -> None:
     probe.set_defaults(func=cmd_probe)
     unpack_p = actions.add_parser(
         "unpack",
-        help="in an image: unpack kernels exported on a GPU (DeepEP, DeepGEMM, SGLang's), checked by sha256",
+        help="in an image: unpack kernels exported on a GPU (DeepEP, DeepGEMM, SGLang's, Triton's), "
+        "checked by sha256",
     )
     unpack_p.add_argument("export", type=path_arg, help="the `jit export` (or `--export-jit-cache`) file")
     unpack_p.add_argument("--sha256", type=_sha256_hex, required=True, help="the export's digest")
     unpack_p.add_argument(
-        "--into", type=path_arg, help=f"default {imagepaths.JIT}/<toolchain> (deep_ep, deep_gemm, sglang_jit)"
+        "--into",
+        type=path_arg,
+        help=f"default {imagepaths.JIT}/<toolchain> (deep_ep, deep_gemm, sglang_jit, triton_kernels)",
     )
     unpack_p.set_defaults(func=cmd_unpack)
     export_p = actions.add_parser(
@@ -233,7 +236,7 @@ def register(subparsers: SubParsers) -> None:
         choices=tuple(EXPORTED),
         default="deepep",
         help="deepep: $EP_JIT_CACHE_DIR (default); deepgemm: SGLang's $SGLANG_DG_CACHE_DIR; sglang: "
-        "SGLang's own $SGLANG_JIT_CACHE_DIR",
+        "SGLang's own $SGLANG_JIT_CACHE_DIR; triton-kernels: the kernels in $TRITON_CACHE_DIR",
     )
     export_p.set_defaults(func=cmd_export)
     layer = actions.add_parser("layer", help="build the kernels layer over a built sglang image (Docker)")
@@ -243,7 +246,8 @@ def register(subparsers: SubParsers) -> None:
         type=path_arg,
         action="append",
         required=True,
-        help="a `jit export` or `--export-jit-cache` file (repeatable: DeepEP's, DeepGEMM's, SGLang's)",
+        help="a `jit export` or `--export-jit-cache` file (repeatable: DeepEP's, DeepGEMM's, SGLang's, "
+        "Triton's)",
     )
     layer.add_argument(
         "--sha256",

@@ -1,6 +1,6 @@
 """`jit export` and `smoke elastic --export-jit-cache FILE`: after a run on a GPU, the kernels a JIT
-compiled (epstack.jit.registry: DeepEP's, DeepGEMM's, SGLang's own), packed with the key they were
-compiled under, for a layer over the image (`epstack jit layer`). The key's device half (arch, SM count)
+compiled (epstack.jit.registry: DeepEP's, DeepGEMM's, SGLang's own, Triton's), packed with the key they
+were compiled under, for a layer over the image (`epstack jit layer`). The key's device half (arch, SM count)
 is read in the application's Python, in a child process, as the smoke's preflight is: the caller never
 touches the GPU."""
 

@@ -1,9 +1,9 @@
 """What every JIT toolchain epstack ships a cache of offers: one module each in epstack.jit (deepep,
-deepgemm, sglang, flashinfer, triton) satisfies `Toolchain`, and epstack.jit.registry lists them in
-TOOLCHAINS (mypy checks each against it). Those whose kernels a GPU run exports (DeepEP, DeepGEMM,
-SGLang's own) satisfy `Exported` too, which `jit export`, `jit unpack` and `jit layer` walk; those whose
-shipped kernels the guard looks for in the live cache, entry by entry, satisfy `Placed` (their row is
-epstack.jit.placed's). Each toolchain's guard row is its own `guard_rows`: it needs only
+deepgemm, sglang, flashinfer, triton, tritonserve) satisfies `Toolchain`, and epstack.jit.registry lists
+them in TOOLCHAINS (mypy checks each against it). Those whose kernels a GPU run exports (DeepEP, DeepGEMM,
+SGLang's own, Triton's) satisfy `Exported` too, which `jit export`, `jit unpack` and `jit layer` walk;
+those whose shipped kernels the guard looks for in the live cache, entry by entry, satisfy `Placed`
+(their row is epstack.jit.placed's). Each toolchain's guard row is its own `guard_rows`: it needs only
 epstack.checkrow, so the rows live beside what they check and the guard (one floor up) iterates the
 registry, naming no toolchain. Adding one is its module and its registry line (docs/contributing.md)."""
 
@@ -83,5 +83,6 @@ class Placed(Exported, Protocol):
         ...
 
     def made_with(self, key: Any) -> str:
-        """The versions in `key` that decide whether the kernels load, for the guard's row."""
+        """The versions in `key` that decide whether the kernels load (its compiler's among them), for the
+        guard's row."""
         ...

@@ -174,7 +174,14 @@ def test_no_writable_place_stops_in_one_line(tmp_path: Path) -> None:
 
 
 def test_the_registry_installs_every_shipped_cache_in_todays_order() -> None:
-    assert [home.name for home in INSTALLED] == ["deep_ep", "deep_gemm", "sglang_jit", "flashinfer", "triton"]
+    assert [home.name for home in INSTALLED] == [
+        "deep_ep",
+        "deep_gemm",
+        "sglang_jit",
+        "flashinfer",
+        "triton",
+        "triton_kernels",
+    ]
 
 
 def test_the_command_prints_one_quoted_export_per_moved_variable(

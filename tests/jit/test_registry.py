@@ -11,7 +11,7 @@ import pytest
 
 from epstack import imagepaths
 from epstack.guard.run import shipped_cache_rows
-from epstack.jit import deepep, deepgemm, flashinfer, sglang, triton
+from epstack.jit import deepep, deepgemm, flashinfer, sglang, triton, tritonserve
 from epstack.jit.registry import EXPORTED, TOOLCHAINS
 from epstack.jit.toolchain import Toolchain
 
@@ -25,7 +25,7 @@ def _defines_guard_rows(path: Path) -> bool:
 
 def test_every_toolchain_module_is_in_the_registry_once_in_the_install_order() -> None:
     modules = sorted(path.stem for path in JIT.glob("*.py") if _defines_guard_rows(path))
-    in_order = (deepep, deepgemm, sglang, flashinfer, triton)
+    in_order = (deepep, deepgemm, sglang, flashinfer, triton, tritonserve)
     assert in_order == TOOLCHAINS
     assert sorted(module.__name__.rpartition(".")[2] for module in in_order) == modules
     assert set(EXPORTED.values()) <= set(TOOLCHAINS)
@@ -48,7 +48,13 @@ def test_an_image_with_none_shipped_gets_one_skipped_row_per_toolchain_in_its_sc
         "python": [],
         "base": ["JIT cache Triton launcher"],
         "deepep": [],
-        "sglang": ["JIT cache DeepEP", "JIT cache DeepGEMM", "JIT cache SGLang", "JIT cache FlashInfer"],
+        "sglang": [
+            "JIT cache DeepEP",
+            "JIT cache DeepGEMM",
+            "JIT cache SGLang",
+            "JIT cache FlashInfer",
+            "JIT cache Triton kernels",
+        ],
     }
     assert {(row.found, row.verdict) for found in rows.values() for row in found} == {
         ("none shipped", "skipped")
