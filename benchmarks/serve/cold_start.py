@@ -6,12 +6,14 @@ same flags (issue: "A cold serving pod answers in seconds"), on a GPU host with 
     python -m benchmarks.serve.cold_start wait      # up to WAIT_S s, then the results to $OUT
 
 The run: `epstack smoke serve --profile tiny --no-sweep --no-compare` with every cache empty; then
-`epstack jit export` of what it compiled (DeepEP's kernels, DeepGEMM's, SGLang's own), unpacked as the
-kernels layer
-does (`epstack jit unpack`, read-only under $EPSTACK_HOME/jit) and copied by the entrypoint's own
-scripts/image/jit-caches.sh into new, empty caches; the same serve smoke again. Triton's kernels and
-Inductor's start empty both times (the image does not ship them). What each start compiled
-is counted in its caches afterwards. One JSON (`cold-start.json`) with `launch_to_first_answer_s`
+`epstack jit export` of what it compiled (every toolchain of epstack.jit.registry.EXPORTED: DeepEP's
+kernels, DeepGEMM's, SGLang's own, Triton's), unpacked as the kernels layer does (`epstack jit unpack`,
+read-only under $EPSTACK_HOME/jit) and copied by the entrypoint's own scripts/image/jit-caches.sh into
+new, empty caches; the same serve smoke again. Every start's TRITON_CACHE_DIR is one path, TRITON (a
+link to that start's own folder), as the image's is: Triton's group files name their files by absolute
+path, so a kernel compiled under another folder would load from there, not from the copy. Inductor's
+cache starts empty both times (the image does not ship it). What each start compiled is counted in its
+caches afterwards. One JSON (`cold-start.json`) with `launch_to_first_answer_s`
 under `empty` and `shipped`, each start's phases from its log, and the exports' sizes.
 
 FlashInfer's modules ship as the image's build ships them (`jit probe --ship` with the GPU hidden, in the
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.serve import stacks
-from epstack.jit import deepgemm, sglang
+from epstack.jit import deepgemm, sglang, tritonserve
 from epstack.jit.deepep import cache_files as deepep_files
 from epstack.jit.registry import EXPORTED
 
@@ -45,15 +47,20 @@ SAMPLER = Path(__file__).resolve().parent / "stack_sampler"
 # FlashInfer's modules are shipped as the sglang image's build ships them (`jit probe --ship`, no GPU),
 # built in one workspace that the shipped and warm starts then use: its objects are named by path.
 FLASHINFER_WORKSPACE = WORK / "flashinfer"
+TRITON = WORK / "triton"  # every start's TRITON_CACHE_DIR: a link to <start>/sglang/triton
 
 
 def caches(root: Path) -> dict[str, str]:
-    """Every JIT cache a serve start writes, empty, under `root` (SGLang's own under SGLANG_CACHE_DIR)."""
+    """Every JIT cache a serve start writes, empty, under `root` (SGLang's own under SGLANG_CACHE_DIR;
+    Triton's at TRITON, linked to root/sglang/triton from now on)."""
     sglang = root / "sglang"
+    (sglang / "triton").mkdir(parents=True, exist_ok=True)
+    TRITON.unlink(missing_ok=True)
+    TRITON.symlink_to(sglang / "triton")
     env = {
         "SGLANG_CACHE_DIR": str(sglang),
         "SGLANG_DG_CACHE_DIR": str(sglang / "deep_gemm"),
-        "TRITON_CACHE_DIR": str(sglang / "triton"),
+        "TRITON_CACHE_DIR": str(TRITON),
         "FLASHINFER_WORKSPACE_BASE": str(sglang),
         "TORCHINDUCTOR_CACHE_DIR": str(sglang / "inductor"),
         "CUDA_CACHE_PATH": str(sglang / "nv"),
@@ -129,8 +136,9 @@ def serve(log: Any, name: str, env: dict[str, str]) -> dict[str, Any]:
 
 
 def compiled(env: dict[str, str], shipped: Path | None) -> dict[str, object]:
-    """What the start compiled into its caches: DeepGEMM's committed entries and DeepEP's kernels not
-    shipped, and the folders Triton's cache holds."""
+    """What the start compiled into its caches: DeepGEMM's committed entries, DeepEP's kernels, SGLang's
+    leaves and Triton's published kernels not shipped, and every folder Triton's cache holds (its
+    launcher's too)."""
     manifest = deepgemm.read_manifest(shipped / "deep_gemm") if shipped else None
     dg = deepgemm.compiled_since(Path(env["SGLANG_DG_CACHE_DIR"]), manifest)
     ep_shipped = (
@@ -144,11 +152,16 @@ def compiled(env: dict[str, str], shipped: Path | None) -> dict[str, object]:
     flashinfer = sorted(
         p.name for p in Path(env["FLASHINFER_WORKSPACE_BASE"]).glob(".cache/flashinfer/*/*/cached_ops/*")
     )
+    triton_kernels = tritonserve.compiled_since(
+        Path(env["TRITON_CACHE_DIR"]),
+        tritonserve.read_manifest(shipped / tritonserve.TOOL) if shipped else None,
+    )
     return {
         "deepgemm_kernels": len(dg),
         "deepep_kernels": len(ep),
         "sglang_jit_kernels": sglang_jit,
         "triton_cache_entries": len(triton),
+        "triton_kernels": len(triton_kernels),
         "flashinfer_modules": flashinfer,
     }
 
@@ -211,8 +224,9 @@ def run() -> None:
         if os.environ.get("COLD_WARM", "1") == "1":
             warm = base | caches(WORK / "warm") | shipped_from
             entrypoint_copy(log, warm)
-            for key in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH"):
-                shutil.copytree(empty[key], warm[key], dirs_exist_ok=True, symlinks=True)
+            for folder in ("triton", "inductor", "nv"):  # the empty start's own (TRITON links to warm's now)
+                shutil.copytree(WORK / "empty" / "sglang" / folder, WORK / "warm" / "sglang" / folder,
+                                dirs_exist_ok=True, symlinks=True)  # fmt: skip
             result["warm"] = serve(log, "warm", warm) | {"compiled": compiled(warm, home / "jit")}
             result["warm"]["cache_bytes"] = folder_bytes(WORK / "warm")
     empty_s, shipped_s = (
