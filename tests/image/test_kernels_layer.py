@@ -17,12 +17,14 @@ from hypothesis import strategies as st
 from epstack import imagepaths
 from epstack.errors import BadInput
 from epstack.image.kernels import LayerExport, dockerfile, exports_digest, kernels_tag
-from epstack.jit import deepgemm
+from epstack.jit import deepgemm, tritonserve
 from epstack.oci import parse_reference
 from tests.conftest import venv_tool
 from tests.jit.test_deepep import export_of, h200_kernels, sha256
 from tests.jit.test_deepgemm import KEY as DG_KEY
 from tests.jit.test_deepgemm import write_cache
+from tests.jit.test_tritonserve import key as triton_key
+from tests.jit.test_tritonserve import write_cache as triton_cache
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/epstack:sglang-0.5.23-hopper-efa"
 IMAGE_ID = "sha256:" + "4f" * 32
@@ -35,6 +37,12 @@ ARCHIVE = DEEPEP.archive
 def deepgemm_export(tmp_path: Path) -> LayerExport:
     data, manifest = deepgemm.pack(write_cache(tmp_path / "dg"), DG_KEY)
     return LayerExport(tool="deep_gemm", manifest=manifest, data=data, sha256=sha256(data))
+
+
+def triton_export(tmp_path: Path) -> LayerExport:
+    cache = triton_cache(tmp_path / "triton")
+    data, manifest = tritonserve.pack(cache, triton_key(cache))
+    return LayerExport(tool=tritonserve.TOOL, manifest=manifest, data=data, sha256=sha256(data))
 
 
 def render(image: str = IMAGE, exports: tuple[LayerExport, ...] = (DEEPEP,)) -> str:
@@ -99,6 +107,15 @@ def test_each_export_is_mounted_and_unpacked_by_its_own_digest_and_labelled_by_t
     assert "deep_gemm: 2 kernels" in text and "nvcc V13.0.88" in text
     with pytest.raises(BadInput, match="two exports of deep_ep's kernels; fix: one --export per toolchain"):
         render(exports=(DEEPEP, DEEPEP))
+
+
+def test_an_export_whose_key_names_no_nvcc_is_layered_too(tmp_path: Path) -> None:
+    """Triton's key names its version, not nvcc: the comment leaves nvcc out, hadolint still passes."""
+    triton = triton_export(tmp_path)
+    text = render(exports=(DEEPEP, triton))
+    assert f"#   triton_kernels: 2 kernels, {triton.manifest.bytes:,} bytes; NVIDIA H200, sm 9.0\n" in text
+    assert f"epstack jit unpack /tmp/epstack-kernels/{triton.archive} --sha256 {triton.sha256}" in text
+    assert hadolint(text, tmp_path) == []
 
 
 @pytest.mark.parametrize(
