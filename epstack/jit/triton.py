@@ -164,8 +164,10 @@ def read_manifest(into: Path = SHIPPED) -> ShippedLaunchers | None:
 
 
 def cache_dir(env: Mapping[str, str]) -> Path:
-    """Triton's cache folder as it reads it: TRITON_CACHE_DIR, else ~/.triton/cache."""
-    return Path(env.get("TRITON_CACHE_DIR") or Path(env.get("HOME", "~")).expanduser() / ".triton" / "cache")
+    """Triton's cache folder as it reads it (triton/knobs.py cache_knobs): TRITON_CACHE_DIR, else
+    $TRITON_HOME/.triton/cache, TRITON_HOME defaulting to ~."""
+    home = Path(env.get("TRITON_HOME") or env.get("HOME", "~")).expanduser()
+    return Path(env.get("TRITON_CACHE_DIR") or home / ".triton" / "cache")
 
 
 HOME = CacheHome(

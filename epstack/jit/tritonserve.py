@@ -18,7 +18,7 @@ The kernels depend on the model's shapes, so a serve run in the image makes them
 serve`, its TRITON_CACHE_DIR the image's): `epstack jit export --toolchain triton-kernels` packs the
 published entries with their key, the kernels layer unpacks them by sha256 into
 imagepaths.JIT/triton_kernels, and the entrypoint copies them into $TRITON_CACHE_DIR at start, each
-entry whole or not at all, only where that is the folder they were compiled in.
+entry whole or not at all (never into a cache moved to TMPDIR: their group files name the image's).
 """
 
 from __future__ import annotations

@@ -215,6 +215,7 @@ def test_it_is_registered_after_the_launcher_and_reads_tritons_cache_folder() ->
     assert names.index("triton") + 1 == names.index(tritonserve.TOOL)
     assert tritonserve.cache_dir({"TRITON_CACHE_DIR": "/c", "HOME": "/h"}) == Path("/c")
     assert tritonserve.cache_dir({"HOME": "/h"}) == Path("/h/.triton/cache")
+    assert tritonserve.cache_dir({"TRITON_HOME": "/t", "HOME": "/h"}) == Path("/t/.triton/cache")
 
 
 def test_the_entrypoint_copies_each_entry_whole_and_triton_finds_it(tmp_path: Path) -> None:
