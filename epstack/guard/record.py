@@ -7,32 +7,37 @@ own configuration. At start (`epstack guard --at-start`) a record equal to the c
 and no file of those trees changed in this container, means the build's proof holds; the first
 difference is named in one line, and the full guard runs.
 
-The fingerprint is, per folder, a digest of its entries' names, sizes, modes and mtimes in whole
-seconds (a layer pushed and pulled keeps only those: its tar truncates them), over epstack's home (the
-venv, the tool, pins, locks, wheels, shipped JIT caches; not reports/ or sbom/, written after the
-record), the CUDA_HOME the JITs use, the interpreter's standard library, and library resolution:
-`ldconfig -p` and the folders it names, without the NVIDIA driver's own libraries (a GPU host's runtime
-mounts them and runs ldconfig; the start checks the driver itself). What that cannot see, a file
-rewritten in place with its size and mtime put back, the kernel's change time does: every write, chmod,
-rename or utime sets a file's ctime to now, and nothing in a container with the default capabilities
-can set it back (that needs the clock, CAP_SYS_TIME). So at start any file of those trees whose ctime
-is later than the container's first process started was changed in this container. __pycache__ is
-not fingerprinted (Python may write it under any import), but the images compile every module and set
-PYTHONDONTWRITEBYTECODE: a bytecode file changed in this container is foreign, and Python would run it
-(an unchecked-hash .pyc whatever its source says; any other whose header matches its source).
+The fingerprint is, per folder, a digest of its own mode and its files' names, sizes, modes and mtimes
+in whole seconds (a layer pushed and pulled keeps only those: its tar truncates them), each subfolder a
+folder of its own: one stat per file, resolved against the folder's descriptor (the listing says which
+entries are folders; the walk's cost is these stats, the kernel's first lookup of each name in a new
+container). It covers epstack's home (the venv, the tool, pins, locks, wheels, shipped JIT caches; not
+reports/ or sbom/, written after the record), the CUDA_HOME the JITs use, the interpreter's standard
+library, and library resolution: `ldconfig -p` and the folders it names, without the NVIDIA driver's
+own libraries (a GPU host's runtime mounts them and runs ldconfig; the start checks the driver itself).
+What that cannot see, a file rewritten in place with its size and mtime put back, the kernel's change
+time does: every write, chmod, rename or utime sets a file's ctime to now, and nothing in a container
+with the default capabilities can set it back (that needs the clock, CAP_SYS_TIME). So at start any
+file of those trees whose ctime is later than the container's first process started was changed in
+this container. __pycache__ is not fingerprinted (Python may write it under any import), but the
+images compile every module and set PYTHONDONTWRITEBYTECODE: a bytecode file changed in this container
+is foreign, and Python would run it (an unchecked-hash .pyc whatever its source says; any other whose
+header matches its source).
 """
 
 from __future__ import annotations
 
 import hashlib
+import marshal
+import math
 import os
 import re
-import stat
 import sys
 import sysconfig
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISLNK, S_ISREG
 
 from epstack import imagepaths
 from epstack.cmd import run
@@ -105,7 +110,7 @@ class GuardRecord:
 
 GUARD_RECORD = Schema(
     name="guard-record",
-    version=1,
+    version=2,
     model=GuardRecord,
     what="an epstack guard build record",
     fix="rebuild the image (guard-layer.sh writes it)",
@@ -134,8 +139,13 @@ def deciding_env(env: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
-def _digest(entries: list[tuple[str, int, int, int]]) -> str:
-    return hashlib.sha256(repr(sorted(entries)).encode()).hexdigest()[:16]
+Row = tuple[str, int, int, int]  # an entry as its folder's digest sees it: name, size, mtime (s), mode
+SECOND = 1_000_000_000
+
+
+def _digest(rows: list[Row]) -> str:
+    """The rows sorted, in marshal's version 2 (plain values, no references to repeated ones)."""
+    return hashlib.sha256(marshal.dumps(sorted(rows), 2)).hexdigest()[:16]
 
 
 @dataclass(kw_only=True)
@@ -145,83 +155,85 @@ class Changes:
     since: float  # the container's first process started (epoch seconds)
     paths: list[str] = field(default_factory=list)
 
-    def see(self, path: str, info: os.stat_result) -> None:
-        if info.st_ctime > self.since:
-            self.paths.append(path)
 
-    def see_bytecode(self, folder: str, entries: Iterable[os.DirEntry[str]]) -> None:
-        """A __pycache__ folder: the image compiled every module and sets PYTHONDONTWRITEBYTECODE, so
-        Python writes no bytecode in it; one changed since the start is foreign, whatever its header
-        says (a timestamp or checked-hash .pyc is checked against its source's stat or hash, not
-        against the code it holds)."""
-        for entry in entries:
-            self.see(f"{folder}/{entry.name}", entry.stat(follow_symlinks=False))
-
-
-def _entry(entry: os.DirEntry[str], folder: str, changes: Changes | None) -> tuple[str, int, int, int]:
-    """A folder's entry as its digest sees it; a folder's own size and mtime move whenever anything is
-    written in it, so only its name and mode count (its files are digested on their own). A link to a
-    file counts as the file it names too, wherever that is (Ubuntu's stdlib sitecustomize.py is a link
-    into /etc)."""
-    info = entry.stat(follow_symlinks=False)
-    if stat.S_ISDIR(info.st_mode):  # its ctime moves with every entry added: its names are the digest's
-        return (entry.name + "/", 0, 0, info.st_mode)
-    path = f"{folder}/{entry.name}"
-    if changes is not None:
-        changes.see(path, info)
-    if stat.S_ISLNK(info.st_mode):
-        try:
-            target = entry.stat(follow_symlinks=True)
-        except OSError:
-            return (entry.name + " ->", info.st_size, 0, info.st_mode)  # dangling
-        if stat.S_ISREG(target.st_mode):
-            if changes is not None:
-                changes.see(f"{path} -> {os.path.realpath(path)}", target)
-            return (entry.name + " ->", target.st_size, target.st_mtime_ns // 1_000_000_000, info.st_mode)
-    return (entry.name, info.st_size, info.st_mtime_ns // 1_000_000_000, info.st_mode)
-
-
-def _scan(folder: str, hidden: frozenset[str], changes: Changes | None) -> tuple[str, list[str]]:
-    """A folder's digest and its subfolders' names, without `hidden` names. Scanned through a descriptor,
-    so each entry's stat resolves one name, not its whole path again (the walk's cost, in overlayfs)."""
+def _link(entry: os.DirEntry[str], folder: str, info: os.stat_result, changes: Changes | None) -> Row:
+    """A link to a file counts as the file it names too, wherever that is (Ubuntu's stdlib sitecustomize.py
+    is a link into /etc); a link to anything else as itself."""
     try:
-        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:  # each entry's stat resolves against the descriptor: keep it open until they are done
-            with os.scandir(descriptor) as scan:
-                listed = list(scan)
-            entries = [_entry(entry, folder, changes) for entry in listed if entry.name not in hidden]
-        finally:
-            os.close(descriptor)
-        if changes is not None:
-            for name in SKIPPED_FOLDERS.intersection(entry.name for entry in listed):
-                _bytecode(f"{folder}/{name}", changes)
-    except OSError as exc:
-        return f"unreadable: {exc.strerror}", []
-    return _digest(entries), [name[:-1] for name, *_ in entries if name.endswith("/")]
-
-
-def _bytecode(folder: str, changes: Changes) -> None:
-    try:
-        with os.scandir(folder) as scan:
-            changes.see_bytecode(folder, list(scan))
+        target = entry.stat()
     except OSError:
-        return
+        return (entry.name + " ->", info.st_size, 0, info.st_mode)  # dangling
+    if not S_ISREG(target.st_mode):
+        return (entry.name, info.st_size, info.st_mtime_ns // SECOND, info.st_mode)
+    if changes is not None and target.st_ctime > changes.since:
+        path = f"{folder}/{entry.name}"
+        changes.paths.append(f"{path} -> {os.path.realpath(path)}")
+    return (entry.name + " ->", target.st_size, target.st_mtime_ns // SECOND, info.st_mode)
+
+
+def _rows(
+    folder: str, entries: Iterable[os.DirEntry[str]], changes: Changes | None
+) -> tuple[list[Row], list[str]]:
+    """The files' rows and the subfolders' names; with `changes`, each file changed since the start. A
+    subfolder is no row (its size, mtime and ctime move whenever anything is written in it): the walk
+    digests it on its own, its mode included."""
+    since = changes.since if changes is not None else math.inf
+    changed = changes.paths if changes is not None else []
+    rows: list[Row] = []
+    subfolders: list[str] = []
+    for entry in entries:  # the walk's loop: one stat per file, a path only for a changed one
+        if entry.is_dir(follow_symlinks=False):  # the listing's file type: no stat
+            subfolders.append(entry.name)
+            continue
+        info = entry.stat(follow_symlinks=False)
+        mode = info.st_mode
+        if info.st_ctime > since:
+            changed.append(f"{folder}/{entry.name}")
+        if S_ISLNK(mode):
+            rows.append(_link(entry, folder, info, changes))
+        else:
+            rows.append((entry.name, info.st_size, info.st_mtime_ns // SECOND, mode))
+    return rows, subfolders
+
+
+def _scan(folder: str, hidden: Collection[str], changes: Changes | None) -> tuple[list[Row], list[str]]:
+    """A folder's rows, its own mode as ".", and its subfolders, without `hidden` names. Scanned through a
+    descriptor, so each entry's stat resolves one name, not its whole path again (the walk's cost, in
+    overlayfs)."""
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # each entry's stat resolves against the descriptor: keep it open until they are done
+        with os.scandir(descriptor) as scan:
+            rows, subfolders = _rows(folder, (entry for entry in scan if entry.name not in hidden), changes)
+        return [*rows, (".", 0, 0, os.fstat(descriptor).st_mode)], subfolders
+    finally:
+        os.close(descriptor)
 
 
 def walk(root: Path, skip: Iterable[Path] = (), changes: Changes | None = None) -> Tree:
     """Each folder under `root` (not following links; not __pycache__, not `skip`) and its digest; with
-    `changes`, each file changed since the container started (bytecode in __pycache__ included)."""
+    `changes`, each file changed since the container started, bytecode in __pycache__ included (such a
+    folder, None its relative path, is scanned for that alone)."""
     hidden: dict[str, set[str]] = {}
     for path in skip:
         hidden.setdefault(str(path.parent), set()).add(path.name)
     folders: dict[str, str] = {}
-    pending = [(".", str(root))]
+    pending: list[tuple[str | None, str]] = [(".", str(root))]
     while pending:
         relative, folder = pending.pop()
-        folders[relative], subfolders = _scan(folder, SKIPPED_FOLDERS | hidden.get(folder, set()), changes)
-        pending += [
-            (name if relative == "." else f"{relative}/{name}", f"{folder}/{name}") for name in subfolders
-        ]
+        try:
+            rows, subfolders = _scan(folder, hidden.get(folder, ()), changes)
+        except OSError as exc:
+            if relative is not None:
+                folders[relative] = f"unreadable: {exc.strerror}"
+            continue
+        if relative is None:
+            continue
+        folders[relative] = _digest(rows)
+        for name in subfolders:
+            if name not in SKIPPED_FOLDERS:
+                pending.append((name if relative == "." else f"{relative}/{name}", f"{folder}/{name}"))
+            elif changes is not None:
+                pending.append((None, f"{folder}/{name}"))
     return Tree(root=str(root), folders=folders)
 
 
@@ -239,7 +251,7 @@ def library_tree(changes: Changes | None = None) -> Tree:
         try:
             with os.scandir(folder) as scan:
                 files = [e for e in scan if not DRIVER_LIBRARY.match(e.name) and not e.is_dir()]
-            digests[folder] = _digest([_entry(e, folder, changes) for e in files])
+            digests[folder] = _digest(_rows(folder, files, changes)[0])
         except OSError as exc:
             digests[folder] = f"unreadable: {exc.strerror}"
     return Tree(root=LIBRARY_RESOLUTION, folders=digests)

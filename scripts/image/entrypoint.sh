@@ -7,6 +7,15 @@
 # Without a mounted NVIDIA driver the CUDA driver stub stands in (cuda-stub.sh), and this says so.
 set -euo pipefail
 
+mode=${EPSTACK_GUARD:-strict}
+# The guard stats every file of the venv, each one's first lookup slow in a new container: warm the
+# kernel's caches of it on another core (du stats them too) while the shell and Python start up.
+warming=
+if [ "${mode}" != off ]; then
+  du -s "${VIRTUAL_ENV:-${EPSTACK_HOME:-/opt/epstack}/venv}" >/dev/null 2>&1 &
+  warming=$!
+fi
+
 # shellcheck source=scripts/image/cuda-stub.sh
 . "$(dirname "$0")/cuda-stub.sh"
 if [ -n "${EPSTACK_CUDA_STUB:-}" ]; then
@@ -16,7 +25,6 @@ fi
 # shellcheck source=scripts/image/jit-caches.sh
 . "$(dirname "$0")/jit-caches.sh"
 
-mode=${EPSTACK_GUARD:-strict}
 report=${EPSTACK_GUARD_REPORT:-/tmp/epstack-guard.json}
 case "${mode}" in
   off) ;;
@@ -34,4 +42,8 @@ case "${mode}" in
     exit 2
     ;;
 esac
+if [ -n "${warming}" ]; then  # no stray child for the command (as PID 1, it may reap none)
+  kill "${warming}" 2>/dev/null || true
+  wait "${warming}" 2>/dev/null || true
+fi
 exec "$@"

@@ -6,6 +6,8 @@ difference. Real folders under tmp_path; `ldconfig -p` as it prints."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import sysconfig
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -79,12 +81,38 @@ def test_a_file_resized_renamed_or_rechmoded_changes_its_folders_digest_only(roo
     assert tree_of(root)["a/b"] != before["a/b"]
 
 
-def test_a_folders_own_mtime_is_no_change_its_mode_is(root: Path) -> None:
+def test_a_folders_own_mtime_is_no_change_its_mode_is_in_its_own_digest(root: Path) -> None:
     before = tree_of(root)
     os.utime(root / "a", (0, 0))
     assert tree_of(root) == before
     (root / "a").chmod(0o700)
-    assert tree_of(root)["."] != before["."]
+    after = tree_of(root)
+    assert after["a"] != before["a"] and after["."] == before["."] and after["a/b"] == before["a/b"]
+
+
+def test_a_digest_is_the_folders_entries_whatever_their_order_or_the_process(tmp_path: Path) -> None:
+    """The same entries made in another order (another listing order) give the same digest, and so does
+    another interpreter (its string hashes seeded otherwise): the build's record is read at start."""
+    digests = []
+    for name, order in (("one", ["a.py", "b.so", "c.txt"]), ("two", ["c.txt", "a.py", "b.so"])):
+        folder = tmp_path / name
+        folder.mkdir()
+        for file in order:
+            (folder / file).write_text(file)
+            os.utime(folder / file, (1_700_000_000, 1_700_000_000))
+        digests.append(walk(folder).folders["."])
+    script = (
+        "from pathlib import Path; from epstack.guard.record import walk; "
+        f"print(walk(Path({str(tmp_path / 'one')!r})).folders['.'])"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert digests[0] == digests[1] == other.stdout.strip()
 
 
 def test_caches_skipped_folders_and_linked_folders_are_not_walked(root: Path, tmp_path: Path) -> None:
@@ -222,6 +250,10 @@ def test_the_record_lives_beside_the_reports(tmp_path: Path, monkeypatch: pytest
     (tmp_path / "sglang.record.json").write_text('{"schema": "guard-record", "version": 1}')
     why = read_record("sglang")
     assert isinstance(why, str) and why.startswith(str(tmp_path / "sglang.record.json"))
+    (tmp_path / "sglang.record.json").write_text('{"schema": "guard-record/1"}')
+    assert "schema 'guard-record/1' unknown, this epstack reads 'guard-record/2'" in str(
+        read_record("sglang")
+    )
 
 
 def test_a_files_sha256(tmp_path: Path) -> None:

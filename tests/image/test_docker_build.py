@@ -760,6 +760,17 @@ def test_a_start_after_other_processes_that_change_nothing_is_trusted(
     assert "nothing that decides them changed" in started.stderr, started.stderr[-3000:]
 
 
+def test_the_starts_cache_warming_is_gone_before_the_command(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    """The entrypoint's `du` (warming the kernel's caches of the venv for the guard's walk) is reaped
+    before the command runs: the command sees no such process."""
+    listing = "cat /proc/[0-9]*/comm; true"  # bash stays: a stray child of it would be listed
+    started = docker(engine, "run", "--rm", ref(built, "base"), "bash", "-c", listing)
+    assert "nothing that decides them changed" in started.stderr, started.stderr[-3000:]
+    assert "du" not in started.stdout.split() and "bash" in started.stdout.split(), started.stdout
+
+
 # ---- the kernels layer (issue 17): DeepEP's kernels shipped over the sglang image ---------------
 
 KEY_SCRIPT = (
