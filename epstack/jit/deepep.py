@@ -19,17 +19,16 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from epstack import imagepaths
 from epstack.checkrow import Check
 from epstack.cmd import run
 from epstack.deepepmanifest import DEEPEP_MANIFEST, manifest_path
-from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
 from epstack.jit import export
 from epstack.jit.install import CacheHome
-from epstack.jit.shipped import CacheFile, cache_file, changed_files, manifest_beside, none_shipped
+from epstack.jit.shipped import cache_file, changed_files, manifest_beside, none_shipped
 
 NAME = "deepep"
 TITLE = "DeepEP"
@@ -65,31 +64,17 @@ class CacheKey:
 
 
 @dataclass(frozen=True, kw_only=True)
-class KernelCache:
+class KernelCache(export.KernelFiles):
     key: CacheKey
-    files: tuple[CacheFile, ...]
-
-    @property
-    def bytes(self) -> int:
-        return sum(f.bytes for f in self.files)
-
-    @property
-    def kernels(self) -> int:
-        return len({PurePosixPath(f.path).parent for f in self.files})
 
 
-KERNEL_CACHE = Schema(
-    name="kernel-cache",
-    version=1,
-    model=KernelCache,
-    what="a DeepEP kernel cache manifest",
-    fix="export it again on a GPU: `epstack smoke elastic --export-jit-cache FILE`",
-)
-KIND = export.Kind(
+KIND = export.kind(
     tool=TOOL,
-    schema=KERNEL_CACHE,
+    manifest=KernelCache,
+    name="kernel-cache",
+    title="DeepEP",
+    again=AGAIN,
     file_pattern=_KERNEL_FILE,
-    fix="export it with `epstack smoke elastic --export-jit-cache`",
 )
 
 
@@ -248,7 +233,7 @@ def guard_rows(
                 COMPONENT, expected, "each kernel compiles at first use (3.6-6.1 s on an H200)", FIX_EXPORT
             )
         ]
-    manifest = KERNEL_CACHE.read(manifest_path)
+    manifest = KIND.schema.read(manifest_path)
     key = manifest.key
     found = (
         f"{manifest.kernels} kernels, {len(manifest.files)} files, {manifest.bytes:,} bytes; "

@@ -25,7 +25,6 @@ from pathlib import Path, PurePosixPath
 
 from epstack import imagepaths
 from epstack.checkrow import Check
-from epstack.document import Schema
 from epstack.errors import BadInput
 from epstack.jit import (
     deepgemm,  # noqa: PLW0406 (this module, as the Placed toolchain its guard row reads: mypy checks it)
@@ -34,7 +33,7 @@ from epstack.jit import (
 from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
 from epstack.jit.install import CacheHome
 from epstack.jit.placed import placed_rows
-from epstack.jit.shipped import CacheFile, cache_file
+from epstack.jit.shipped import cache_file
 
 NAME = "deepgemm"
 TITLE = "DeepGEMM"
@@ -66,31 +65,17 @@ class CacheKey:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DeepGemmCache:
+class DeepGemmCache(export.KernelFiles):
     key: CacheKey
-    files: tuple[CacheFile, ...]
-
-    @property
-    def bytes(self) -> int:
-        return sum(f.bytes for f in self.files)
-
-    @property
-    def kernels(self) -> int:
-        return len({PurePosixPath(f.path).parent for f in self.files})
 
 
-DEEPGEMM_CACHE = Schema(
-    name="deepgemm-cache",
-    version=1,
-    model=DeepGemmCache,
-    what="a DeepGEMM kernel cache manifest",
-    fix="export it again on a GPU: `epstack jit export --toolchain deepgemm --out FILE` after a serve run",
-)
-KIND = export.Kind(
+KIND = export.kind(
     tool=TOOL,
-    schema=DEEPGEMM_CACHE,
+    manifest=DeepGemmCache,
+    name="deepgemm-cache",
+    title="DeepGEMM",
+    again=AGAIN,
     file_pattern=_ENTRY_FILE,
-    fix="export it with `epstack jit export --toolchain deepgemm` after a serve run on a GPU",
 )
 
 
@@ -190,11 +175,6 @@ def compiled_since(root: Path, manifest: DeepGemmCache | None) -> list[str]:
     compiled there."""
     shipped = {PurePosixPath(f.path).parent.name for f in manifest.files} if manifest else set()
     return [entry.name for entry in committed_entries(root) if entry.name not in shipped]
-
-
-def entries(manifest: DeepGemmCache) -> list[str]:
-    """Each committed entry the manifest lists: cache/<tag>.<digest>."""
-    return sorted({str(PurePosixPath(f.path).parent) for f in manifest.files})
 
 
 def placed(cache: Path, entry: str) -> bool:

@@ -16,7 +16,7 @@ import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 from epstack.boundedtar import BoundedTar
@@ -39,6 +39,27 @@ class Manifest(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
+class KernelFiles:
+    """The files of every toolchain's manifest (each adds the key its kernels were made under); a kernel
+    is one folder of them."""
+
+    files: tuple[CacheFile, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+    @property
+    def entries(self) -> list[str]:
+        """Each kernel's folder, as a path under the cache."""
+        return sorted({str(PurePosixPath(f.path).parent) for f in self.files})
+
+    @property
+    def kernels(self) -> int:
+        return len(self.entries)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Kind:
     """One toolchain's export: its folder in the archive, its manifest's schema, its files' names."""
 
@@ -46,6 +67,26 @@ class Kind:
     schema: Schema[Any]
     file_pattern: re.Pattern[str]  # a file's path in the cache, as the toolchain names it (never "..")
     fix: str  # how to make a good export
+
+
+def kind(
+    *,
+    tool: str,
+    manifest: type[KernelFiles],
+    name: str,
+    title: str,
+    again: str,
+    file_pattern: re.Pattern[str],
+) -> Kind:
+    """A toolchain's Kind: its manifest's schema, named `name`, and the fix of a bad export, made again
+    on a GPU with `again`."""
+    fix = f"export it again on a GPU: {again}"
+    return Kind(
+        tool=tool,
+        schema=Schema(name=name, version=1, model=manifest, what=f"a {title} kernel cache manifest", fix=fix),
+        file_pattern=file_pattern,
+        fix=fix,
+    )
 
 
 def pack(kind: Kind, manifest: Manifest, files: Mapping[str, bytes]) -> bytes:

@@ -77,7 +77,7 @@ def placed_rows(
 def _placement(row: Check, chain: Placed, manifest: Any, folder: Path, env: Mapping[str, str]) -> Check:
     """The row as the toolchain finds its kernels in its live cache: all there, none yet, or some."""
     cache = chain.cache_dir(env)
-    entries = chain.entries(manifest)
+    entries = manifest.entries
     missing = [entry for entry in entries if not chain.placed(cache, entry)]
     if len(missing) == len(entries):
         return replace(row, detail=f"{folder}; the entrypoint copies them into {cache} at start")

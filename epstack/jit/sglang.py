@@ -29,7 +29,6 @@ from pathlib import Path, PurePosixPath
 from epstack import imagepaths
 from epstack.checkrow import Check
 from epstack.cmd import run
-from epstack.document import Schema
 from epstack.errors import BadInput, EpstackError
 from epstack.jit import (
     export,
@@ -39,7 +38,7 @@ from epstack.jit.deepep import arch_difference, nvcc_output, toolkit_nvcc
 from epstack.jit.deepgemm import nvcc_build
 from epstack.jit.install import CacheHome
 from epstack.jit.placed import placed_rows
-from epstack.jit.shipped import CacheFile, cache_file
+from epstack.jit.shipped import cache_file
 
 NAME = "sglang"
 TITLE = "SGLang"
@@ -73,31 +72,17 @@ class CacheKey:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SglangJitCache:
+class SglangJitCache(export.KernelFiles):
     key: CacheKey
-    files: tuple[CacheFile, ...]
-
-    @property
-    def bytes(self) -> int:
-        return sum(f.bytes for f in self.files)
-
-    @property
-    def kernels(self) -> int:
-        return len(entries(self))
 
 
-SGLANG_JIT_CACHE = Schema(
-    name="sglang-jit-cache",
-    version=1,
-    model=SglangJitCache,
-    what="an SGLang JIT kernel cache manifest",
-    fix="export it again on a GPU: `epstack jit export --toolchain sglang --out FILE` after a serve run",
-)
-KIND = export.Kind(
+KIND = export.kind(
     tool=TOOL,
-    schema=SGLANG_JIT_CACHE,
+    manifest=SglangJitCache,
+    name="sglang-jit-cache",
+    title="SGLang JIT",
+    again=AGAIN,
     file_pattern=_LEAF_FILE,
-    fix="export it with `epstack jit export --toolchain sglang` after a serve run on a GPU",
 )
 
 
@@ -127,11 +112,6 @@ def leaves(root: Path) -> list[Path]:
         and (leaf / DEPS).is_file()
         and (leaf / f"{leaf.parent.parent.name}.so").is_file()
     )
-
-
-def entries(manifest: SglangJitCache) -> list[str]:
-    """Each leaf of a manifest as <target>/<module>/build-<key>/deps-<key>."""
-    return sorted({str(PurePosixPath(f.path).parent) for f in manifest.files})
 
 
 def cache_files(root: Path) -> dict[str, bytes]:
@@ -220,7 +200,7 @@ def read_manifest(into: Path = SHIPPED) -> SglangJitCache | None:
 
 def compiled_since(root: Path, manifest: SglangJitCache | None) -> list[str]:
     """The published leaves in a live cache that the shipped manifest does not list: what SGLang compiled."""
-    shipped = set(entries(manifest)) if manifest else set()
+    shipped = set(manifest.entries) if manifest else set()
     return [name for leaf in leaves(root) if (name := leaf.relative_to(root).as_posix()) not in shipped]
 
 

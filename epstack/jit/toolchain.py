@@ -74,10 +74,6 @@ class Placed(Exported, Protocol):
         """The manifest of the kernels shipped in `into` (None when none are)."""
         ...
 
-    def entries(self, manifest: Any) -> list[str]:
-        """Each whole entry the manifest lists, as a path under the cache."""
-        ...
-
     def placed(self, cache: Path, entry: str) -> bool:
         """Whether `entry` is whole in the live cache, where the toolchain loads it."""
         ...

@@ -27,11 +27,10 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from epstack import imagepaths
 from epstack.checkrow import Check
-from epstack.document import Schema
 from epstack.errors import BadInput
 from epstack.jit import (
     export,
@@ -41,7 +40,7 @@ from epstack.jit import (
 from epstack.jit.deepep import arch_difference
 from epstack.jit.install import CacheHome
 from epstack.jit.placed import placed_rows
-from epstack.jit.shipped import CacheFile, cache_file
+from epstack.jit.shipped import cache_file
 
 NAME = "triton-kernels"
 TITLE = "Triton"
@@ -72,32 +71,17 @@ class CacheKey:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TritonKernelCache:
+class TritonKernelCache(export.KernelFiles):
     key: CacheKey
-    files: tuple[CacheFile, ...]
-
-    @property
-    def bytes(self) -> int:
-        return sum(f.bytes for f in self.files)
-
-    @property
-    def kernels(self) -> int:
-        return len(entries(self))
 
 
-TRITON_KERNEL_CACHE = Schema(
-    name="triton-kernel-cache",
-    version=1,
-    model=TritonKernelCache,
-    what="a Triton kernel cache manifest",
-    fix="export it again on a GPU: `epstack jit export --toolchain triton-kernels --out FILE` after a serve "
-    "run",
-)
-KIND = export.Kind(
+KIND = export.kind(
     tool=TOOL,
-    schema=TRITON_KERNEL_CACHE,
+    manifest=TritonKernelCache,
+    name="triton-kernel-cache",
+    title="Triton",
+    again=AGAIN,
     file_pattern=_ENTRY_FILE,
-    fix="export it with `epstack jit export --toolchain triton-kernels` after a serve run on a GPU",
 )
 cache_dir = triton.cache_dir  # the folder Triton compiles into, its launcher's too
 HOME = CacheHome(
@@ -190,15 +174,10 @@ def read_manifest(into: Path = SHIPPED) -> TritonKernelCache | None:
     return manifest
 
 
-def entries(manifest: TritonKernelCache) -> list[str]:
-    """Each entry the manifest lists: <key>."""
-    return sorted({PurePosixPath(f.path).parent.name for f in manifest.files})
-
-
 def compiled_since(root: Path, manifest: TritonKernelCache | None) -> list[str]:
     """The published entries in a live cache that the shipped manifest does not list: what Triton
     compiled there."""
-    shipped = set(entries(manifest)) if manifest else set()
+    shipped = set(manifest.entries) if manifest else set()
     return [entry.name for entry in published(root) if entry.name not in shipped]
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from epstack.commands.main import main
 from epstack.errors import BAD_INPUT, OK
-from epstack.jit.deepep import KERNEL_CACHE, TOOL, CacheKey
+from epstack.jit.deepep import KIND, TOOL, CacheKey
 from epstack.jit.shipped import manifest_beside
 from tests.jit.test_deepep import KERNEL, export_of, fake_install, h200_kernels, sha256
 
@@ -64,7 +64,7 @@ def test_an_export_made_for_this_install_unpacks_into_a_new_folder(
     assert unpack(export, sha, into) == OK
     assert {p: (into / p).read_bytes() for p in h200_kernels()} == h200_kernels()
     assert len([p for p in into.rglob("*") if p.is_file()]) == 26
-    assert KERNEL_CACHE.read(manifest_beside(into)).key.sm_count == 132
+    assert KIND.schema.read(manifest_beside(into)).key.sm_count == 132
     assert "jit unpack: 13 DeepEP kernels" in capsys.readouterr().err
 
 

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from epstack.errors import BadInput
 from epstack.jit.deepep import (
-    KERNEL_CACHE,
+    KIND,
     TOOL,
     CacheKey,
     KernelCache,
@@ -46,7 +46,7 @@ from tests.conftest import REPO, write_deepep_manifest, write_dist
 from tests.jit import EPSTACK_PATH
 
 H200_MANIFEST = REPO / "benchmarks" / "elastic" / "results" / "deep_ep-kernels.manifest.json"
-H200 = KERNEL_CACHE.read(H200_MANIFEST)
+H200: KernelCache = KIND.schema.read(H200_MANIFEST)
 KEY = H200.key
 ARCHIVE = Path("kernels.tar.gz")
 NVCC_13 = """nvcc: NVIDIA (R) Cuda compiler driver
@@ -192,7 +192,7 @@ def test_pack_of_a_cache_with_no_kernels_is_bad_input(tmp_path: Path) -> None:
 
 def _manifest(files: Mapping[str, bytes]) -> bytes:
     listed = tuple(CacheFile(path=p, sha256=sha256(d), bytes=len(d)) for p, d in files.items())
-    return KERNEL_CACHE.dumps(KernelCache(key=KEY, files=listed)).encode()
+    return KIND.schema.dumps(KernelCache(key=KEY, files=listed)).encode()
 
 
 def _link(name: str, kind: bytes) -> tarfile.TarInfo:
@@ -374,7 +374,7 @@ def test_install_is_readable_by_any_user_whatever_the_umask(tmp_path: Path) -> N
     }
     beside = manifest_beside(into)
     assert beside == tmp_path / "jit" / f"{TOOL}.json" and stat.S_IMODE(beside.stat().st_mode) == 0o644
-    assert KERNEL_CACHE.read(beside) == manifest
+    assert KIND.schema.read(beside) == manifest
     assert {p: (into / p).read_bytes() for p in files} == files
 
 

@@ -117,7 +117,7 @@ def test_only_published_kernel_entries_are_exported_and_unpack_gives_them_back(t
         for entry, name in KERNELS.items()
         for prefix, stage in [("", stage) for stage in STAGES] + [("__grp__", "json")]
     )
-    assert manifest.kernels == 2 and tritonserve.entries(manifest) == sorted(KERNELS)
+    assert manifest.kernels == 2 and manifest.entries == sorted(KERNELS)
     assert files[f"{key_of('fwd')}/_fwd_kernel_stage1.cubin"].startswith(b"\x7fELF")
     again, _ = tritonserve.pack(cache, key(cache))
     assert again == path.read_bytes(), "the same kernels give the same bytes"
