@@ -14,6 +14,11 @@ from dataclasses import dataclass
 
 # DeepEP V2 uses NCCL's GIN device API, first shipped in NCCL 2.30.4 (build and run time).
 DEEPEP_V2_MIN_NCCL = "2.30.4"
+# NCCL keeps its ABI within a major (libnccl.so.2 for every 2.x), so the images may install an NCCL
+# above the one torch pins: torch and DeepEP link libnccl.so.2, and the guard checks the one loaded.
+# Another major is another library. torch's own pin is its wheel's requirement on NCCL_WHEEL_STEM-cuNN.
+NCCL_ABI_MAJOR = 2
+NCCL_WHEEL_STEM = "nvidia-nccl"
 # NCCL GIN over EFA first shipped in aws-ofi-nccl 1.21 (its doc/gin-getting-started.md).
 EFA_GIN_MIN_OFI_NCCL = "1.21.0"
 # NCCL's GIN types (src/include/nccl_device/core.h; 2.30.7 knows 0, 2, 3, 4): the host proxy, IB GPU-
@@ -76,6 +81,11 @@ CUDA_RELEASE_WHEELS = (
 # a 69 MB nixl-cu12 wheel in a CUDA 13 image).
 CUDA_FLAVOURED_STEMS = ("nvidia-cutlass-dsl-libs", "nixl")
 _CUDA_MAJOR_SUFFIX = re.compile(r"-cu(\d+)$")
+
+
+def nccl_wheel(name: str) -> bool:
+    """Whether a distribution is an NCCL wheel of any CUDA major (nvidia-nccl-cu12, nvidia-nccl-cu13)."""
+    return _CUDA_MAJOR_SUFFIX.search(name) is not None and _CUDA_MAJOR_SUFFIX.sub("", name) == NCCL_WHEEL_STEM
 
 
 def other_cuda_major(name: str, major: int) -> bool:
@@ -172,7 +182,7 @@ def cuda_wheels(cuda_version: str) -> CudaWheels:
             f"CUDA {major} is not supported; fix: use CUDA {' or '.join(map(str, SUPPORTED_CUDA_MAJORS))}"
         )
     suffix = "" if major >= 13 else f"-cu{major}"  # CUDA 13's toolkit wheels dropped the suffix
-    nccl, nvshmem = f"nvidia-nccl-cu{major}", f"nvidia-nvshmem-cu{major}"
+    nccl, nvshmem = f"{NCCL_WHEEL_STEM}-cu{major}", f"nvidia-nvshmem-cu{major}"
     return CudaWheels(
         major=major,
         nccl=nccl,

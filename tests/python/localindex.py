@@ -17,11 +17,15 @@ import pytest
 from packaging.utils import canonicalize_name
 
 # What the shipped pins.env needs, and the releases the tests move to: (name, version, requirements).
+# torch pins its NCCL exactly, as on PyPI (torch 2.14.1: nvidia-nccl-cu13==2.30.7); pins.env installs
+# a newer one over it (the base lock's override). NCCL 3.0.0 is another major, which no rule allows.
 RELEASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("torch", "2.14.1", ("nvidia-nccl-cu13>=2.28", "nvidia-nvshmem-cu13==3.4.5")),
-    ("torch", "2.15.0", ("nvidia-nccl-cu13>=2.28", "nvidia-nvshmem-cu13==3.4.5")),
+    ("torch", "2.14.1", ("nvidia-nccl-cu13==2.30.7", "nvidia-nvshmem-cu13==3.4.5")),
+    ("torch", "2.15.0", ("nvidia-nccl-cu13==2.33.1", "nvidia-nvshmem-cu13==3.4.5")),
     ("nvidia-nccl-cu13", "2.30.7", ()),
-    ("nvidia-nccl-cu13", "2.32.3", ()),
+    ("nvidia-nccl-cu13", "2.32.6", ()),
+    ("nvidia-nccl-cu13", "2.33.1", ()),
+    ("nvidia-nccl-cu13", "3.0.0", ()),
     ("nvidia-nvshmem-cu13", "3.4.5", ()),
     ("uv", "0.13.9", ()),
     ("uv", "0.14.0", ()),
