@@ -79,8 +79,19 @@ CUDA_RELEASE_WHEELS = (
 # installed. nixl 1.5.1 (the module SGLang imports) requires nixl-cu12 and nixl-cu13 both and imports the
 # one torch's CUDA major names. The locks exclude the other majors' flavours (235 MB of cutlass-dsl and
 # a 69 MB nixl-cu12 wheel in a CUDA 13 image).
-CUDA_FLAVOURED_STEMS = ("nvidia-cutlass-dsl-libs", "nixl")
+NIXL = "nixl"
+CUDA_FLAVOURED_STEMS = ("nvidia-cutlass-dsl-libs", NIXL)
 _CUDA_MAJOR_SUFFIX = re.compile(r"-cu(\d+)$")
+
+
+def cuda_flavour(stem: str, major: int) -> str:
+    """A distribution's build for one CUDA major: nixl, 13 -> nixl-cu13."""
+    return f"{stem}-cu{major}"
+
+
+def cuda_flavours(stem: str) -> tuple[str, ...]:
+    """Its builds for every CUDA major epstack knows: nixl -> nixl-cu12, nixl-cu13."""
+    return tuple(cuda_flavour(stem, major) for major in SUPPORTED_CUDA_MAJORS)
 
 
 def nccl_wheel(name: str) -> bool:
@@ -187,10 +198,10 @@ def cuda_wheels(cuda_version: str) -> CudaWheels:
         major=major,
         nccl=nccl,
         nvshmem=nvshmem,
-        nixl=f"nixl-cu{major}",
+        nixl=cuda_flavour(NIXL, major),
         release=tuple(f"{name}{suffix}" for name in CUDA_RELEASE_WHEELS),
         foreign=tuple(
-            f"{stem}-cu{other}"
+            cuda_flavour(stem, other)
             for stem in CUDA_FLAVOURED_STEMS
             for other in SUPPORTED_CUDA_MAJORS
             if other != major

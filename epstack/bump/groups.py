@@ -8,9 +8,9 @@ left free. The first that resolves is proposed with the versions uv chose for th
 are newer than their pins (a group never moves a pin down: the images install NCCL over torch's own
 pin). A held NCCL goes through the base lock's override, as the images install it, and the nccl
 group's candidates must first pass the pins rules against the NCCL torch requires itself
-(outdated.resolve_held, nccl_refused). An image group proposes the digest each pinned tag points at now. `pins bump` then checks the
-proposal as any other: every pins rule (epstack.pins.rules; a violation names the pin that must move
-too), the relock, `pins predict` and the render.
+(outdated.resolve_held, nccl_refused). An image group proposes the digest each pinned tag points at
+now. `pins bump` then checks the proposal as any other: every pins rule (epstack.pins.rules; a
+violation names the pin that must move too), the relock, `pins predict` and the render.
 """
 
 from __future__ import annotations

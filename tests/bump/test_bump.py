@@ -141,8 +141,8 @@ def test_a_bump_that_moves_torch_is_refused_and_writes_nothing(
         ("NCCL_VERSION=3.0.0", "NCCL 3.0.0 is NCCL 3, another ABI than the libnccl.so.2"),
         (
             "NCCL_VERSION=2.30.5",
-            "pins.env (bumped):31: NCCL 2.30.5 is below the 2.30.7 torch 2.14.1 requires and is built against; "
-            "fix: set NCCL_VERSION=2.30.7 or newer",
+            "pins.env (bumped):31: NCCL 2.30.5 is below the 2.30.7 torch 2.14.1 requires and is built "
+            "against; fix: set NCCL_VERSION=2.30.7 or newer",
         ),
         ("SGLANG_VERSION=>=0.5.24", "is a range, not an exact version"),
         ("SGLANG_VERSION=0.5.23", "SGLANG_VERSION is already 0.5.23"),

@@ -96,9 +96,7 @@ def test_rows_newer_newest_and_a_newer_one_that_does_not_resolve(
 
     sglang = found["SGLANG_VERSION", "index sglang"]
     assert (sglang.status, sglang.newest, sglang.resolves) == ("newer", "0.6.0", "0.5.24")
-    assert [
-        (r.version, "torch==2.15.0" in r.reason, "uv>=0.14" in r.reason) for r in sglang.refused
-    ] == [
+    assert [(r.version, "torch==2.15.0" in r.reason, "uv>=0.14" in r.reason) for r in sglang.refused] == [
         ("0.6.0", True, False),
         ("0.5.25", False, True),
     ]

@@ -130,7 +130,7 @@ def test_the_sglang_group_moves_torch_and_nccl_with_it(
 def test_the_nccl_group_moves_nccl_over_torchs_pin_to_the_newest_the_rules_allow(
     checkout: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """torch 2.14.1 pins NCCL 2.30.7 exactly; NCCL 3.0.0 is another major: 2.33.1, the base lock's override."""
+    """torch 2.14.1 pins NCCL 2.30.7 exactly, NCCL 3.0.0 is another major: 2.33.1, the lock's override."""
     assert bump(checkout, "--group", "nccl") == 0
     err = " ".join(capsys.readouterr().err.split())
     assert "holds: every pins rule" in err
@@ -139,7 +139,8 @@ def test_the_nccl_group_moves_nccl_over_torchs_pin_to_the_newest_the_rules_allow
     base = (checkout / "locks" / "base.txt").read_text()
     assert "# overrides: torch==2.14.1 nvidia-nccl-cu13==2.33.1 nvidia-nvshmem-cu13==3.4.5\n" in base
     assert "\nnvidia-nccl-cu13==2.33.1 \\\n" in base
-    assert main(["pins", "predict", "--pins", str(checkout / "pins.env"), "--locks", str(checkout / "locks")]) == 0
+    predict = ["pins", "predict", "--pins", str(checkout / "pins.env"), "--locks", str(checkout / "locks")]
+    assert main(predict) == 0
     said = " ".join(capsys.readouterr().err.split())
     assert "nvidia-nccl-cu13: a plain install takes 2.30.7 (torch==2.14.1); the images install 2.33.1" in said
 
