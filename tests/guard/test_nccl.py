@@ -19,6 +19,7 @@ from epstack.guard.nccl import library_version, loaded_version, source_version
 from epstack.pins.load import load_pins
 from tests.conftest import PINS, REPO
 from tests.guard.test_guard import fake_nccl  # noqa: F401 (fixture: gcc-built libnccl 2.28.9, 2.30.7, the pin)
+from tests.python.localindex import write_wheel
 
 
 def nccl_tree(root: Path, version: str) -> Path:
@@ -99,6 +100,51 @@ def test_the_install_script_has_no_version_of_its_own() -> None:
     script_path = str(REPO / "scripts/gpu/install-nccl.sh")
     result = subprocess.run(["bash", script_path], capture_output=True, text=True, check=False)
     assert result.returncode == 2 and "--arch SM is required" in result.stderr
+
+
+def test_the_install_script_puts_a_ferried_wheel_over_the_hosts_older_nccl(
+    fake_nccl: dict[str, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A bare host's venv with NCCL 2.28.9 (pip's), and the pinned wheel ferried in: `--wheel` installs
+    it over the old one with pip (files and metadata), then checks the library against the pin; a wheel
+    of another version fails that check."""
+    venv = tmp_path / "host-venv"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    host = venv / "bin" / "python"
+    deps = next(
+        Path(sys.prefix, "lib").glob("python3.*/site-packages")
+    )  # epstack's own, as /opt/epstack-deps
+
+    def wheel(version: str) -> Path:
+        library = fake_nccl[version].read_bytes()
+        files = {"nvidia/nccl/lib/libnccl.so.2": library, "nvidia/nccl/include/nccl.h": version.encode()}
+        folder = tmp_path / f"wheels-{version}"
+        folder.mkdir()
+        return write_wheel(folder, "nvidia-nccl-cu13", version, files=files)
+
+    def install(path: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", str(REPO / "scripts/gpu/install-nccl.sh"), "--pins", str(PINS), "--wheel", str(path)],
+            env={**os.environ, "PYTHON": str(host), "PYTHONPATH": str(deps), "COLUMNS": "200"},
+            capture_output=True, text=True, check=False, cwd=tmp_path,
+        )  # fmt: skip
+
+    subprocess.run(
+        [host, "-m", "pip", "install", "-q", "--no-index", "--no-deps", wheel("2.28.9")], check=True
+    )
+    installed = install(wheel(PINNED))
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    site = next(venv.glob("lib/python3.*/site-packages"))
+    assert (site / "nvidia/nccl/include/nccl.h").read_text() == PINNED
+    assert (site / "nvidia_nccl_cu13-2.28.9.dist-info").exists() is False, "pip replaced the old one"
+    assert f"NCCL {PINNED} (library {site}/nvidia/nccl/lib/libnccl.so.2), pinned {PINNED}: ok" in (
+        installed.stdout + installed.stderr
+    )
+    other = install(wheel("2.30.7"))
+    assert other.returncode == 1 and f"NCCL 2.30.7 (library {site}" in other.stdout + other.stderr
+    missing = install(tmp_path / "nowhere.whl")
+    assert missing.returncode == 2 and "no such file" in missing.stderr
 
 
 # ---- each reading on its own --------------------------------------------------------------------
