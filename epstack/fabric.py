@@ -12,7 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from epstack.stack import DEEPEP_V2_MIN_NCCL, EFA_GDA_MIN_NCCL, GIN_EFA_GDA, GIN_GDAKI, GIN_PROXY, release
+from epstack.stack import (
+    DEEPEP_MIN_SMS_WITHOUT_OVERLAP,
+    DEEPEP_NUM_SMS_ENV,
+    DEEPEP_V2_MIN_NCCL,
+    EFA_GDA_MIN_NCCL,
+    GIN_EFA_GDA,
+    GIN_GDAKI,
+    GIN_PROXY,
+    release,
+)
 
 # Every image: DeepEP's JIT finds CUDA here; NCCL's cuMem allocator backs the symmetric memory
 # DeepEP V2's GIN windows need.
@@ -117,8 +126,12 @@ EFA = Fabric(
     # other (aws-ofi-nccl's doc/efa-env-var.md: needed only up to aws-ofi-nccl 1.5, harmless after).
     image_env_base=(("FI_PROVIDER", "efa"), ("NCCL_NET_PLUGIN", "ofi")),
     # GPUDirect RDMA through EFA. doc/efa-env-var.md: libfabric >= 1.18 with aws-ofi-nccl >= 1.7 (the
-    # installer's 2.6 and 1.21) turn it on themselves, and setting it on p4/p5 is harmless.
-    job_env=(("FI_EFA_USE_DEVICE_RDMA", "1"),),
+    # installer's 2.6 and 1.21) turn it on themselves, and setting it on p4/p5 is harmless. DeepEP's SM
+    # count, which it cannot size itself over EFA (stack.DEEPEP_MIN_SMS_WITHOUT_OVERLAP).
+    job_env=(
+        ("FI_EFA_USE_DEVICE_RDMA", "1"),
+        (DEEPEP_NUM_SMS_ENV, str(DEEPEP_MIN_SMS_WITHOUT_OVERLAP)),
+    ),
     k8s_resource="vpc.amazonaws.com/efa",
     # The EFA device plugin's documented pod setting; libfabric's EFA provider backs its buffers
     # with 2 MiB huge pages.

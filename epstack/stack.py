@@ -26,6 +26,13 @@ EFA_GIN_MIN_OFI_NCCL = "1.21.0"
 # aws-ofi-nccl 1.21's GIN guide states for GIN over EFA at all.
 GIN_PROXY, GIN_GDAKI, GIN_EFA_GDA = "2", "3", "5"
 EFA_GDA_MIN_NCCL = "2.31.2"
+# DeepEP's dispatch/combine SM count (get_theoretical_num_sms, deep_ep/buffers/elastic.py) is never below
+# this for a buffer built without prefer_overlap_with_compute, as SGLang's and the smoke's are. At
+# d4f41e4 its RDMA rate comes from `ibstat`, which lists no EFA device: 0, and across nodes the model
+# divides by it (ZeroDivisionError; DeepEP PR #734, open). EFA jobs across nodes pass this count instead,
+# in SGLang's own variable (its dispatcher's num_sms), which the smoke reads too.
+DEEPEP_MIN_SMS_WITHOUT_OVERLAP = 64
+DEEPEP_NUM_SMS_ENV = "SGLANG_DEEPEP_V2_NUM_SMS"
 # DeepEP commits whose NCCL device communicator still requires strong and VA signals, which EFA-GDA
 # has neither of (the GIN guide: set both to false), so they cannot use GIN type 5.
 DEEPEP_REFS_WITHOUT_EFA_GDA = (
