@@ -52,8 +52,8 @@ GROUPS: tuple[Group, ...] = (
     Group(
         name="nccl",
         keys=("NCCL_VERSION",),
-        why="installed over the NCCL torch requires itself (the base lock's override): the newest the "
-        "pins rules allow, with the other pins held",
+        why="installed over the NCCL torch requires itself, the base lock's override: the newest the "
+        "pins rules allow, the other pins held",
     ),
     Group(
         name="cuda-base",

@@ -22,6 +22,8 @@ from epstack.image.build import BUILD_REPORT, BuildReport, BuiltImage
 from epstack.pins.file import rewrite
 from epstack.pins.load import load_pins
 from tests.bump.conftest import snapshot
+from tests.conftest import PINS
+from tests.pins.test_pins import line_of
 from tests.python.localindex import use_index
 
 
@@ -141,8 +143,8 @@ def test_a_bump_that_moves_torch_is_refused_and_writes_nothing(
         ("NCCL_VERSION=3.0.0", "NCCL 3.0.0 is NCCL 3, another ABI than the libnccl.so.2"),
         (
             "NCCL_VERSION=2.30.5",
-            "pins.env (bumped):31: NCCL 2.30.5 is below the 2.30.7 torch 2.14.1 requires and is built "
-            "against; fix: set NCCL_VERSION=2.30.7 or newer",
+            f"pins.env (bumped):{line_of(PINS, 'NCCL_VERSION')}: NCCL 2.30.5 is below the 2.30.7 torch "
+            "2.14.1 requires and is built against; fix: set NCCL_VERSION=2.30.7 or newer",
         ),
         ("SGLANG_VERSION=>=0.5.24", "is a range, not an exact version"),
         ("SGLANG_VERSION=0.5.23", "SGLANG_VERSION is already 0.5.23"),

@@ -21,6 +21,7 @@ from epstack.python.lockfile import entry_text, parse_lock, read_lock, render_lo
 from epstack.python.resolve import Pinned, Resolution, Unresolvable
 from epstack.stack import CUDA_RELEASE_WHEELS, DEEP_EP_PROVIDERS, ImageTarget
 from tests.conftest import PINS, REPO, pins_variant
+from tests.pins.test_pins import line_of
 
 LOCKS = REPO / "locks"
 NIXL = "nixl==1.5.1 nixl-cu13==1.5.1"  # the sglang lock's requirements beside SGLang (pins.env NIXL_VERSION)
@@ -262,10 +263,6 @@ def test_nccl_at_or_above_torchs_own_pin_is_the_base_locks_override(tmp_path: Pa
         run = relock(pins, tmp_path / nccl, resolver=RecordedUv(), installable=no_install_check)
         assert run.torch_nccl is not None and run.torch_nccl.version == "2.30.7"
         assert f"nvidia-nccl-cu13=={nccl}" in lock_specs(pins)[0].overrides, "declared in the base lock"
-
-
-def line_of(path: Path, key: str) -> int:
-    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if line.startswith(f"{key}="))
 
 
 def test_upgrade_relocks_the_locks_that_hold_it_and_nothing_else_is_written_on_failure(
