@@ -37,8 +37,13 @@ from epstack.errors import EnvironmentProblem, EpstackError
 from epstack.oci import parse_reference
 from epstack.pins.deepepsources import git_sources
 from epstack.pins.model import Pins
-from epstack.pins.rules import nccl_over_torch
-from epstack.python.lock import Resolver, cuda_release_constraints, lock_specs, torch_nccl
+from epstack.python.lock import (
+    Resolver,
+    cuda_release_constraints,
+    lock_specs,
+    nccl_override_problem,
+    torch_nccl,
+)
 from epstack.python.releases import index_pins, list_command, releases
 from epstack.python.resolve import Pinned, Resolution, Unresolvable, compile_requirements
 from epstack.stack import other_cuda_major
@@ -262,11 +267,7 @@ def resolve_held(pins: Pins, held: Mapping[str, str], resolver: Resolver) -> Res
 
 def nccl_refused(pins: Pins, version: str, own: Pinned | None) -> str | None:
     """Why NCCL `version` may not replace torch's `own` NCCL (pins.rules.nccl_over_torch); None: it may."""
-    problem = (
-        nccl_over_torch(pins.model_copy(update={"nccl_version": version}), own.name, own.version)
-        if own
-        else None
-    )
+    problem = nccl_override_problem(pins.model_copy(update={"nccl_version": version}), own)
     return f"{problem[1]}; fix: {problem[2]}" if problem else None
 
 

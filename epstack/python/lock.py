@@ -14,6 +14,10 @@ and what must move with it. A lock's header records its inputs and their digest,
 digest: `--check` needs no index. A lock is fresh when both digests hold and its entries hold what its
 spec says (epstack.python.lockcontent), so a hand-edited lock is stale. Every new lock is installed
 dry-run with the images' flags before it is written.
+
+The base pins are the locks' overrides: NCCL_VERSION replaces the NCCL torch requires itself (torch pins
+its NCCL wheel exactly). Where the base lock is resolved again, uv is first asked what torch alone
+requires, and pins.rules.nccl_over_torch decides whether NCCL_VERSION may replace it.
 """
 
 from __future__ import annotations
