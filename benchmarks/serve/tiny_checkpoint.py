@@ -55,7 +55,9 @@ def main(argv: list[str]) -> int:
             "reuse_s": round(reuse_s, 4),
             "bytes": written.bytes,
             "gib": round(written.bytes / 2**30, 3),
-            "files": {name: {"bytes": size, "sha256": sha256(folder / name)} for name, size in written.files.items()},
+            "files": {
+                name: {"bytes": size, "sha256": sha256(folder / name)} for name, size in written.files.items()
+            },
         }
     finally:
         if len(argv) == 1:

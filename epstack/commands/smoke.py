@@ -297,7 +297,9 @@ def _register_tiny_model(smoke: Any) -> None:
         help="write the tiny profile's model folder (config, tokenizer, seeded weights), or find it written",
         description=tinymodel.__doc__,
     )
-    p.add_argument("--out", type=path_arg, required=True, help="the model folder, e.g. /models/tiny-qwen3-moe")
+    p.add_argument(
+        "--out", type=path_arg, required=True, help="the model folder, e.g. /models/tiny-qwen3-moe"
+    )
     p.add_argument(
         "--seed", type=non_negative_int, default=tinymodel.SEED, help="the weights' seed (default 0)"
     )

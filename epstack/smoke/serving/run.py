@@ -30,8 +30,8 @@ from epstack.smoke.serving.generation import Generation
 from epstack.smoke.serving.profiles import ServePlan
 from epstack.smoke.serving.server import ServerFailed
 from epstack.smoke.serving.startup import Startup
-from epstack.smoke.serving.tinymodel import Prepared
 from epstack.smoke.serving.sweep import Level
+from epstack.smoke.serving.tinymodel import Prepared
 
 FailureKind = Literal["server-exited", "health-timeout", "request", "wrong-backend", "sweep", "check"]
 
@@ -282,11 +282,12 @@ def run(settings: Settings, out: Printer, *, clock: Callable[[], float] = time.m
             _attached(settings, work, state, out)
         else:
             through = _served(settings, plan, work, state, out, sweep_it=True)
-            if settings.compare:
+            if settings.compare and through:  # none when its answers held a value no model gives
                 reference = _served(settings, plan.without_deepep(), work, state, out, sweep_it=False)
-                row, summary = checks.without_deepep(through, reference)
-                _keep(state, [row], out)
-                state.comparison = summary
+                if reference:
+                    rows, summary = checks.without_deepep(through, reference)
+                    _keep(state, rows, out)
+                    state.comparison = summary
     except (_Stop, EpstackError) as exc:
         failure = _failure(exc)
         code = exc.exit_code if isinstance(exc, EpstackError) else CHECK_FAILED

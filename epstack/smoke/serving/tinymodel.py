@@ -135,7 +135,8 @@ def ensure(folder: Path, *, seed: int = SEED, config: str | None = None) -> Prep
             try:
                 files = _write(staging, config, seed)
                 seconds = round(time.monotonic() - began, 1)
-                stamp = {"schema": "tiny-model/1", "key": wanted, "seed": seed, "writer": WRITER, "files": files}
+                stamp = {"schema": "tiny-model/1", "key": wanted, "seed": seed, "writer": WRITER}
+                stamp["files"] = files
                 (staging / STAMP).write_text(json.dumps(stamp, indent=1) + "\n")
                 if folder.exists():  # another key's: set aside, then removed
                     folder.rename(staging.with_name(staging.name + "-old"))

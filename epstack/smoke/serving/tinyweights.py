@@ -66,11 +66,12 @@ def _layer(config: dict[str, Any], layer: int) -> list[Tensor]:
         Tensor(name=f"{prefix}.self_attn.q_norm.weight", shape=(head_dim,), init="ones"),
         Tensor(name=f"{prefix}.self_attn.k_norm.weight", shape=(head_dim,), init="ones"),
     ]
-    sparse = layer not in config.get("mlp_only_layers", []) and (layer + 1) % config["decoder_sparse_step"] == 0
-    if not sparse:
+    step = config["decoder_sparse_step"]
+    if layer in config.get("mlp_only_layers", []) or (layer + 1) % step:
         inner = config["intermediate_size"]
         return tensors + _mlp(f"{prefix}.mlp", hidden, inner)
-    tensors.append(Tensor(name=f"{prefix}.mlp.gate.weight", shape=(config["num_experts"], hidden), init="normal"))
+    router = Tensor(name=f"{prefix}.mlp.gate.weight", shape=(config["num_experts"], hidden), init="normal")
+    tensors.append(router)
     for expert in range(config["num_experts"]):
         tensors += _mlp(f"{prefix}.mlp.experts.{expert}", hidden, config["moe_intermediate_size"])
     return tensors
