@@ -76,7 +76,9 @@ def _reference() -> bool:
 
 
 def _faulted() -> bool:
-    return bool(FAULT) and str(ARGS.moe_a2a_backend) == "deepep_v2"
+    """EPSTACK_FAULT on the deepep_v2 server (STANDIN_IGNORE_FAULT: a fault that changes nothing)."""
+    ignored = bool(os.environ.get("STANDIN_IGNORE_FAULT"))
+    return bool(FAULT) and str(ARGS.moe_a2a_backend) == "deepep_v2" and not ignored
 
 
 def tokens(prompt: list[int], count: int) -> list[int]:
@@ -201,6 +203,8 @@ def main() -> None:
     if MODE == "die":
         sys.stderr.write(BUDGET_REFUSAL)
         sys.exit(1)
+    if _faulted():  # as benchmarks/serve/faults/site/sitecustomize.py says it
+        print(f"epstack-fault: {FAULT}: the stand-in's answers changed (pid {os.getpid()})", flush=True)
     if ARGS.moe_a2a_backend == "deepep_v2":
         print(
             "Initialized DeepEP v2 ElasticBuffer: world_size=1 hidden_size=2048 num_topk=8 "
