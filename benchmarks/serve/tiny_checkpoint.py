@@ -46,7 +46,11 @@ def main(argv: list[str]) -> int:
         reuse_s = time.monotonic() - began
         result = {
             "schema": "tiny-checkpoint/1",
-            "host": {"cpus": os.cpu_count(), "machine": platform.machine(), "torch": torch.__version__},
+            "host": {
+                "cpus": os.cpu_count(),
+                "machine": platform.machine(),
+                "torch_version": torch.__version__,
+            },
             "key": written.key,
             "reused_first": written.reused,
             "write_s": written.seconds,

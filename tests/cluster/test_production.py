@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
+from epstack import imagepaths
 from epstack.cluster import modelfetch
-from epstack.smoke.serving import tinymodel
 from epstack.commands.main import main
+from epstack.smoke.serving import tinymodel
 from tests.cluster import sglang_env
 from tests.cluster.conftest import (
     ROUTER_IMAGE,
@@ -144,7 +145,7 @@ def test_the_tiny_model_is_written_where_the_server_reads_it(tmp_path: Path) -> 
             marker,
             "/models/.epstack-fetch.lock",
         ]
-        assert "/opt/epstack/bin/epstack smoke tiny-model --out" in init["command"][2]
+        assert f"{imagepaths.COMMAND} smoke tiny-model --out" in init["command"][2]
         assert {"name": "model", "mountPath": "/models"} in init["volumeMounts"]
         (server,) = spec["containers"]
         assert server["resources"]["requests"]["ephemeral-storage"] == "8Gi"

@@ -44,7 +44,10 @@ def patch(model: Any, variant: str | None) -> None:
             continue
         noise = torch.Generator().manual_seed(1)
 
-        def broken(hidden: Any, index: Any, weights: Any, original: Any = original, experts: Any = experts) -> Any:
+        def broken(
+            hidden: Any, index: Any, weights: Any, original: Any = original, experts: Any = experts,
+            noise: Any = noise,
+        ) -> Any:  # fmt: skip
             if variant == "permute":
                 return original(hidden, (index + 1) % experts.num_experts, weights)
             out = original(hidden, index, weights)
@@ -74,11 +77,11 @@ def greedy(model: Any, prompts: list[list[int]]) -> list[Generation]:
             token = int(top.indices[row, 0])
             chosen[row].append(token)
             logprobs[row].append(float(scores[row, token]))
-            tops[row].append({int(i): float(v) for i, v in zip(top.indices[row], top.values[row], strict=True)})
+            tops[row].append(
+                {int(i): float(v) for i, v in zip(top.indices[row], top.values[row], strict=True)}
+            )
         ids = top.indices[:, :1]
-    return [
-        Generation(output_ids=chosen[r], logprobs=logprobs[r], top=tops[r]) for r in range(len(prompts))
-    ]
+    return [Generation(output_ids=chosen[r], logprobs=logprobs[r], top=tops[r]) for r in range(len(prompts))]
 
 
 def main(argv: list[str]) -> int:
@@ -96,7 +99,7 @@ def main(argv: list[str]) -> int:
     result: dict[str, Any] = {
         "schema": "serve-rule-cpu/1",
         "model": {"path": str(prepared.path), "key": prepared.key, "bytes": prepared.bytes},
-        "torch": torch.__version__,
+        "torch_version": torch.__version__,
         "tolerance": generation.TOLERANCE,
         "variants": {},
     }
@@ -104,10 +107,22 @@ def main(argv: list[str]) -> int:
         patch(model, variant)
         rows, kept = checks.without_deepep(greedy(model, prompts), reference)
         result["variants"][variant] = {
-            "rows": {row.component: {"verdict": row.verdict, "found": row.found, "detail": row.detail} for row in rows},
+            "rows": {
+                row.component: {"verdict": row.verdict, "found": row.found, "detail": row.detail}
+                for row in rows
+            },
             **{k: v for k, v in kept.items() if k not in ("through", "reference")},
         }
-        print(variant, rows[0].verdict, rows[0].found, "|", rows[0].detail, "| control", rows[1].found, flush=True)
+        print(
+            variant,
+            rows[0].verdict,
+            rows[0].found,
+            "|",
+            rows[0].detail,
+            "| control",
+            rows[1].found,
+            flush=True,
+        )
     result["seconds"] = round(time.monotonic() - began, 1)
     Path(argv[0]).write_text(json.dumps(result, indent=1) + "\n")
     return 0
