@@ -34,31 +34,31 @@ TOKENS = 32
 VARIANTS = ("rounding", "zero", "scale", "permute")
 
 
+class Broken:
+    """One MoE block's experts call as the variant breaks it."""
+
+    def __init__(self, original: Any, count: int, variant: str) -> None:
+        self.original, self.count, self.variant = original, count, variant
+        self.noise = torch.Generator().manual_seed(1)
+
+    def __call__(self, hidden: Any, index: Any, weights: Any) -> Any:
+        if self.variant == "permute":
+            return self.original(hidden, (index + 1) % self.count, weights)
+        out = self.original(hidden, index, weights)
+        if self.variant == "zero":
+            return torch.zeros_like(out)
+        if self.variant == "scale":
+            return out * 0.5
+        step = (torch.rand(out.shape, generator=self.noise) * 2 - 1) * 2**-8
+        return (out.float() * (1 + step)).to(out.dtype)
+
+
 def patch(model: Any, variant: str | None) -> None:
     """Every MoE block's experts call, as the variant breaks it (None: as transformers wrote it)."""
     for layer in model.model.layers:
         experts = layer.mlp.experts
         original = type(experts).forward.__get__(experts)
-        if variant is None:
-            experts.forward = original
-            continue
-        noise = torch.Generator().manual_seed(1)
-
-        def broken(
-            hidden: Any, index: Any, weights: Any, original: Any = original, experts: Any = experts,
-            noise: Any = noise,
-        ) -> Any:  # fmt: skip
-            if variant == "permute":
-                return original(hidden, (index + 1) % experts.num_experts, weights)
-            out = original(hidden, index, weights)
-            if variant == "zero":
-                return torch.zeros_like(out)
-            if variant == "scale":
-                return out * 0.5
-            step = (torch.rand(out.shape, generator=noise) * 2 - 1) * 2**-8
-            return (out.float() * (1 + step)).to(out.dtype)
-
-        experts.forward = broken
+        experts.forward = original if variant is None else Broken(original, experts.num_experts, variant)
 
 
 @torch.no_grad()
