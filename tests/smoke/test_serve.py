@@ -23,6 +23,7 @@ import pytest
 
 from epstack.commands.main import main as epstack_main
 from epstack.errors import BAD_INPUT, CHECK_FAILED, ENVIRONMENT, INTERRUPTED, OK
+from epstack.smoke.serving import tinymodel
 from tests.smoke.processes import dead, gone
 
 REPO = Path(__file__).resolve().parents[2]
@@ -533,3 +534,46 @@ def test_bad_flags_exit_2_with_one_line(
     assert code == BAD_INPUT and len(lines) == 1, err
     assert named in lines[0] and "fix: " in lines[0]
     assert not report.exists()
+
+
+# `epstack smoke serve` with the tiny profile's config replaced by a reduced one (the real model is 3.48 GiB)
+WITH_SMALL_CONFIG = (
+    "import sys; from pathlib import Path; from epstack.smoke.serving import tinymodel; "
+    "tinymodel.CONFIG = Path(sys.argv[1]); from epstack.commands.main import main; "
+    "sys.exit(main(sys.argv[2:]))"
+)
+
+
+def test_the_tiny_profile_serves_its_generated_model_from_the_cache(smoke: Smoke) -> None:
+    """No --model-path: the tiny model is written into --model-cache once, the server is pointed at it,
+    the report says so; a second run finds it written."""
+    from tests.smoke.test_tinymodel import small_config  # noqa: PLC0415 (one reduced config)
+
+    config = smoke.work / "small.json"
+    config.write_text(small_config())
+    cache = smoke.work / "cache"
+    argv = [sys.executable, "-c", WITH_SMALL_CONFIG, str(config), "smoke", "serve", "--no-sweep",
+            "--no-compare", "--model-cache", str(cache), "--json", str(smoke.report),
+            "--run-dir", str(smoke.work / "run"), f"--sglang-arg=--port={smoke.port}"]  # fmt: skip
+
+    def served() -> tuple[dict[str, Any], str]:
+        done = subprocess.run(
+            argv,
+            cwd=REPO,
+            env=smoke.env("ok", None),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == OK, done.stderr
+        return json.loads(smoke.report.read_text()), done.stderr
+
+    report, _ = served()
+    folder = cache / tinymodel.NAME
+    assert report["model_path"] == str(folder) and report["runs"][0]["info"]["model_path"] == str(folder)
+    assert report["generated_model"]["reused"] is False
+    assert report["generated_model"]["key"] == tinymodel.key(small_config(), tinymodel.SEED)
+    assert "--load-format" not in report["runs"][0]["argv"]
+    again, err = served()
+    assert again["generated_model"]["reused"] is True and "the tiny model: 0.00 GiB, key" in err
