@@ -9,8 +9,9 @@ the other within TOLERANCE (read from the other's top-N where it is not the chos
 each run's token is among the other's top N (the rule vLLM's check_logprobs_close applies, with the
 logprobs held to it too); after the parting the runs condition on different text and are not compared.
 A wrong dispatch or combine moves the hidden states and with them every logit: logprobs of the same token
-part by more than rounding, and a parted token is no longer a near tie. TOLERANCE is bf16's rounding of a
-logit of the tiny model's size (a step of 1/32 between 4 and 8) three times over.
+part by more than rounding, and a parted token is no longer a near tie. TOLERANCE, measured on the tiny
+model's generated checkpoint (benchmarks/serve/faults/cpu_power.py): one bf16 step of rounding in every
+MoE output moved a logprob by at most 0.062; a combine halved by up to 0.31, zeroed by up to 0.47.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 from epstack.smoke.serving.client import RequestFailed
 
 TOP_N = 5  # top_logprobs_num asked of SGLang
-TOLERANCE = 0.1  # nats: how far two runs' logprobs of one token may be apart
+TOLERANCE = 0.15  # nats: how far two runs' logprobs of one token may be apart
 
 
 class BadValue(RequestFailed):
