@@ -201,7 +201,9 @@ def test_a_good_server_passes_and_matches_the_one_without_deepep(smoke: Smoke) -
     assert served.check("answer-values")["found"] == "41 answers"
     versus = served.check("deepep-v2-vs-none")
     assert (versus["verdict"], versus["found"]) == ("ok", "8/8 identical")
-    assert versus["detail"] == "max |logprob difference| up to the parting 0 (tolerance 0.15)"
+    assert versus["detail"] == (
+        "max |logprob difference| up to the parting 0 (tolerance 0.15); per prompt 0 0 0 0 0 0 0 0"
+    )
     comparison = report["comparison"]
     assert comparison["prompts"] == comparison["identical"] == comparison["close"] == 8
     assert comparison["max_logprob_diff"] == [0.0] * 8 and comparison["tolerance"] == 0.15
@@ -221,7 +223,10 @@ def test_a_near_tie_without_deepep_still_passes(smoke: Smoke) -> None:
     served = smoke.run("tie-none", "--no-sweep")
     assert served.code == OK, served.err
     versus = served.check("deepep-v2-vs-none")
-    assert versus["verdict"] == "ok" and versus["found"].startswith("0/8 identical, parted at token 3")
+    assert versus["verdict"] == "ok"
+    assert versus["found"] == "0/8 identical; parted: " + ", ".join(
+        f"prompt {i} at token 3" for i in range(8)
+    )
     comparison = served.report["comparison"]
     assert (comparison["identical"], comparison["close"]) == (0, 8)
     assert comparison["first_divergence"] == [3] * 8
@@ -237,7 +242,9 @@ def test_a_different_answer_without_deepep_fails_the_comparison(smoke: Smoke) ->
     assert report["verdict"] == "fail"
     assert report["failure"]["kind"] == "check" and report["failure"]["message"] == "deepep-v2-vs-none failed"
     versus = served.check("deepep-v2-vs-none")
-    assert versus["verdict"] == "fail" and versus["found"].startswith("0/8 identical, parted at token 0")
+    assert versus["verdict"] == "fail" and versus["found"].startswith(
+        "0/8 identical; parted: prompt 0 at token 0"
+    )
     assert "prompt 0 (token 0: a token outside the other's top-5)" in versus["detail"] and versus["fix"]
     comparison = report["comparison"]
     assert (comparison["prompts"], comparison["identical"], comparison["close"]) == (8, 0, 0)
@@ -258,7 +265,9 @@ def test_a_fault_that_changes_the_tokens_fails_the_comparison(smoke: Smoke, faul
     assert served.code == CHECK_FAILED, served.err
     assert served.report["failure"]["message"] == "deepep-v2-vs-none failed"
     versus = served.check("deepep-v2-vs-none")
-    assert versus["verdict"] == "fail" and versus["found"].startswith("0/8 identical, parted at token 0")
+    assert versus["verdict"] == "fail" and versus["found"].startswith(
+        "0/8 identical; parted: prompt 0 at token 0"
+    )
     # each server on its own passed every check; only the comparison tells
     assert all(
         c["verdict"] != "fail" for c in served.report["checks"] if c["component"] != versus["component"]

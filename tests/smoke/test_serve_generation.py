@@ -376,9 +376,10 @@ def test_the_comparison_names_each_prompt_outside_the_rule() -> None:
     reference = [gen([5, 6]), gen([5, 6]), gen([5, 6])]
     rows, kept = checks.without_deepep(through, reference)
     versus = rows[0]
-    assert versus.verdict == "fail" and versus.found == "2/3 identical, parted at token 0"
+    assert versus.verdict == "fail" and versus.found == "2/3 identical; parted: prompt 2 at token 0"
     assert versus.detail == (
-        "max |logprob difference| up to the parting 0.5 (tolerance 0.15); not within the rule: "
+        "max |logprob difference| up to the parting 0.5 (tolerance 0.15); per prompt 0 0.5 0; "
+        "not within the rule: "
         "prompt 1 (logprobs 0.5 apart), prompt 2 (token 0: a token outside the other's top-5)"
     )
     assert kept["first_divergence"] == [None, None, 0] and kept["max_logprob_diff"] == [0.0, 0.5, 0.0]

@@ -1,6 +1,8 @@
 """What the serve smoke asks a running server, as check rows: the backend it reports, DeepEP V2's buffer
-in its log, exact token counts, greedy output repeated alone and inside a batch of 32, and the same
-prompts served without DeepEP compared token by token (epstack.smoke.serving.generation's rule)."""
+in its log, exact token counts, greedy output repeated alone and inside a batch of 32, every answer's
+values (whole token ids, finite logprobs), and the same prompts served without DeepEP compared prompt by
+prompt (epstack.smoke.serving.generation's rule), with the control: the rule must refuse each prompt
+against another prompt's reference."""
 
 from __future__ import annotations
 
@@ -83,13 +85,14 @@ def agreement_row(component: str, expected: str, agreements: list[Agreement]) ->
     """One row for pairs of generations (prompt by prompt): where each parted, how far apart the logprobs
     were up to there, and which pairs broke the rule and why."""
     identical = sum(a.identical for a in agreements)
-    parted = [a for a in agreements if not a.identical]
+    parted = [(i, a) for i, a in enumerate(agreements) if not a.identical]
     found = f"{identical}/{len(agreements)} identical"
     if parted:
-        found += ", " + ", ".join(a.matched for a in parted)
+        found += "; parted: " + ", ".join(f"prompt {i} at token {a.first_divergence}" for i, a in parted)
     worst = max((a.max_logprob_diff for a in agreements), default=0.0)
     broken = [(i, a) for i, a in enumerate(agreements) if not a.close]
     detail = f"max |logprob difference| up to the parting {worst:.3g} (tolerance {generation.TOLERANCE:g})"
+    detail += "; per prompt " + " ".join(f"{a.max_logprob_diff:.3g}" for a in agreements)
     if broken:
         detail += "; not within the rule: " + ", ".join(f"prompt {i} ({_why(a)})" for i, a in broken)
     return Check(
