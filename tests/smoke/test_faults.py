@@ -98,6 +98,7 @@ def driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     work = tmp_path / "work"
     for name, value in (("WORK", work), ("SRC", work / "src"), ("RESULTS", work / "out")):
         monkeypatch.setattr(run_gpu, name, value)
+    monkeypatch.setenv("WORK", str(work))  # the driver `start` detaches reads it
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "sglang").write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@"\n')
@@ -145,3 +146,23 @@ def test_wait_brings_back_at_most_eight_files(
     assert run_gpu.wait() == 0
     brought = sorted(p.name for p in (tmp_path / "OUT" / "faults").iterdir())
     assert brought == ["fault-zero.json", "logs.tar.gz", "run.json"] and len(run_gpu.REPORTS) + 2 == 8
+
+
+def test_start_detaches_the_driver_from_a_copy_and_wait_collects(
+    driver: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the GPU session runs: `start` (a copy of the tree, the driver in a session of its own), then
+    `wait` until it ends."""
+    monkeypatch.setenv("FAULTS", "permute")
+    monkeypatch.setenv("OUT", str(tmp_path / "OUT"))
+    monkeypatch.setenv("WAIT_S", "120")
+    monkeypatch.chdir(REPO)
+    assert run_gpu.start(["faults"]) == 0
+    assert (driver / "src" / "benchmarks" / "serve" / "faults" / "site" / "sitecustomize.py").is_file()
+    assert not (driver / "src" / ".git").exists() and not (driver / "src" / ".venv").exists()
+    assert run_gpu.wait() == 0
+    pid = int((driver / "driver.pid").read_text())
+    assert not run_gpu.alive(pid)
+    os.waitpid(pid, 0)  # spawned by this process: reaped here (on the GPU host `start` has ended)
+    summary = json.loads((tmp_path / "OUT" / "faults" / "run.json").read_text())
+    assert summary["all_as_expected"] is True and list(summary["faults"]) == ["fault-permute", "phase_s"]

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.elastic.h200.host import FIXED_ENVIRONMENT, NO_COMPILERS
+from benchmarks.elastic.h200.host import FIXED_ENVIRONMENT, NO_COMPILERS, Host
 
 WORK = Path(os.environ.get("WORK", "/tmp/faults"))
 SRC = WORK / "src"
@@ -50,7 +50,9 @@ REPORTS = (
     "startup-generated",
     *(f"fault-{fault}" for fault in FAULTS),
 )
-SKIP_IN_COPY = shutil.ignore_patterns(".git", ".venv", ".ferry", ".cache", "__pycache__", "results", "build")
+SKIP_IN_COPY = shutil.ignore_patterns(
+    ".git", ".venv", ".ferry", ".cache", "*_cache", "__pycache__", "results", "build"
+)
 
 
 def environment() -> dict[str, str]:
@@ -194,13 +196,13 @@ def start(phases: list[str]) -> int:
     if not SRC.is_dir():
         shutil.copytree(Path.cwd(), SRC, ignore=SKIP_IN_COPY, symlinks=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    console = (WORK / "driver.console").open("a")
     argv = [sys.executable, "-m", "benchmarks.serve.faults.run_gpu", "run", *phases]
-    child = subprocess.Popen(
-        argv, cwd=SRC, env=environment(), stdout=console, stderr=subprocess.STDOUT, start_new_session=True
+    env = environment()
+    os.chdir(SRC)  # the driver runs in its own copy (this process ends next)
+    pid = Host.from_environment(os.environ).detach(
+        argv, env=env, console=WORK / "driver.console", pid_file=WORK / "driver.pid"
     )
-    (WORK / "driver.pid").write_text(f"{child.pid}\n")
-    print(f"run_gpu: {' '.join(phases)} detached as pid {child.pid}; `wait` for the results")
+    print(f"run_gpu: {' '.join(phases)} detached as pid {pid}; `wait` for the results")
     return 0
 
 
