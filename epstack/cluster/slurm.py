@@ -137,7 +137,8 @@ def _fetch_step(job: Job, squashfs_dir: str | None, exported: list[str]) -> list
         f"--container-mounts={model.source}:{model.mount}",
     ]
     return [
-        "# The model, fetched once into the model directory before the servers start.",
+        f"# The model, {'written' if fetch.generated else 'fetched'} once into the model directory before "
+        "the servers start.",
         "# shellcheck disable=SC2016",
         " \\\n    ".join([shlex.join(srun), shlex.join(fetch.command())]),
         "",

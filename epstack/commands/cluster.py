@@ -176,7 +176,7 @@ def _site(args: argparse.Namespace) -> site.Site:
         # Several pods of a hub model: one shared volume, filled once (epstack.cluster.modelfetch);
         # one pod, or weights named by path: the pod's own disk.
         profile = PROFILES[args.profile or "deepseek-v3"]
-        hub_model = not profile.dummy_weights and not (args.model_path or profile.model_path).startswith("/")
+        hub_model = not profile.generated and not (args.model_path or profile.model_path).startswith("/")
         model_default = f"{'shared' if args.nodes > 1 and hub_model else 'ephemeral'}:{profile.disk}"
     else:
         model_default = "host:" + node_dir.format("hf")

@@ -10,6 +10,7 @@ failure of the stack, classified in words); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import urllib.parse
 from pathlib import Path
@@ -40,6 +41,7 @@ from epstack.smoke.report import OPS
 from epstack.smoke.result import RankResult
 from epstack.smoke.serving import plot as serving_plot
 from epstack.smoke.serving import run as serving_run
+from epstack.smoke.serving import tinymodel
 from epstack.smoke.serving.checks import Asked
 from epstack.smoke.serving.profiles import A2A_BACKENDS, PROFILES, serve_plan
 from epstack.smoke.serving.sweep import CONCURRENCIES
@@ -170,6 +172,7 @@ def register(subparsers: SubParsers) -> None:
     )
     p.set_defaults(func=cmd_elastic)
     _register_serve(smoke)
+    _register_tiny_model(smoke)
     _register_plot(smoke)
 
 
@@ -209,7 +212,8 @@ def _register_serve(smoke: Any) -> None:
         "--profile",
         choices=sorted(PROFILES),
         default="tiny",
-        help="tiny: 2 layers of Qwen3-30B-A3B, dummy weights, nothing downloaded (default)",
+        help="tiny: 2 layers of Qwen3-30B-A3B, weights epstack draws from a seed, nothing downloaded "
+        "(default)",
     )
     what.add_argument("--model-path", help="weights for the profile (default: the profile's)")
     what.add_argument("--gpus", type=positive_int, default=1, help="GPUs of this node: TP = EP = GPUs")
@@ -270,13 +274,47 @@ def _register_serve(smoke: Any) -> None:
     )
     limits.add_argument("--request-timeout", type=seconds, default=300.0, help="seconds per check request")
     limits.add_argument("--level-timeout", type=seconds, default=600.0, help="seconds per sweep level")
+    limits.add_argument("--run-dir", type=path_arg, help="server logs and sweep files (default: temp)")
     limits.add_argument(
-        "--run-dir", type=path_arg, help="server logs, the tiny model, sweep files (default: temp)"
+        "--model-cache",
+        type=path_arg,
+        help="where the tiny profile's model (3.5 GiB) is written once and reused "
+        "(default $XDG_CACHE_HOME/epstack, else ~/.cache/epstack)",
     )
     limits.add_argument(
         "--json", type=path_arg, metavar="FILE", default=Path("epstack-smoke-serve.json"), help="report path"
     )
     p.set_defaults(func=cmd_serve)
+
+
+def default_model_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "epstack"
+
+
+def _register_tiny_model(smoke: Any) -> None:
+    p = smoke.add_parser(
+        "tiny-model",
+        help="write the tiny profile's model folder (config, tokenizer, seeded weights), or find it written",
+        description=tinymodel.__doc__,
+    )
+    p.add_argument(
+        "--out", type=path_arg, required=True, help="the model folder, e.g. /models/tiny-qwen3-moe"
+    )
+    p.add_argument(
+        "--seed", type=non_negative_int, default=tinymodel.SEED, help="the weights' seed (default 0)"
+    )
+    p.set_defaults(func=cmd_tiny_model)
+
+
+def cmd_tiny_model(args: argparse.Namespace, console: Console) -> int:
+    prepared = tinymodel.ensure(args.out, seed=args.seed)
+    how = "found written" if prepared.reused else f"written in {prepared.seconds:.1f} s"
+    console.print(
+        f"tiny model {escape(str(prepared.path))}: {prepared.bytes:,} bytes in {len(prepared.files)} files, "
+        f"key {prepared.key}, {how}",
+        highlight=False,
+    )
+    return OK
 
 
 class _Printer:
@@ -434,6 +472,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         concurrencies=args.concurrency if args.sweep else (),
         health_timeout_s=args.health_timeout,
         level_timeout_s=args.level_timeout,
+        model_cache=args.model_cache or default_model_cache(),
         report=args.json,
     )
     code = serving_run.run(settings, _ServePrinter(console))

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from epstack import imagepaths
 from epstack.cluster import modelfetch
 from epstack.commands.main import main
+from epstack.smoke.serving import tinymodel
 from tests.cluster import sglang_env
 from tests.cluster.conftest import (
     ROUTER_IMAGE,
@@ -119,11 +121,48 @@ def test_one_pod_keeps_its_own_disk_and_a_node_directory_fetches_in_each_pod(tmp
     for spec in _pod_specs(host):
         (init,) = spec["initContainers"]
         assert init["name"] == "fetch-model" and init["command"][:2] == ["/bin/sh", "-c"]
-    # Weights named by path (or the tiny profile's dummy weights): nothing to fetch, no claim made.
-    for flags in (["--model-path", "/models/DeepSeek-V3"], ["--profile", "tiny"]):
-        local = load_all(_render(tmp_path, "k8s", *flags, name="local"))
-        assert not _by(local, "model") and not _by(local, "model-fetch")
-        assert "initContainers" not in _pod_specs(local)[0]
+    # Weights named by path: nothing to fetch, no claim made.
+    local = load_all(_render(tmp_path, "k8s", "--model-path", "/models/DeepSeek-V3", name="local"))
+    assert not _by(local, "model") and not _by(local, "model-fetch")
+    assert "initContainers" not in _pod_specs(local)[0]
+
+
+def test_the_tiny_model_is_written_where_the_server_reads_it(tmp_path: Path) -> None:
+    """The tiny profile's generated model: each pod writes it into its own disk (the default) or its
+    node's directory; on a claim every pod mounts, a Job writes it once and the pods wait; nowhere to
+    write it is bad input."""
+    key = tinymodel.key(tinymodel.config_text(), tinymodel.SEED)
+    marker = f"/models/.epstack-fetched/tiny-qwen3-moe@{key}"
+    own = load_all(_render(tmp_path, "k8s", "--profile", "tiny", name="own"))
+    assert not _by(own, "model") and not _by(own, "model-fetch")
+    for spec in _pod_specs(own):
+        (init,) = spec["initContainers"]
+        assert init["name"] == "write-model"
+        assert init["command"][3:] == [
+            "epstack-write",
+            "/models/tiny-qwen3-moe",
+            "0",
+            marker,
+            "/models/.epstack-fetch.lock",
+        ]
+        assert f"{imagepaths.COMMAND} smoke tiny-model --out" in init["command"][2]
+        assert {"name": "model", "mountPath": "/models"} in init["volumeMounts"]
+        (server,) = spec["containers"]
+        assert server["resources"]["requests"]["ephemeral-storage"] == "8Gi"
+        assert "--load-format" not in json.dumps(server)
+    shared = load_all(
+        _render(tmp_path, "k8s", "--profile", "tiny", "--model-storage", "shared:8Gi", name="sh")
+    )
+    (writer,) = _by(shared, "model-fetch")
+    assert writer["spec"]["template"]["spec"]["containers"][0]["command"][3] == "epstack-write"
+    for spec in _pod_specs(shared):
+        (init,) = spec["initContainers"]
+        assert init["name"] == "wait-for-model" and init["command"][-1] == marker
+    pins = PINS
+    flags = ("--profile", "tiny", "--model-storage", "none")
+    args = render_args(target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins, extra=flags)
+    assert main(["cluster", *args, "--out", str(tmp_path / "none")]) == 2
+    assert not (tmp_path / "none").exists()
 
 
 def test_slurm_deepseek_v3_fetches_then_serves_with_the_secret_read_at_run_time(tmp_path: Path) -> None:

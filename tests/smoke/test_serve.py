@@ -24,6 +24,7 @@ import pytest
 from epstack.commands.main import main as epstack_main
 from epstack.errors import BAD_INPUT, CHECK_FAILED, ENVIRONMENT, INTERRUPTED, OK
 from epstack.pins.load import load_pins
+from epstack.smoke.serving import tinymodel
 from tests.conftest import PINS
 from tests.guard.test_guard import fake_nccl  # noqa: F401 (fixture: gcc-built libnccl 2.28.9, 2.30.7, the pin)
 from tests.smoke.processes import dead, gone
@@ -198,14 +199,24 @@ def test_a_good_server_passes_and_matches_the_one_without_deepep(smoke: Smoke) -
     buffer = served.check("deepep-v2-buffer")
     assert buffer["verdict"] == "ok" and "max_dispatch_tokens_per_rank=512" in buffer["found"]
     assert served.check("deepep-v2-buffer", 1)["verdict"] == "skipped"  # the none server has no buffer
-    for name in ("token-counts", "greedy-repeat", "greedy-in-batch-of-32"):
+    for name in ("token-counts", "greedy-repeat", "greedy-in-batch-of-32", "answer-values"):
         assert served.check(name)["verdict"] == "ok" and served.check(name, 1)["verdict"] == "ok"
+    assert served.check("answer-values")["found"] == "41 answers"
     versus = served.check("deepep-v2-vs-none")
     assert (versus["verdict"], versus["found"]) == ("ok", "8/8 identical")
+    assert versus["detail"] == (
+        "max |logprob difference| up to the parting 0 (tolerance 0.15); per prompt 0 0 0 0 0 0 0 0"
+    )
     comparison = report["comparison"]
     assert comparison["prompts"] == comparison["identical"] == comparison["close"] == 8
-    # the control (each prompt against another's reference) agrees with nothing
-    assert comparison["control_close"] == 0
+    assert comparison["max_logprob_diff"] == [0.0] * 8 and comparison["tolerance"] == 0.15
+    # the control (each prompt against another's reference): the rule refuses every pair, in the report
+    control = served.check("deepep-v2-vs-none-control")
+    assert (control["verdict"], control["found"]) == ("ok", "8/8 refused")
+    assert comparison["control"]["close"] == 0 and comparison["control"]["first_divergence"] == [0] * 8
+    # both runs' generations are kept: the rule can be applied to the report again
+    assert len(comparison["through"]) == len(comparison["reference"]) == 8
+    assert len(comparison["through"][0]["output_ids"]) == 32
     assert len(served.servers) == 2 and served.all_gone()
     assert "deepep-v2-vs-none: ok" in served.err
 
@@ -242,10 +253,15 @@ def test_a_near_tie_without_deepep_still_passes(smoke: Smoke) -> None:
     served = smoke.run("tie-none", "--no-sweep")
     assert served.code == OK, served.err
     versus = served.check("deepep-v2-vs-none")
-    assert versus["verdict"] == "ok" and versus["found"].startswith("0/8 identical, parted at token 3")
+    assert versus["verdict"] == "ok"
+    assert versus["found"] == "0/8 identical; parted: " + ", ".join(
+        f"prompt {i} at token 3" for i in range(8)
+    )
     comparison = served.report["comparison"]
     assert (comparison["identical"], comparison["close"]) == (0, 8)
     assert comparison["first_divergence"] == [3] * 8
+    assert all(diff == pytest.approx(0.02) for diff in comparison["max_logprob_diff"])
+    assert served.check("deepep-v2-vs-none-control")["verdict"] == "ok"
     assert served.all_gone()
 
 
@@ -256,13 +272,74 @@ def test_a_different_answer_without_deepep_fails_the_comparison(smoke: Smoke) ->
     assert report["verdict"] == "fail"
     assert report["failure"]["kind"] == "check" and report["failure"]["message"] == "deepep-v2-vs-none failed"
     versus = served.check("deepep-v2-vs-none")
-    assert versus["verdict"] == "fail" and versus["found"].startswith("0/8 identical, parted at token 0")
-    assert "not a near tie" in versus["detail"] and versus["fix"]
+    assert versus["verdict"] == "fail" and versus["found"].startswith(
+        "0/8 identical; parted: prompt 0 at token 0"
+    )
+    assert "prompt 0 (token 0: a token outside the other's top-5)" in versus["detail"] and versus["fix"]
     comparison = report["comparison"]
     assert (comparison["prompts"], comparison["identical"], comparison["close"]) == (8, 0, 0)
     assert comparison["first_divergence"] == [0] * 8
     # each server on its own was consistent
     assert all(served.check("greedy-repeat", n)["verdict"] == "ok" for n in (0, 1))
+    assert served.all_gone()
+
+
+# ---- the fault harness's idea on CPU: EPSTACK_FAULT reaches the servers the smoke starts ----
+# (benchmarks/serve/faults/ patches DeepEP V2 itself on a GPU; the stand-in answers as each fault makes a
+# real model answer: other tokens from the first on, or the same tokens with every logprob moved)
+
+
+@pytest.mark.parametrize("fault", ["zero", "permute"])
+def test_a_fault_that_changes_the_tokens_fails_the_comparison(smoke: Smoke, fault: str) -> None:
+    served = smoke.run("ok", "--no-sweep", env={"EPSTACK_FAULT": fault})
+    assert served.code == CHECK_FAILED, served.err
+    assert served.report["failure"]["message"] == "deepep-v2-vs-none failed"
+    versus = served.check("deepep-v2-vs-none")
+    assert versus["verdict"] == "fail" and versus["found"].startswith(
+        "0/8 identical; parted: prompt 0 at token 0"
+    )
+    # each server on its own passed every check; only the comparison tells
+    assert all(
+        c["verdict"] != "fail" for c in served.report["checks"] if c["component"] != versus["component"]
+    )
+    assert served.all_gone()
+
+
+def test_a_fault_that_keeps_the_tokens_fails_on_the_logprobs(smoke: Smoke) -> None:
+    """Combine scaled: the same greedy tokens, every logprob 0.3 lower. Tokens alone (8/8 identical)
+    would pass; the logprobs of the same tokens are held to the tolerance."""
+    served = smoke.run("ok", "--no-sweep", env={"EPSTACK_FAULT": "scale"})
+    assert served.code == CHECK_FAILED, served.err
+    versus = served.check("deepep-v2-vs-none")
+    assert (versus["verdict"], versus["found"]) == ("fail", "8/8 identical")
+    assert versus["detail"].startswith("max |logprob difference| up to the parting 0.3 (tolerance 0.15)")
+    assert "prompt 7 (logprobs 0.3 apart)" in versus["detail"]
+    assert served.report["comparison"]["max_logprob_diff"] == [pytest.approx(0.3)] * 8
+    assert served.check("deepep-v2-vs-none-control")["verdict"] == "ok"
+    assert served.all_gone()
+
+
+@pytest.mark.parametrize(
+    ("mode", "found"),
+    [
+        ("nan-logprob", "output_token_logprobs[2] is NaN, not a finite logprob"),
+        ("inf-logprob", "output_top_logprobs[2][1][0] is -Infinity, not a finite logprob"),
+        ("bool-id", "output_ids[2] is true, not a token id"),
+    ],
+)
+def test_an_answer_with_a_value_no_model_gives_fails_a_named_row(smoke: Smoke, mode: str, found: str) -> None:
+    served = smoke.run(mode, "--no-sweep")
+    assert served.code == CHECK_FAILED, served.err
+    row = served.check("answer-values")
+    assert (row["verdict"], row["found"]) == ("fail", found) and row["fix"]
+    assert served.report["failure"] == {
+        "kind": "check",
+        "message": "answer-values failed",
+        "finding": None,
+        "log_tail": [],
+    }
+    # nothing to compare: the server without DeepEP is not started
+    assert [r["a2a"] for r in served.report["runs"]] == ["deepep_v2"] and served.report["comparison"] is None
     assert served.all_gone()
 
 
@@ -446,6 +523,7 @@ def test_attached_checks_without_a_comparison(smoke: Smoke, running: tuple[str, 
         "token-counts",
         "greedy-repeat",
         "greedy-in-batch-of-32",
+        "answer-values",
     ]
     assert served.servers == []  # the smoke started no server
     assert not any(gone(pid, within_s=0) for pid in pair)  # and left the one it found running
@@ -495,3 +573,46 @@ def test_bad_flags_exit_2_with_one_line(
     assert code == BAD_INPUT and len(lines) == 1, err
     assert named in lines[0] and "fix: " in lines[0]
     assert not report.exists()
+
+
+# `epstack smoke serve` with the tiny profile's config replaced by a reduced one (the real model is 3.48 GiB)
+WITH_SMALL_CONFIG = (
+    "import sys; from pathlib import Path; from epstack.smoke.serving import tinymodel; "
+    "tinymodel.CONFIG = Path(sys.argv[1]); from epstack.commands.main import main; "
+    "sys.exit(main(sys.argv[2:]))"
+)
+
+
+def test_the_tiny_profile_serves_its_generated_model_from_the_cache(smoke: Smoke) -> None:
+    """No --model-path: the tiny model is written into --model-cache once, the server is pointed at it,
+    the report says so; a second run finds it written."""
+    from tests.smoke.test_tinymodel import small_config  # noqa: PLC0415 (one reduced config)
+
+    config = smoke.work / "small.json"
+    config.write_text(small_config())
+    cache = smoke.work / "cache"
+    argv = [sys.executable, "-c", WITH_SMALL_CONFIG, str(config), "smoke", "serve", "--no-sweep",
+            "--no-compare", "--model-cache", str(cache), "--json", str(smoke.report),
+            "--run-dir", str(smoke.work / "run"), f"--sglang-arg=--port={smoke.port}"]  # fmt: skip
+
+    def served() -> tuple[dict[str, Any], str]:
+        done = subprocess.run(
+            argv,
+            cwd=REPO,
+            env=smoke.env("ok", None),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == OK, done.stderr
+        return json.loads(smoke.report.read_text()), done.stderr
+
+    report, _ = served()
+    folder = cache / tinymodel.NAME
+    assert report["model_path"] == str(folder) and report["runs"][0]["info"]["model_path"] == str(folder)
+    assert report["generated_model"]["reused"] is False
+    assert report["generated_model"]["key"] == tinymodel.key(small_config(), tinymodel.SEED)
+    assert "--load-format" not in report["runs"][0]["argv"]
+    again, err = served()
+    assert again["generated_model"]["reused"] is True and "the tiny model: 0.00 GiB, key" in err

@@ -31,8 +31,6 @@ def sglang_args(plan: ServePlan, *, node_rank: str, leader: str) -> list[str]:
     args = ["--model-path", plan.model_path]
     if plan.model_revision:
         args += ["--revision", plan.model_revision]
-    if plan.profile.dummy_weights:
-        args += ["--load-format", "dummy"]
     if plan.profile.trust_remote_code:
         args.append("--trust-remote-code")
     args += ["--tp-size", str(plan.tp_size), "--ep-size", str(plan.ep_size)]

@@ -33,6 +33,7 @@ from epstack.smoke.serving.profiles import ServePlan
 from epstack.smoke.serving.server import ServerFailed
 from epstack.smoke.serving.startup import Startup
 from epstack.smoke.serving.sweep import Level
+from epstack.smoke.serving.tinymodel import Prepared
 
 FailureKind = Literal["server-exited", "health-timeout", "request", "wrong-backend", "sweep", "check"]
 
@@ -52,6 +53,7 @@ class Settings:
     health_timeout_s: float
     level_timeout_s: float
     run_dir: Path | None
+    model_cache: Path  # where the tiny profile's generated model folder is written once and reused
     report: Path
 
 
@@ -94,6 +96,7 @@ class ServeReport:
     sweep: list[Level]
     failure: Failure | None
     elapsed_s: float
+    generated_model: Prepared | None = None  # the tiny profile's folder: written now, or reused
 
 
 SERVE_REPORT = Schema(
@@ -120,12 +123,18 @@ class _State:
     sweep: list[Level] = field(default_factory=list)
 
 
-def _model(settings: Settings, work: Path) -> ServePlan:
-    """The plan, with the tiny profile's folder written out when the plan still names its default path."""
+def _model(settings: Settings, out: Printer) -> tuple[ServePlan, Prepared | None]:
+    """The plan, with the tiny profile's generated folder (written once into the model cache, then
+    reused) when the plan still names the profile's default path."""
     plan = settings.plan
-    if settings.url or not plan.profile.dummy_weights or plan.model_path != plan.profile.model_path:
-        return plan
-    return dataclasses.replace(plan, model_path=str(tinymodel.write_model(work / "tiny-qwen3-moe")))
+    if settings.url or not plan.profile.generated or plan.model_path != plan.profile.model_path:
+        return plan, None
+    folder = settings.model_cache / tinymodel.NAME
+    out.say(f"the tiny model in {folder} ...")
+    prepared = tinymodel.ensure(folder)
+    how = "reused" if prepared.reused else f"written in {prepared.seconds:.0f} s"
+    out.say(f"the tiny model: {prepared.bytes / 2**30:.2f} GiB, key {prepared.key}, {how}")
+    return dataclasses.replace(plan, model_path=str(folder)), prepared
 
 
 def _sweep(
@@ -276,17 +285,18 @@ def run(settings: Settings, out: Printer, *, clock: Callable[[], float] = time.m
     state = _State()
     failure: Failure | None = None
     code = OK
-    plan = _model(settings, work)
+    plan, prepared = _model(settings, out)  # a folder it may not write, a full disk: before any server
     try:
         if settings.url:
             _attached(settings, work, state, out)
         else:
             through = _served(settings, plan, work, state, out, sweep_it=True)
-            if settings.compare:
+            if settings.compare and through:  # none when its answers held a value no model gives
                 reference = _served(settings, plan.without_deepep(), work, state, out, sweep_it=False)
-                row, summary = checks.without_deepep(through, reference)
-                _keep(state, [row], out)
-                state.comparison = summary
+                if reference:
+                    rows, summary = checks.without_deepep(through, reference)
+                    _keep(state, rows, out)
+                    state.comparison = summary
     except (_Stop, EpstackError) as exc:
         failure = _failure(exc)
         code = exc.exit_code if isinstance(exc, EpstackError) else CHECK_FAILED
@@ -309,6 +319,7 @@ def run(settings: Settings, out: Printer, *, clock: Callable[[], float] = time.m
         sweep=state.sweep,
         failure=failure,
         elapsed_s=round(clock() - start, 1),
+        generated_model=prepared,
     )
     write_file(settings.report, SERVE_REPORT.dumps(report), what="the serve smoke's --json report")
     if failure is not None:
