@@ -291,7 +291,8 @@ def test_a_slow_answer_times_out_without_waiting_for_it(smoke: Smoke) -> None:
     served = smoke.run("slow", "--no-sweep", "--request-timeout", "1", env={"STANDIN_SLOW_S": "60"})
     assert served.code == CHECK_FAILED
     failure = served.report["failure"]
-    assert (failure["kind"], failure["message"]) == ("request", "/generate: no answer within 1 s")
+    assert failure["kind"] == "request"
+    assert failure["message"] == f"POST http://127.0.0.1:{smoke.port}/generate: no answer within 1 s"
     assert served.elapsed_s < 20  # the stand-in would answer after 60 s
     assert served.all_gone()
 
