@@ -144,7 +144,10 @@ def parse_json(text: str | bytes) -> Any:
     ("not JSON (Expecting value, line 1)", "nested deeper than 64"): the caller adds where and the fix."""
     try:
         value = json.loads(
-            text, parse_int=lambda s: int(_number(s)), parse_float=_float, parse_constant=_constant
+            text.decode("utf-8") if isinstance(text, bytes) else text,
+            parse_int=lambda s: int(_number(s)),
+            parse_float=_float,
+            parse_constant=_constant,
         )
     except _Refused as exc:
         raise ValueError(f"JSON with {exc}") from None

@@ -49,7 +49,9 @@ def _handler(server: FakeServer) -> type[http.server.BaseHTTPRequestHandler]:
 
         def _handle(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            seen = Seen(self.command, self.path, dict(self.headers), self.rfile.read(length) if length else b"")
+            seen = Seen(
+                self.command, self.path, dict(self.headers), self.rfile.read(length) if length else b""
+            )
             server.seen.append(seen)
             found = server.replies.get(self.path.split("?", 1)[0], Reply(404, b"not here"))
             reply = found(seen) if callable(found) else found

@@ -35,7 +35,9 @@ def get(url: str, **options: object) -> httpclient.Answer:
     return httpclient.request("GET", url, timeout=5, **options)  # type: ignore[arg-type]
 
 
-def test_a_redirect_to_another_origin_drops_the_credentials(server: FakeServer, elsewhere: FakeServer) -> None:
+def test_a_redirect_to_another_origin_drops_the_credentials(
+    server: FakeServer, elsewhere: FakeServer
+) -> None:
     server.replies["/a"] = Reply(302, headers={"Location": f"{elsewhere.url}/b"})
     server.replies["/c"] = Reply(307, headers={"Location": "/d"})
     server.replies["/d"] = Reply(200, b"same origin")
@@ -58,7 +60,9 @@ def test_a_redirect_of_a_write_is_not_followed(server: FakeServer, elsewhere: Fa
 )
 def test_a_redirect_goes_nowhere_but_https_or_loopback_http(server: FakeServer, location: str) -> None:
     server.replies["/a"] = Reply(301, headers={"Location": location})
-    with pytest.raises(EnvironmentProblem, match=r"^GET http://127\.0\.0\.1:\d+/a redirected to .*not followed"):
+    with pytest.raises(
+        EnvironmentProblem, match=r"^GET http://127\.0\.0\.1:\d+/a redirected to .*not followed"
+    ):
         get(f"{server.url}/a")
 
 

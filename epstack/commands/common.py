@@ -103,7 +103,7 @@ def seconds(text: str) -> float:
     value = _number(text, float)
     if not 0 < value <= MAX_TIMEOUT_S:
         raise argparse.ArgumentTypeError(
-            f"{shown(text)} must be more than 0 and at most {MAX_TIMEOUT_S:g} seconds"
+            f"{shown(text)} seconds: fix: give more than 0 and at most {MAX_TIMEOUT_S:g} (a day)"
         )
     return value
 

@@ -426,6 +426,11 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
             "--server-log: only with --url (a server this command starts logs into --run-dir); "
             "fix: drop it or add --url"
         )
+    if args.server_log and args.server_log.exists() and not args.server_log.is_file():
+        raise BadInput(
+            f"--server-log {args.server_log}: not a regular file (a device, FIFO or folder); fix: pass the "
+            "file the server logs to (it may not exist yet)"
+        )
     plan = serve_plan(
         args.profile, nodes=1, gpus_per_node=args.gpus, a2a=args.a2a, model_path=args.model_path
     )
