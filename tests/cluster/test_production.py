@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -197,13 +198,15 @@ def test_no_rendered_file_holds_a_secret_value(tmp_path: Path, monkeypatch: pyte
 
 # ---- the fetch's lock, run for real (sh, flock, a stand-in hf) ----------------------------------
 
+# The stand-in `hf` logs its call, then (with FAKE_HF_RELEASE) downloads until that file exists: the test
+# decides when the download ends, and knows it is under way (holding the fetch's lock) from the log.
 FAKE_HF = """#!/bin/sh
 echo "$HF_HUB_OFFLINE $*" >> "$FAKE_HF_LOG"
-sleep "${FAKE_HF_SECONDS:-0}"
+while [ -n "${FAKE_HF_RELEASE:-}" ] && [ ! -e "$FAKE_HF_RELEASE" ]; do sleep 0.05; done
 """
 
 
-def _fetch_env(tmp_path: Path, seconds: str) -> dict[str, str]:
+def _fetch_env(tmp_path: Path, release: Path | None = None) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "hf").write_text(FAKE_HF)
@@ -211,23 +214,33 @@ def _fetch_env(tmp_path: Path, seconds: str) -> dict[str, str]:
     return {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "FAKE_HF_LOG": str(tmp_path / "hf.log"),
-        "FAKE_HF_SECONDS": seconds,
+        "FAKE_HF_RELEASE": str(release or ""),
         "HF_HUB_OFFLINE": "1",  # inherited from the servers' environment: the fetch turns it off
     }
 
 
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} within {timeout_s} s"
+        time.sleep(0.01)
+
+
 def test_two_fetches_of_one_volume_download_once(tmp_path: Path) -> None:
+    """The first fetch is downloading (its `hf` logged, under the lock) before the second starts, and
+    finishes only once the second waits: whatever the machine's load, the second finds the marker."""
     fetch = modelfetch.Fetch(
         repo="deepseek-ai/DeepSeek-V3", revision=REVISION, mount=str(tmp_path / "models")
     )
-    env = _fetch_env(tmp_path, "1")
+    release, log = tmp_path / "release", tmp_path / "hf.log"
+    env = _fetch_env(tmp_path, release)
     with subprocess.Popen(fetch.command(), env=env, stdout=subprocess.DEVNULL) as first:
-        time.sleep(0.2)
-        second = subprocess.run(
-            fetch.command(), env=env, capture_output=True, text=True, timeout=30, check=True
-        )
-        assert first.wait(timeout=30) == 0
-    assert "is here already" in second.stdout
+        _wait_for(log.exists, "the first fetch's download starts")
+        with subprocess.Popen(fetch.command(), env=env, stdout=subprocess.PIPE, text=True) as second:
+            release.touch()
+            out, _ = second.communicate(timeout=30)
+            assert first.wait(timeout=30) == 0 and second.returncode == 0
+    assert "is here already" in out
     assert (tmp_path / "hf.log").read_text().splitlines() == [
         f"0 download deepseek-ai/DeepSeek-V3 --revision {REVISION}"
     ]
@@ -238,7 +251,7 @@ def test_two_fetches_of_one_volume_download_once(tmp_path: Path) -> None:
 
 def test_a_failed_download_leaves_no_marker(tmp_path: Path) -> None:
     fetch = modelfetch.Fetch(repo="org/model", revision="", mount=str(tmp_path / "models"))
-    env = _fetch_env(tmp_path, "0") | {"PATH": f"{tmp_path / 'nothing'}:/usr/bin:/bin"}
+    env = _fetch_env(tmp_path) | {"PATH": f"{tmp_path / 'nothing'}:/usr/bin:/bin"}
     (tmp_path / "nothing").mkdir()
     (tmp_path / "nothing" / "hf").write_text("#!/bin/sh\nexit 3\n")
     (tmp_path / "nothing" / "hf").chmod(0o755)
