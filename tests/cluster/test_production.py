@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 
 from epstack.cluster import modelfetch
+from epstack.cluster.jobs import IMAGE_ENTRYPOINT
 from epstack.commands.main import main
 from tests.cluster import sglang_env
 from tests.cluster.conftest import (
+    IMAGE,
     ROUTER_IMAGE,
     check_cluster_golden,
     load_all,
@@ -28,6 +30,7 @@ from tests.cluster.conftest import (
 )
 from tests.cluster.test_slurm import _run_sbatch, _steps, _tool_checks
 from tests.cluster.validation import validate_object
+from tests.conftest import PINS
 
 SECRET = "hf_epstackSECRETvalue0123456789"  # recognizable: must appear in no rendered file
 REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -151,6 +154,24 @@ def test_slurm_deepseek_v3_fetches_then_serves_with_the_secret_read_at_run_time(
         assert "HF_TOKEN" in task["opts"]["container-env"].split(",")
     assert all(task["env"]["HF_HUB_OFFLINE"] == "1" for task in server)
     assert "http://$MASTER_ADDR:30000/metrics" in script
+
+
+def test_slurm_gives_a_secret_to_the_fetch_and_the_servers_only(tmp_path: Path) -> None:
+    """srun passes the batch script's environment to every step: the secret read from its file is not
+    in it, but in the environment of the steps that need it (the router and the serve smoke do not)."""
+    token = tmp_path / "hf-token"
+    token.write_text(SECRET)
+    script = _render(
+        tmp_path, "slurm", "--model-revision", REVISION, "--secret-file", f"HF_TOKEN={token}",
+        "--router-image", ROUTER_IMAGE,
+    )  # fmt: skip
+    _tool_checks(script, tmp_path)
+    steps = _steps(tmp_path, script, nodes=2)
+    given = {" ".join(task["argv"][:3]) for task in steps if "HF_TOKEN" in task["env"]}
+    kept_from = {" ".join(task["argv"][:3]) for task in steps if "HF_TOKEN" not in task["env"]}
+    assert given == {f"/bin/sh -c {modelfetch.FETCH_SCRIPT}", f"{IMAGE_ENTRYPOINT} bash -c"}
+    assert {"mkdir -p --", "smg launch --host"} <= kept_from and any("smoke serve" in t for t in kept_from)
+    assert all(task["env"]["HF_TOKEN"] == SECRET for task in steps if "HF_TOKEN" in task["env"])
 
 
 def test_slurm_stops_before_any_step_when_the_secret_file_is_missing(tmp_path: Path) -> None:
@@ -311,6 +332,9 @@ def test_the_fetch_runs_the_pinned_hf_cli_with_arguments_it_takes(tmp_path: Path
         ("k8s", ["--replicas", "2", "--k8s-kind", "job"], "fix: --k8s-kind lws"),
         ("slurm", ["--router-image", ROUTER_IMAGE, "--namespace", "x"], "--namespace: Kubernetes pod"),
         ("slurm", ["--router-image", "registry.example/smg:latest"], "--router-image"),
+        ("k8s", ["--env", "PATH=/opt/site/bin:/usr/bin"], "PATH picks which programs or libraries run"),
+        ("slurm", ["--env", "LD_PRELOAD=/site/hook.so"], "LD_PRELOAD picks which programs or libraries"),
+        ("k8s", ["--secret-env", "LD_LIBRARY_PATH=a:b"], "LD_LIBRARY_PATH picks which programs"),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(
@@ -376,3 +400,42 @@ def test_the_metrics_command_reads_what_the_serve_smoke_job_writes(tmp_path: Pat
     assert 'epstack_report_passed{report="serve_smoke"' in out.read_text() and out.read_text().endswith(
         "# EOF\n"
     )
+
+
+HF = "hf_" + "Q" * 34  # the shape of a Hugging Face token, no real one
+GITHUB = "ghp_" + "Z" * 36
+
+
+@pytest.mark.parametrize("target", ["k8s", "slurm"])
+@pytest.mark.parametrize(
+    ("args", "where", "kind"),
+    [
+        (["--env", f"HF_TOKEN={HF}"], "--env HF_TOKEN", "a Hugging Face token"),
+        (["--env", f"AUTH=Bearer {GITHUB}"], "--env AUTH", "a GitHub token"),
+        (["--model-path", f"https://me:{GITHUB}@models.example/ds"], "--model-path", "a user or token"),
+        (["--env-file", "site.env"], "site.env:2: HF_TOKEN", "a Hugging Face token"),
+        (["--annotation", f"site/token={GITHUB}"], "--annotation site/token", "a GitHub token"),
+        (["--name", f"job-{HF}"], "--name", "a Hugging Face token"),
+    ],
+)  # fmt: skip
+def test_a_secret_value_is_refused_before_any_file_holds_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, target: str, args: list[str], *, where: str, kind: str
+) -> None:
+    (tmp_path / "site.env").write_text(f"NCCL_IB_HCA=mlx5_0\nHF_TOKEN={HF}\n")
+    pins = pins_for(tmp_path, "ib", 2)
+    base = render_args(target=target, job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
+    out = tmp_path / "job.out"
+    args = [str(tmp_path / arg) if arg == "site.env" else arg for arg in args]
+    assert main(["cluster", *base, *args, "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    fix = "--secret-env NAME=SECRET:KEY" if target == "k8s" else "--secret-file NAME=/PATH"
+    assert line.startswith(
+        f"error: {tmp_path / where if where.startswith('site.env') else where}: holds {kind}"
+    )
+    assert fix in line and HF not in line and GITHUB not in line and not out.exists()
+
+
+def test_a_secret_is_refused_in_a_pull_plan_too(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["cluster", "pull", "--pins", str(PINS), "--platform", "k8s", "--image", IMAGE]
+    assert main([*argv, "--node-selector", f"token={GITHUB}"]) == 2
+    assert "--node-selector token: holds a GitHub token (not shown)" in capsys.readouterr().err
