@@ -23,7 +23,7 @@ from pathlib import Path
 from epstack.bump.forge import TOKEN_VARIABLE
 from epstack.cmd import call, run
 from epstack.document import Schema
-from epstack.errors import BadInput, EnvironmentProblem
+from epstack.errors import BadInput, EnvironmentProblem, printable
 from epstack.output import write_file
 
 BRANCH_PREFIX = "epstack/pins-bump-"
@@ -99,7 +99,7 @@ def push(root: Path, commit: str, *, remote: str, branch: str) -> Pushed:
                  env=env, timeout=GIT_TIMEOUT_S)  # fmt: skip
     if listed.returncode != 0:
         detail = (listed.stderr.strip().splitlines() or [f"exit {listed.returncode}"])[-1]
-        raise EnvironmentProblem(f"--open-pr: git ls-remote {remote}: {detail}")
+        raise EnvironmentProblem(f"--open-pr: git ls-remote {remote}: {printable(detail)}")
     if listed.stdout.split("\t")[0].strip() == commit:
         return Pushed(branch=branch, commit=commit, moved=False)
     call("git", *auth, "-C", root, "push", "--force", "--", remote, f"{commit}:refs/heads/{branch}",

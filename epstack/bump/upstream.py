@@ -17,7 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from epstack import httpclient
 from epstack.cmd import run
-from epstack.errors import EnvironmentProblem, EpstackError, shown
+from epstack.errors import EnvironmentProblem, EpstackError, printable, shown
 from epstack.httpclient import is_loopback
 from epstack.image.registry import MANIFEST_TYPES
 from epstack.oci import parse_reference
@@ -56,7 +56,7 @@ def ls_remote(repo: str, *refs: str, timeout: float = GIT_TIMEOUT_S) -> dict[str
         raise EnvironmentProblem(str(exc)) from None
     if result.returncode != 0:
         detail = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
-        raise EnvironmentProblem(f"git ls-remote {repo}: {detail}")
+        raise EnvironmentProblem(f"git ls-remote {repo}: {printable(detail)}")
     refs_found: dict[str, str] = {}
     for line in result.stdout.splitlines():
         commit, _, ref = line.partition("\t")

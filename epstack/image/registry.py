@@ -16,7 +16,7 @@ from epstack.errors import BadInput, EnvironmentProblem
 from epstack.inputs import parse_json
 
 ECR_HOST = re.compile(
-    r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$"
+    r"^(?P<account>[0-9]{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$"
 )
 # The manifest media types epstack reads (OCI and Docker, single and multi-platform).
 MANIFEST_TYPES = (

@@ -6,13 +6,16 @@ becomes a traceback."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from epstack.bump.forge import GitHub
-from epstack.bump.upstream import current_digest
-from epstack.errors import BAD_INPUT, ENVIRONMENT, BadInput, EnvironmentProblem
+from epstack.bump.upstream import current_digest, ls_remote
+from epstack.cmd import call
+from epstack.errors import BAD_INPUT, ENVIRONMENT, BadInput, CommandFailed, EnvironmentProblem
 from epstack.python.releases import releases
 from tests.bump.standinforge import OWNER, REPO, TOKEN
 from tests.fakeserver import FakeServer, Reply, fake_server
@@ -200,3 +203,18 @@ def test_an_index_page_with_a_5000_digit_version_keeps_the_real_releases(server:
     body = json.dumps({"files": [{"filename": name} for name in files]}).encode()
     server.replies["/simple/sglang/"] = Reply(200, body, headers=JSON_PAGE)
     assert releases("sglang", index=f"{server.url}/simple") == ("0.5.24", "0.5.23")
+
+
+def test_what_a_git_server_says_is_printed_literally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """git prints the remote's own text ("remote: ..."); a stand-in git says what a hostile one would."""
+    (tmp_path / "git").write_text(
+        "#!/bin/sh\nprintf 'remote: \\033]0;owned\\007\\033[2J gone\\n' >&2\nexit 128\n"
+    )
+    (tmp_path / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(EnvironmentProblem) as raised:
+        ls_remote("https://git.example/repo.git", "--tags")
+    assert one_line(raised).endswith("remote: \\x1b]0;owned\\x07\\x1b[2J gone")
+    with pytest.raises(CommandFailed) as failed:
+        call("git", "push", capture=True)
+    assert "\x1b" not in str(failed.value) and "\\x1b[2J gone" in str(failed.value)
