@@ -56,11 +56,11 @@ CASES: dict[str, tuple[str, str]] = {
         "    import urllib.request\n"
         "    ended = f'read {len(urllib.request.urlopen(url, timeout=60).read()):,} bytes whole'",
     ),
-    "httpclient.request, 16 MiB cap (forge, registry, SGLang), Content-Length announced": (
+    "httpclient.request, 16 MiB cap (forge, registry), Content-Length announced": (
         "/announced",
         "    ended = str(httpclient.request('GET', url, timeout=60).status)",
     ),
-    "httpclient.request, 16 MiB cap (forge, registry, SGLang), no Content-Length": (
+    "httpclient.request, 16 MiB cap (forge, registry), no Content-Length": (
         "/unannounced",
         "    ended = str(httpclient.request('GET', url, timeout=60).status)",
     ),

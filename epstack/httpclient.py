@@ -37,7 +37,7 @@ from typing import Any
 from epstack.errors import BadInput, EnvironmentProblem, EpstackError, printable, shown
 from epstack.inputs import parse_json
 
-MAX_BODY_BYTES = 16 << 20  # a forge's, registry's or SGLang's answer is kilobytes
+MAX_BODY_BYTES = 16 << 20  # a forge's or registry's answer is kilobytes
 MAX_ERROR_BYTES = 64 << 10  # of an answer that is an error, only what a message quotes
 MAX_TIMEOUT_S = 24 * 3600.0
 MAX_REDIRECTS = 5

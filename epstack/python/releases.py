@@ -19,6 +19,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from epstack import httpclient
+from epstack.errors import shown
 from epstack.pins.model import Pins
 
 
@@ -84,7 +85,7 @@ def releases(distribution: str, *, index: str, timeout: float = INDEX_TIMEOUT_S)
     elif kind in _SIMPLE_HTML:
         files = _html_files(answer.text())
     else:
-        raise answer.failed(f"answered {kind}, not a project page (PEP 691 JSON or PEP 503 HTML)")
+        raise answer.failed(f"answered {shown(kind, quote=False)}, not a project page (PEP 691 or 503)")
     if not files:
         raise answer.failed(f"lists no file of {distribution}: not a project page")
     kept: dict[Version, bool] = {}

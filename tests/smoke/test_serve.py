@@ -500,7 +500,7 @@ def info(**fields: object) -> bytes:
         (Reply(body=b"[" * 200_000 + b"]" * 200_000), "malformed answer, JSON nested deeper than 64"),
         (Reply(body=info(version=float("inf"))), "malformed answer, JSON with Infinity"),
         (Reply(body=info().replace(b"{", b'{"n": ' + b"1" * 5000 + b", ")), "a number of 5,000 characters"),
-        (Reply(body=b"x" * 1000, repeat=20_000), "answered 20,000,000 bytes (Content-Length), over"),
+        (Reply(body=b"x" * 1000, repeat=100_000), "answered 100,000,000 bytes (Content-Length), over"),
     ],
 )
 def test_an_attached_server_out_of_bounds_is_a_named_request_failure(

@@ -13,6 +13,10 @@ from epstack import httpclient
 from epstack.errors import EnvironmentProblem, EpstackError
 from epstack.inputs import parse_json
 
+# /generate for a batch of 32 prompts with top-5 logprobs is about 6.4 KB a token asked (--tokens): 64
+# MiB holds 10,000 of them; anything larger is no answer of SGLang's to these requests.
+MAX_ANSWER_BYTES = 64 << 20
+
 
 class RequestFailed(EpstackError):
     """A request to the server failed or its answer was not what SGLang sends."""
@@ -31,6 +35,7 @@ class Endpoint:
                 headers={"Content-Type": "application/json"},
                 data=data,
                 timeout=timeout,
+                limit=MAX_ANSWER_BYTES,
                 plain_http=True,  # SGLang on a cluster's network: no credential is sent
             )
         except EnvironmentProblem as exc:
