@@ -71,7 +71,9 @@ class LoopbackRegistry:
 
     def ping(self) -> None:
         try:
-            self._request("GET", "/v2/")
+            answer = self._request("GET", "/v2/")
+            if not answer.ok:
+                raise answer.failed(f"answered HTTP {answer.status}")
         except EnvironmentProblem as exc:
             raise EnvironmentProblem(
                 f"no registry at http://{self.host}/v2/ ({exc}); fix: start one, e.g. docker-registry serve "
