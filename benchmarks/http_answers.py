@@ -2,7 +2,7 @@
 
 A server on 127.0.0.1 (a thread of this process) streams 300 MiB: with its Content-Length announced, or
 without one (the end is the connection's close, so the size is known only once read). Each case runs in
-a new Python process that makes one request and reports its peak resident memory (ru_maxrss) and how
+a new Python process that makes one request and reports its peak resident memory (VmHWM) and how
 the request ended; the interpreter with epstack.httpclient imported and no request is the baseline, and
 `urllib.request.urlopen(url).read()` (what the forge, registry, index and SGLang clients did before
 httpclient) the comparison, in the same run. Writes benchmarks/results/http_answers.json.
@@ -29,7 +29,7 @@ CHUNK = b"x" * (1 << 20)
 
 # What each child runs; argv[1] is the URL. It prints {"peak_mib": ..., "ended": ...}.
 CHILD = """
-import json, resource, sys
+import json, sys
 from epstack import httpclient
 from epstack.errors import EpstackError
 url = sys.argv[1]
@@ -37,7 +37,8 @@ try:
 {action}
 except EpstackError as exc:
     ended = f"exit {{exc.exit_code}}: {{exc}}"
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM: this process's peak resident memory (ru_maxrss keeps a forking parent's across exec)
+peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")) / 1024
 print(json.dumps({{"peak_mib": round(peak, 1), "ended": ended}}))
 """
 CASES: dict[str, tuple[str, str]] = {
