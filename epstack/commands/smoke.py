@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from epstack import httpclient
 from epstack.commands.common import (
     SubParsers,
     fraction,
@@ -31,7 +31,7 @@ from epstack.commands.common import (
     rename,
     seconds,
 )
-from epstack.errors import OK, BadInput
+from epstack.errors import OK, BadInput, shown
 from epstack.output import check_writable
 from epstack.smoke import elastic
 from epstack.smoke.config import DEFAULT_NUM_TOKENS, PRESETS, SmokeConfig, resolve_shape
@@ -195,10 +195,15 @@ def sglang_flag(text: str) -> str:
 
 
 def http_url(text: str) -> str:
-    parts = urllib.parse.urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
-        raise argparse.ArgumentTypeError(f"{text!r}: fix: the server's base URL, e.g. http://10.0.0.5:30000")
-    return text.rstrip("/")
+    """--url: a server's base URL, no user, password, path or query (the report keeps it)."""
+    fix = "fix: the server's base URL, e.g. http://10.0.0.5:30000"
+    try:
+        url = httpclient.check_url(text, what="", fix=fix, plain_http=True)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc).strip()) from None
+    if url.userinfo or url.rest not in ("", "/") or "?" in text or "#" in text:
+        raise argparse.ArgumentTypeError(f"{shown(url.shown)}: no user, password, path or query; {fix}")
+    return f"{url.scheme}://{url.netloc}"
 
 
 def _register_serve(smoke: Any) -> None:
@@ -458,6 +463,11 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         raise BadInput(
             "--server-log: only with --url (a server this command starts logs into --run-dir); "
             "fix: drop it or add --url"
+        )
+    if args.server_log and args.server_log.exists() and not args.server_log.is_file():
+        raise BadInput(
+            f"--server-log {args.server_log}: not a regular file (a device, FIFO or folder); fix: pass the "
+            "file the server logs to (it may not exist yet)"
         )
     plan = serve_plan(
         args.profile, nodes=1, gpus_per_node=args.gpus, a2a=args.a2a, model_path=args.model_path

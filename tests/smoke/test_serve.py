@@ -26,6 +26,7 @@ from epstack.errors import BAD_INPUT, CHECK_FAILED, ENVIRONMENT, INTERRUPTED, OK
 from epstack.pins.load import load_pins
 from epstack.smoke.serving import tinymodel
 from tests.conftest import PINS
+from tests.fakeserver import Reply, fake_server
 from tests.guard.test_guard import fake_nccl  # noqa: F401 (fixture: gcc-built libnccl 2.28.9, 2.30.7, the pin)
 from tests.smoke.processes import dead, gone
 
@@ -183,7 +184,7 @@ def smoke(tmp_path: Path) -> Iterator[Smoke]:
 
 
 def test_a_good_server_passes_and_matches_the_one_without_deepep(smoke: Smoke) -> None:
-    served = smoke.run("ok", "--no-sweep")
+    served = smoke.run("ok", "--no-sweep", "--sglang-arg=--api-key=s3cret-key")
     assert served.code == OK, served.err
     report = served.report
     assert report["verdict"] == "pass" and report["failure"] is None
@@ -192,6 +193,8 @@ def test_a_good_server_passes_and_matches_the_one_without_deepep(smoke: Smoke) -
         assert run["launch_to_healthy_s"] is not None and 0 < run["launch_to_healthy_s"] < 30
         assert f"--port={smoke.port}" in run["argv"] and run["argv"][1] == "serve"
         assert run["info"]["moe_a2a_backend"] == run["a2a"]
+        assert run["argv"][-1] == "--api-key=***", "the server got the key; the report does not keep it"
+    assert "s3cret-key" not in served.err + json.dumps(report)
     # the serve plan's environment (the token budget) is what the server got
     assert "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK" in report["runs"][0]["env"]
     backend = served.check("moe-a2a-backend")
@@ -398,7 +401,8 @@ def test_a_slow_answer_times_out_without_waiting_for_it(smoke: Smoke) -> None:
     served = smoke.run("slow", "--no-sweep", "--request-timeout", "1", env={"STANDIN_SLOW_S": "60"})
     assert served.code == CHECK_FAILED
     failure = served.report["failure"]
-    assert (failure["kind"], failure["message"]) == ("request", "/generate: no answer within 1 s")
+    assert failure["kind"] == "request"
+    assert failure["message"] == f"POST http://127.0.0.1:{smoke.port}/generate: no answer within 1 s"
     assert served.elapsed_s < 20  # the stand-in would answer after 60 s
     assert served.all_gone()
 
@@ -555,6 +559,13 @@ BAD_FLAGS: dict[str, tuple[list[str], str]] = {
     "concurrency a,b": (["--concurrency", "a,b"], "argument --concurrency"),
     "url not http": (["--url", "ftp://10.0.0.5:30000"], "argument --url"),
     "url with a path": (["--url", "http://10.0.0.5:30000/v1"], "argument --url"),
+    "url with a space": (["--url", "http://127.0.0.1 :1"], "argument --url"),
+    "url with a user": (["--url", "http://user:pass@10.0.0.5:30000"], "argument --url"),
+    "request timeout 1e300": (["--request-timeout", "1e300"], "argument --request-timeout"),
+    "server log a device": (
+        ["--url", "http://127.0.0.1:1", "--server-log", "/dev/zero", "--health-timeout", "1"],
+        "--server-log /dev/zero: not a regular file",
+    ),
     "port not a number": (["--sglang-arg=--port=3x1235"], "--port '3x1235' is not a TCP port"),
     "port out of range": (["--sglang-arg=--port=70000"], "--port '70000' is not a TCP port"),
 }
@@ -616,3 +627,50 @@ def test_the_tiny_profile_serves_its_generated_model_from_the_cache(smoke: Smoke
     assert "--load-format" not in report["runs"][0]["argv"]
     again, err = served()
     assert again["generated_model"]["reused"] is True and "the tiny model: 0.00 GiB, key" in err
+
+
+def test_a_run_dir_naming_a_file_is_bad_input(smoke: Smoke) -> None:
+    (smoke.work / "run").write_text("not a folder")
+    served = smoke.run("ok", "--no-sweep")
+    assert served.code == BAD_INPUT and served.servers == [] and not smoke.report.exists()
+    (line,) = served.err.strip().splitlines()
+    assert line.endswith(
+        f"{smoke.work / 'run'}: cannot use it (a file, not a folder); fix: choose a writable directory"
+    )
+    assert line.startswith("error: --run-dir ")
+
+
+def info(**fields: object) -> bytes:
+    return json.dumps({"moe_a2a_backend": "deepep_v2", "model_path": "/m", **fields}).encode()
+
+
+@pytest.mark.parametrize(
+    ("reply", "problem"),
+    [
+        (Reply(body=info(), length=10_000), "ended its body after"),
+        (Reply(body=b"[" * 200_000 + b"]" * 200_000), "malformed answer, JSON nested deeper than 64"),
+        (Reply(body=info(version=float("inf"))), "malformed answer, JSON with Infinity"),
+        (Reply(body=info().replace(b"{", b'{"n": ' + b"1" * 5000 + b", ")), "a number of 5,000 characters"),
+        (Reply(body=b"x" * 1000, repeat=100_000), "answered 100,000,000 bytes (Content-Length), over"),
+    ],
+)
+def test_an_attached_server_out_of_bounds_is_a_named_request_failure(
+    smoke: Smoke, reply: Reply, problem: str
+) -> None:
+    with fake_server() as server:
+        server.replies["/health_generate"] = Reply(200, b"ok")
+        server.replies["/server_info"] = reply
+        served = smoke.run("ok", "--no-sweep", "--url", server.url)
+    assert served.code == CHECK_FAILED and "Traceback" not in served.err, served.err
+    failure = served.report["failure"]
+    assert failure["kind"] == "request" and problem in failure["message"] and "\n" not in failure["message"]
+
+
+def test_server_text_is_printed_and_kept_literally(smoke: Smoke) -> None:
+    with fake_server() as server:
+        server.replies["/health_generate"] = Reply(200, b"ok")
+        server.replies["/server_info"] = Reply(body=info(moe_a2a_backend="\x1b]0;owned\x07deepep_v2"))
+        served = smoke.run("ok", "--no-sweep", "--url", server.url)
+    assert served.code == CHECK_FAILED and served.report["failure"]["kind"] == "wrong-backend"
+    assert "\x1b" not in served.err and "\\x1b]0;owned\\x07deepep_v2" in served.err
+    assert served.report["runs"][0]["info"]["moe_a2a_backend"] == "\\x1b]0;owned\\x07deepep_v2"

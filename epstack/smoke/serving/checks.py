@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from epstack.checkrow import Check
+from epstack.errors import printable, shown
+from epstack.inputs import search_log
 from epstack.smoke.serving import generation
 from epstack.smoke.serving.client import Endpoint
 from epstack.smoke.serving.generation import Agreement, BadValue, Generation
@@ -39,12 +41,17 @@ class Probed:
     info: dict[str, Any]  # what /server_info said that the report keeps
 
 
+def _text(value: object) -> str | None:
+    """A value /server_info gave, as the report keeps it: text, its controls escaped, its length bounded."""
+    return None if value is None else shown(str(value), quote=False)
+
+
 def _prompts(asked: Asked, count: int) -> list[list[int]]:
     return [generation.prompt(asked.seed, i, PROMPT_LEN, PROMPT_VOCAB) for i in range(count)]
 
 
 def backend(info: dict[str, Any], expected: str) -> Check:
-    found = str(info.get("moe_a2a_backend", "not in /server_info"))
+    found = shown(str(info.get("moe_a2a_backend", "not in /server_info")), quote=False)
     return Check(
         component="moe-a2a-backend",
         expected=expected,
@@ -62,7 +69,7 @@ def buffer(log: Path | None, a2a: str) -> Check:
         return Check(**row, found="-", verdict="skipped", detail=f"backend {a2a}")
     if log is None:
         return Check(**row, found="no log", verdict="skipped", detail="attached by --url: pass --server-log")
-    line = BUFFER_LINE.search(log.read_text(errors="replace")) if log.exists() else None
+    line = search_log(log, BUFFER_LINE, what="a server log") if log.exists() else None
     if line is None:
         return Check(
             **row,
@@ -71,7 +78,8 @@ def buffer(log: Path | None, a2a: str) -> Check:
             detail=str(log),
             fix="the server did not build DeepEP V2's buffer: read its log",
         )
-    return Check(**row, found=line.group(0)[len("Initialized DeepEP v2 ElasticBuffer: ") :], verdict="ok")
+    found = printable(line[len("Initialized DeepEP v2 ElasticBuffer: ") :])
+    return Check(**row, found=shown(found, quote=False), verdict="ok")
 
 
 def _why(agreement: Agreement) -> str:
@@ -121,7 +129,7 @@ def values_row(answers: int, bad: BadValue | None) -> Check:
 def probe(endpoint: Endpoint, *, a2a: str, log: Path | None, asked: Asked) -> Probed:
     """Every check against one server; RequestFailed (a named request failure) stops it."""
     info = endpoint.server_info(asked.timeout_s)
-    kept = {k: info.get(k) for k in ("moe_a2a_backend", "moe_runner_backend", "version", "model_path")}
+    kept = {k: _text(info.get(k)) for k in ("moe_a2a_backend", "moe_runner_backend", "version", "model_path")}
     checks = [backend(info, a2a)]
     if checks[0].failed:
         return Probed(checks=checks, alone=[], info=kept)

@@ -24,10 +24,11 @@ from epstack.document import Schema
 from epstack.errors import CHECK_FAILED, OK, EpstackError
 from epstack.output import check_writable, write_file
 from epstack.smoke.nccl import ProcessNccl, processes_check, session_nccl
+from epstack.smoke.rundir import writable_dir
 from epstack.smoke.serving import checks, server, startup, sweep, tinymodel
 from epstack.smoke.serving.checks import Asked
 from epstack.smoke.serving.client import Endpoint, RequestFailed
-from epstack.smoke.serving.command import serve_env
+from epstack.smoke.serving.command import redacted, serve_env
 from epstack.smoke.serving.generation import Generation
 from epstack.smoke.serving.profiles import ServePlan
 from epstack.smoke.serving.server import ServerFailed
@@ -179,9 +180,14 @@ def _served(
     argv = server.command(plan, settings.extra_args)
     env = server.environment(plan, os.environ)
     log = work / f"server-{plan.a2a}.log"
-    out.say(f"starting SGLang ({plan.a2a}): {' '.join(argv)}; log {log}")
+    out.say(f"starting SGLang ({plan.a2a}): {' '.join(redacted(argv))}; log {log}")
     run = ServedRun(
-        a2a=plan.a2a, argv=argv, env=serve_env(plan), launch_to_healthy_s=None, info={}, log=str(log)
+        a2a=plan.a2a,
+        argv=redacted(argv),
+        env=serve_env(plan),
+        launch_to_healthy_s=None,
+        info={},
+        log=str(log),
     )
     state.runs.append(run)
     launched = datetime.now()  # SGLang stamps its log in local time
@@ -280,8 +286,11 @@ def run(settings: Settings, out: Printer, *, clock: Callable[[], float] = time.m
     if not settings.url:
         server.port_of(settings.extra_args)  # a --port that is no port is bad input: found before any start
     check_writable(settings.report, what="the serve smoke's --json report")
-    work = settings.run_dir or Path(tempfile.mkdtemp(prefix="epstack-serve-"))
-    work.mkdir(parents=True, exist_ok=True)
+    work = (
+        writable_dir(settings.run_dir)
+        if settings.run_dir
+        else Path(tempfile.mkdtemp(prefix="epstack-serve-"))
+    )
     state = _State()
     failure: Failure | None = None
     code = OK
