@@ -147,7 +147,9 @@ def _generations(endpoint: Endpoint, asked: Asked, checks: list[Check]) -> list[
     """The greedy requests (alone, again, in a batch) and their rows; returns the prompts alone."""
 
     def generate(prompts: list[list[int]]) -> object:
-        return endpoint.json("/generate", generation.request(prompts, asked.tokens), timeout=asked.timeout_s)
+        # NaN and Infinity read as floats: the answer-values row names them (a broken kernel's NaN)
+        request = generation.request(prompts, asked.tokens)
+        return endpoint.json("/generate", request, timeout=asked.timeout_s, nonfinite=True)
 
     prompts = _prompts(asked, BATCH)
     alone = [generation.parse(generate([p]), asked.tokens) for p in prompts[:PROMPTS]]
