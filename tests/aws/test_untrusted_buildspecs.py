@@ -294,6 +294,8 @@ def on_failure(value: str) -> str:
         ("RETRY-1-(a+)+$", "repeats a group that itself repeats"),
         ("RETRY-(x|xy*)*z", "repeats a group that itself repeats"),
         ("RETRY-1-(unclosed", "is not a regular expression (missing ), unterminated subpattern)"),
+        # Python warns before it refuses this set ("Possible set difference"): a finding, not a warning
+        ("RETRY-1-[0--", "is not a regular expression (bad character range 0--)"),
         ("RETRY-2-" + "a" * 300, "a retry pattern of 300 characters, over 256"),
     ],
 )
