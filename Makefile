@@ -21,12 +21,12 @@ $(BIN)/epstack: pyproject.toml constraints.txt
 
 render: $(BIN)/epstack
 	$(BIN)/epstack pins check
-	$(BIN)/epstack lock --check
+	$(BIN)/epstack pins lock --check
 	$(BIN)/epstack render --out $(RENDER)
 
 # Resolve the stale or missing locks in locks/ (needs PyPI); commit what it writes.
 lock: $(BIN)/epstack
-	$(BIN)/epstack lock
+	$(BIN)/epstack pins lock
 
 lint: render
 	$(BIN)/hadolint $(RENDER)/targets/*/*.Dockerfile

@@ -347,7 +347,7 @@ NAMED = [
         env={"RANK": "zero", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
         code=2,
     ),
-    Case(name="nccl check nothing", argv=["nccl", "check", "--pins", str(PINS)], code=2),
+    Case(name="nccl check nothing", argv=["image", "nccl-check", "--pins", str(PINS)], code=2),
 ]
 
 

@@ -357,7 +357,7 @@ def test_sbom_validate_says_what_is_wrong_in_one_line_each(
     with tempfile.TemporaryDirectory() as work:
         path = Path(work) / "sbom.cdx.json"
         path.write_text(document)
-        code, err = run(["sbom", "--validate", str(path)], capsys)
+        code, err = run(["image", "sbom", "--validate", str(path)], capsys)
     lines = err.strip().splitlines()
     assert code in (0, 1, 2) and lines
     assert all(line.startswith((f"{path}: ", f"error: {path}: ")) for line in lines), err
@@ -370,7 +370,7 @@ def test_sbom_validate_of_an_empty_object_names_the_missing_keys(capsys: pytest.
     with tempfile.TemporaryDirectory() as work:
         path = Path(work) / "empty.cdx.json"
         path.write_text("{}")
-        code, err = run(["sbom", "--validate", str(path)], capsys)
+        code, err = run(["image", "sbom", "--validate", str(path)], capsys)
     assert code == 1
     assert err.strip().splitlines() == [
         f"{path}: $: 'bomFormat' is a required property",

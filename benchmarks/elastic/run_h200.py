@@ -34,7 +34,7 @@ class Phase:
 
 PHASES = (
     Phase(name="install", run=install.install,
-          does="NCCL from source over the pip wheel, then DeepEP with `epstack deepep build`; "
+          does="NCCL from source over the pip wheel, then DeepEP with `epstack image deepep-build`; "
                "skipped when present"),
     Phase(name="first-request", run=jit.first_request,
           does="the first request's JIT toolchains (smoke, `jit probe --layer all`) in the image's "

@@ -7,7 +7,7 @@ same flags (issue: "A cold serving pod answers in seconds"), on a GPU host with 
 
 The run: `epstack smoke serve --profile tiny --no-sweep --no-compare` with every cache empty; then
 `epstack jit export` of what it compiled (every toolchain of epstack.jit.registry.EXPORTED: DeepEP's
-kernels, DeepGEMM's, SGLang's own, Triton's), unpacked as the kernels layer does (`epstack jit unpack`,
+kernels, DeepGEMM's, SGLang's own, Triton's), unpacked as the kernels layer does (`epstack image jit-unpack`,
 read-only under $EPSTACK_HOME/jit) and copied by the entrypoint's own scripts/image/jit-caches.sh into
 new, empty caches; the same serve smoke again. Every start's TRITON_CACHE_DIR is one path, TRITON (a
 link to that start's own folder), as the image's is: Triton's group files name their files by absolute

@@ -1,10 +1,10 @@
 """Triton's serve-time kernels shipped as a GPU export (epstack.jit.tritonserve), end to end on a GPU
 host, at the image's paths: two Triton kernels (the JIT probe's, at two block sizes) compiled into an
 empty $TRITON_CACHE_DIR (the image's, /var/cache/epstack-jit/triton), `epstack jit export --toolchain
-triton-kernels`, the cache emptied, `epstack jit unpack` by sha256 into the image's shipped folder, the
-entrypoint's copy (`epstack jit install`), the guard's row, then the same kernels in a new process: their
-first calls and what Triton compiled again. Last, the export unpacked where TRITON_CACHE_DIR names
-another folder: refused.
+triton-kernels`, the cache emptied, `epstack image jit-unpack` by sha256 into the image's shipped
+folder, the entrypoint's copy (`epstack image jit-install`), the guard's row, then the same kernels in
+a new process: their first calls and what Triton compiled again. Last, the export unpacked where
+TRITON_CACHE_DIR names another folder: refused.
 
     python -m benchmarks.serve.triton_roundtrip            # on a GPU host, as root; JSON to $OUT
 

@@ -127,7 +127,7 @@ class Ecr:
             ),
         )
         if not found.get("images"):
-            raise BadInput(f"{source}: no such image; fix: check the tag (epstack ecr digest {source})")
+            raise BadInput(f"{source}: no such image; fix: check the tag (epstack publish digest {source})")
         image = found["images"][0]
         digest = str(image["imageId"]["imageDigest"])
         existing = self.digest(destination)

@@ -1,4 +1,4 @@
-"""`epstack codebuild lint|run-local|start|batchspec` and `epstack ecr login|digest|promote`."""
+"""`epstack codebuild lint|run-local|start|batchspec` and `epstack publish login|digest|promote` (ECR)."""
 
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ def cmd_ecr_promote(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(subparsers: SubParsers) -> None:
-    """Add `codebuild` and `ecr` to the top-level subcommands."""
+    """Add `codebuild` to the top-level subcommands."""
     codebuild = subparsers.add_parser("codebuild", help="lint, run locally, start and watch CodeBuild builds")
     commands = codebuild.add_subparsers(dest="codebuild_command", required=True, metavar="SUBCOMMAND")
 
@@ -226,8 +226,9 @@ def register(subparsers: SubParsers) -> None:
     rename(batch, "--compare", "--check")
     batch.set_defaults(func=cmd_batchspec)
 
-    ecr = subparsers.add_parser("ecr", help="Amazon ECR: login, digest of a tag, promote by manifest")
-    ecr_commands = ecr.add_subparsers(dest="ecr_command", required=True, metavar="SUBCOMMAND")
+
+def register_ecr(ecr_commands: SubParsers) -> None:
+    """Add `login`, `digest` and `promote` (Amazon ECR's API) to `epstack publish`'s commands."""
     login_parser = ecr_commands.add_parser(
         "login", help="docker login to an ECR registry (GetAuthorizationToken)"
     )

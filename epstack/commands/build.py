@@ -32,7 +32,7 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
     if plan.stale_locks:
         raise BadInput(
             f"{'; '.join(plan.stale_locks)}: an image would install other versions than {path} pins; "
-            "fix: epstack lock (then commit locks/)"
+            "fix: epstack pins lock (then commit locks/)"
         )
     write_plan(plan, out)
     console.print(f"rendered into {escape(str(out))}; building {escape(target)}")

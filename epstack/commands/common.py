@@ -1,11 +1,13 @@
 """How every epstack command is declared and run.
 
 A command module has `register(subparsers)`, which adds its commands with `subparsers.add_parser`;
-a command that reads pins takes `parents=[PINS]`, the one `--pins`. Values are range-checked by the
-argument types here before any work starts. `execute` runs the chosen handler and turns what it
-raises into the exit-code table of epstack.errors: every entry point (`epstack`, `python -m epstack`,
-`python -m epstack.smoke`, `python3 -m epstack.doctor`) goes through it. Standard library only: the
-doctor and the smoke run on bare GPU hosts.
+a command that reads pins takes `parents=[PINS]`, the one `--pins`. Every parser is a `Parser`: no
+abbreviated options, and an argument error is one line (the bad flag or value, did-you-mean, where the
+help is), exit 2. Values are range-checked by the argument types here before any work starts.
+`execute` runs the chosen handler and turns what it raises into the exit-code table of epstack.errors:
+every entry point (`epstack`, `python -m epstack`, `python -m epstack.smoke`, `python3 -m
+epstack.doctor`) goes through it. Results go to `results_console` (stdout), logs to the console a
+handler is given (stderr). Standard library only: the doctor and the smoke run on bare GPU hosts.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -22,13 +25,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeAlias, TypeVar, cast
 
 if TYPE_CHECKING:  # the stdlib-only `python3 -m epstack.doctor` imports this module too: no rich here
     from _typeshed import DataclassInstance
     from rich.console import Console
 
-from epstack.errors import INTERRUPTED, OK, BadInput, EpstackError, shown
+from epstack.errors import BAD_INPUT, INTERRUPTED, OK, BadInput, EpstackError, shown
+from epstack.suggest import closest
 
 # What add_subparsers() returns: each module's register() adds its commands to it.
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -161,7 +165,8 @@ def _locks_parent() -> argparse.ArgumentParser:
 LOCKS = _locks_parent()
 
 
-def _deprecated(old: str, new: str) -> None:
+def deprecated(old: str, new: str) -> None:
+    """Warn on stderr that `old` (an option, a command) goes in the next release, naming `new`."""
     sys.stderr.write(f"warning: {old} is deprecated and goes in the next release; fix: write {new}\n")
 
 
@@ -178,7 +183,7 @@ class _Renamed(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         if option_string in self.renamed:
-            _deprecated(option_string, self.renamed[option_string])
+            deprecated(option_string, self.renamed[option_string])
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -219,7 +224,7 @@ class FileOrBare(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         if values is None:
-            _deprecated(f"{option_string} without FILE", f"{option_string} -")
+            deprecated(f"{option_string} without FILE", f"{option_string} -")
         setattr(namespace, self.dest, Path("-") if values is None else values)
 
 
@@ -234,6 +239,97 @@ def commands(
                 yield from commands(child, f"{path} {name}".strip())
 
 
+_PARSER = "_parser"  # the namespace's record of the deepest command parsed (epstack cluster render)
+
+
+def _option_name(arg: str) -> str:
+    return arg.split("=", 1)[0]
+
+
+class Parser(argparse.ArgumentParser):
+    """Every epstack parser: an option is spelt whole (no abbreviations: a later option cannot change
+    what a script's abbreviation means), and an argument error is one line on stderr naming the bad
+    flag or value, the near miss and where the help is; exit 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+        self._given: list[str] = []
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self._given = list(sys.argv[1:] if args is None else args)
+        parsed, extras = super().parse_known_args(self._given, namespace)
+        if not hasattr(parsed, _PARSER):  # a command's parser sets it first, its group's after
+            setattr(parsed, _PARSER, self)
+        return parsed, extras
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """A value outside the choices: did-you-mean among those --help lists (a command's aliases
+        are not listed)."""
+        if action.choices is None or value in action.choices:
+            return
+        listed = [a.dest for a in getattr(action, "_choices_actions", [])] or list(action.choices)
+        near = closest(str(value), map(str, listed))
+        fix = f"did you mean {near}?" if near else f"choose from {', '.join(map(str, listed))}"
+        if isinstance(action, argparse._SubParsersAction):
+            raise argparse.ArgumentError(
+                None, f"{shown(str(value))}: not a command of {self.prog}; fix: {fix}"
+            )
+        raise argparse.ArgumentError(action, f"{shown(str(value))} is not a choice; fix: {fix}")
+
+    def unknown(self, arg: str) -> str:
+        """The one line for an argument this command does not take."""
+        if not arg.startswith("-") or arg == "-":
+            return f"{shown(arg)}: an argument {self.prog} does not take; fix: drop it"
+        name = _option_name(arg)
+        near = closest(name, [o for o in self._option_string_actions if o.startswith("--") or len(name) == 2])
+        if near and near.startswith(name) and near != name:
+            return f"{name}: not an option of {self.prog} (options are spelt whole); fix: write {near}"
+        fix = f"did you mean {near}?" if near else "drop it"
+        return f"{name}: not an option of {self.prog}; fix: {fix}"
+
+    def error(self, message: str) -> NoReturn:
+        """One line, the first unknown option first: it is likely why a required one seems missing."""
+        strange = [
+            arg
+            for arg in self._given
+            if arg.startswith("-")
+            and arg not in ("-", "--")
+            and _option_name(arg) not in self._option_string_actions
+        ]
+        line = self.unknown(strange[0]) if strange and "required" in message else message
+        line = re.sub(r"^argument ([^:]+): ", r"\1: ", line)
+        sys.stderr.write(f"error: {line} (see {self.prog} --help)\n")
+        sys.exit(BAD_INPUT)
+
+
+def add_global_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """-q and -v, on the top parser and (`top` False) on every command, so they go anywhere; on a
+    command they set nothing unless given, so `epstack -q pins check` stays quiet."""
+    default: Any = False if top else argparse.SUPPRESS
+    group = parser.add_argument_group("global options") if not top else parser
+    loudness = group.add_mutually_exclusive_group()
+    loudness.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default,
+        help="on stderr only errors and warnings: no logs, no commands run (stdout as it is)",
+    )
+    loudness.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="print every command run, the quiet probes too",
+    )
+
+
+GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose")
+
+
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:
     """The parsed arguments, or the exit code argparse chose (2 for a bad flag, 0 for --help)."""
     try:
@@ -241,7 +337,13 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
         swallowed = next((arg for arg in argv if arg.startswith("--") and arg.endswith("=--")), None)
         if swallowed:
             parser.error(f"{swallowed}: '--' is not a value")
-        return parser.parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
+        if extras:
+            command = getattr(args, _PARSER, parser)
+            command.error(command.unknown(extras[0]) if isinstance(command, Parser) else f"{extras[0]}?")
+        if hasattr(args, _PARSER):
+            delattr(args, _PARSER)
+        return args
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else OK
 
@@ -282,6 +384,28 @@ def execute(handler: Handler, report: Report) -> int:
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
+
+
+LOG_WIDTH = 160  # the columns of a table written where no terminal is (CI, docker build, a pipe)
+STDOUT = Path("-")  # a file name that means standard output: `--json -` (as epstack.output.STDOUT)
+
+
+def console_for(stream: Literal["stdout", "stderr"], *, quiet: bool = False) -> Console:
+    """Markup only where epstack writes it (user text goes through rich.markup.escape, or is printed
+    with markup=False); no emoji codes, so a path with `:fire:` in it is printed as it is. Colour as
+    rich decides it: none off a terminal or with NO_COLOR set. `quiet`: prints nothing (-q)."""
+    from rich.console import Console  # noqa: PLC0415 (see TYPE_CHECKING above)
+
+    file = sys.stdout if stream == "stdout" else sys.stderr
+    width = None if file.isatty() else LOG_WIDTH
+    return Console(file=file, highlight=False, soft_wrap=True, width=width, emoji=False, quiet=quiet)
+
+
+def results_console(log: Console, *, document: Path | None = None) -> Console:
+    """Where a command prints its results (tables, verdicts, what it found): stdout, which -q never
+    quiets; but when stdout carries the command's JSON document (`--json -`), beside the logs on
+    stderr (`log`, the console a handler is given), so stdout holds the document and nothing else."""
+    return log if document == STDOUT else console_for("stdout")
 
 
 @contextmanager

@@ -75,11 +75,8 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
     return 0 if report.ok else 1
 
 
-def register(subparsers: SubParsers) -> None:
-    """Add `guard` to the top-level subcommands."""
-    guard = subparsers.add_parser(
-        "guard", parents=[PINS], help="compare what is installed and loaded with pins.env"
-    )
+def _guard_parser(subparsers: SubParsers, help_text: str) -> argparse.ArgumentParser:
+    guard = subparsers.add_parser("guard", parents=[PINS], help=help_text)
     guard.add_argument(
         "--layer",
         choices=GUARD_CHOICES,
@@ -95,7 +92,22 @@ def register(subparsers: SubParsers) -> None:
     guard.add_argument(
         "--json", type=path_arg, metavar="FILE", help="also write the report as JSON (- for stdout)"
     )
-    when = guard.add_mutually_exclusive_group()
+    guard.set_defaults(func=cmd_guard, record=False, at_start=False)
+    return guard
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add `guard` to the top-level subcommands."""
+    _guard_parser(subparsers, "compare what is installed and loaded with pins.env")
+
+
+def register_image(subparsers: SubParsers) -> None:
+    """Add `guard --record|--at-start` to `epstack image`'s commands: the guard as an image build and
+    the container's entrypoint run it."""
+    guard = _guard_parser(
+        subparsers, "the guard of an image build (--record) or a container start (--at-start)"
+    )
+    when = guard.add_mutually_exclusive_group(required=True)
     when.add_argument(
         "--record",
         action="store_true",
@@ -108,4 +120,3 @@ def register(subparsers: SubParsers) -> None:
         help="a container start: trust the build's record if nothing that decides it changed, and check "
         "only the driver and DeepEP's JIT cache now; else the full guard",
     )
-    guard.set_defaults(func=cmd_guard)

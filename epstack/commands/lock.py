@@ -1,4 +1,4 @@
-"""`epstack lock`: resolve each layer's Python closure into locks/ (epstack.python.lock), or `--check`
+"""`epstack pins lock`: resolve each layer's Python closure into locks/ (epstack.python.lock), or `--check`
 that every lock is fresh for the pins and holds what they say (a hand-edited lock is stale)."""
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         for entry in stale:
             console.print(f"[red]{escape(str(entry))}[/]")
         if stale:
-            console.print(f"fix: epstack lock --pins {escape(str(path))} --locks {escape(str(directory))}")
+            console.print(
+                f"fix: epstack pins lock --pins {escape(str(path))} --locks {escape(str(directory))}"
+            )
             return 1
         console.print(f"[green]{escape(str(directory))}: every lock is fresh for {escape(str(path))}[/]")
         return 0
@@ -65,7 +67,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(subparsers: SubParsers) -> None:
-    """Add `lock` to the top-level subcommands."""
+    """Add `lock` to `epstack pins`' commands."""
     parser = subparsers.add_parser(
         "lock",
         parents=[PINS, LOCKS],

@@ -34,6 +34,7 @@ from epstack.commands.common import (
     working,
 )
 from epstack.commands.lock import moves_table
+from epstack.commands.lock import register as register_lock
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.journal import staging
 from epstack.layers import LAYER_NAMES
@@ -97,7 +98,7 @@ def _print_locks(console: Console, pins: Pins, directory: Path) -> None:
         _print(console, f"the locks cannot be resolved for these pins: {run}", "red")
     elif run.moves:
         console.print(
-            moves_table(run.moves, f"against {escape(str(directory))}: what `epstack lock` would move")
+            moves_table(run.moves, f"against {escape(str(directory))}: what `epstack pins lock` would move")
         )
     else:
         _print(console, "resolved again, the stale locks keep every version", "green")
@@ -346,7 +347,7 @@ def _add_candidates(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: SubParsers) -> None:
-    """Add `pins check`, `get`, `predict`, `bump` and `outdated` to the top-level subcommands."""
+    """Add `pins check`, `get`, `predict`, `bump`, `outdated` and `lock` to the top-level subcommands."""
     pins = subparsers.add_parser("pins", help="check the pins file, read a pin, predict SGLang's moves")
     commands = pins.add_subparsers(dest="pins_command", required=True, metavar="SUBCOMMAND")
     check = commands.add_parser("check", parents=[PINS], help="validate pins.env and its compatibility rules")
@@ -415,3 +416,4 @@ def register(subparsers: SubParsers) -> None:
     )
     _add_candidates(newer)
     newer.set_defaults(func=cmd_pins_outdated)
+    register_lock(commands)

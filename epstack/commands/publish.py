@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from epstack.aws.publish import publish, pull
+from epstack.commands.aws import register_ecr
 from epstack.commands.common import PINS, SubParsers, path_arg, pins_path
 from epstack.image.engine import DockerEngine
 from epstack.layers import LAYER_NAMES, TOP
@@ -60,7 +61,7 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(subparsers: SubParsers) -> None:
-    """Add `publish push` and `publish pull` to the top-level subcommands."""
+    """Add `publish push|pull|login|digest|promote` to the top-level subcommands."""
     commands = subparsers.add_parser(
         "publish", help="push guarded images by digest; pull them by digest"
     ).add_subparsers(dest="publish_command", required=True, metavar="SUBCOMMAND")
@@ -92,3 +93,4 @@ def register(subparsers: SubParsers) -> None:
         "--out", type=path_arg, default=DEFAULT_OUT, help=f"where image.env goes (default {DEFAULT_OUT})"
     )
     pull_parser.set_defaults(func=cmd_pull)
+    register_ecr(commands)

@@ -22,7 +22,7 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     write_plan(plan, out)
     console.print(f"rendered {len(plan.files)} files for {len(pins.targets)} targets into {escape(str(out))}")
     for stale in plan.stale_locks:
-        console.print(f"[yellow]{escape(stale)}[/]: `epstack build` refuses it; fix: epstack lock")
+        console.print(f"[yellow]{escape(stale)}[/]: `epstack build` refuses it; fix: epstack pins lock")
     return 0
 
 

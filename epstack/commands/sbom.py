@@ -1,4 +1,5 @@
-"""`epstack sbom`: write or validate this image's CycloneDX SBOM (epstack.image.sbom, epstack.image.cdx)."""
+"""`epstack image sbom`: write or validate this image's CycloneDX SBOM (epstack.image.sbom,
+epstack.image.cdx)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def cmd_sbom(args: argparse.Namespace, console: Console) -> int:
     pins_file = pins_path(args.pins)
     if layer not in LAYER_NAMES or not pins_file.name:
         raise BadInput(
-            "epstack sbom: no --layer or --pins (nor EPSTACK_GUARD_LAYER, EPSTACK_PINS); fix: pass both"
+            "epstack image sbom: no --layer or --pins (nor EPSTACK_GUARD_LAYER, EPSTACK_PINS); fix: pass both"
         )
     locks = locks_dir(args.locks)
     out = args.out or SBOM_DIR / f"{layer}.cdx.json"
@@ -56,7 +57,7 @@ def cmd_sbom(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(subparsers: SubParsers) -> None:
-    """Add `sbom` to the top-level subcommands."""
+    """Add `sbom` to `epstack image`'s commands."""
     parser = subparsers.add_parser(
         "sbom", parents=[PINS, LOCKS], help="write this image's CycloneDX SBOM (run inside an image)"
     )

@@ -94,7 +94,7 @@ def require(found: Found, *, local_ranks: int, first_local_rank: int, need_deep_
     if need_deep_ep and not found.deep_ep:
         raise EnvironmentProblem(
             f"deep_ep is not installed {where}; fix: run the smoke in the deepep or sglang image, "
-            "or install DeepEP (epstack deepep build)"
+            "or install DeepEP (epstack image deepep-build)"
         )
 
 

@@ -8,7 +8,7 @@
 #   --arch   the GPUs' SM without the dot, e.g. 90 for Hopper
 #   --pins   the pins file whose NCCL_VERSION is built (default $EPSTACK_PINS or ./pins.env)
 # Without --src it clones https://github.com/NVIDIA/nccl at tag v<NCCL_VERSION>-1. The versions are read
-# and checked by epstack (`epstack pins get`, `epstack nccl check`), run from this checkout.
+# and checked by epstack (`epstack pins get`, `epstack image nccl-check`), run from this checkout.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -46,7 +46,7 @@ else
 fi
 tree=$(dirname "$(find "$work" -maxdepth 3 -path '*/makefiles/version.mk' | head -n1)")/..
 tree=$(cd "$tree" && pwd)
-epstack nccl check --pins "$pins" --source "$tree"
+epstack image nccl-check --pins "$pins" --source "$tree"
 
 # One toolchain: the system gcc, whatever wrappers the environment points CC/CXX at.
 export CC=/usr/bin/gcc CXX=/usr/bin/g++
@@ -86,4 +86,4 @@ else
     lib=$prefix/lib/libnccl.so.2
 fi
 
-epstack nccl check --pins "$pins" --library "$lib"
+epstack image nccl-check --pins "$pins" --library "$lib"

@@ -29,7 +29,7 @@ report=${EPSTACK_GUARD_REPORT:-/tmp/epstack-guard.json}
 case "${mode}" in
   off) ;;
   warn | strict)
-    if ! epstack guard --layer "${EPSTACK_GUARD_LAYER}" --json "${report}" --at-start; then
+    if ! epstack image guard --layer "${EPSTACK_GUARD_LAYER}" --json "${report}" --at-start; then
       if [ "${mode}" = strict ]; then
         echo "epstack: the stack differs from its pins (table above, ${report}); EPSTACK_GUARD=warn starts anyway" >&2
         exit 1

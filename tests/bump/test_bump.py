@@ -53,7 +53,17 @@ def test_a_clean_bump_relocks_only_sglang_and_keeps_every_comment(
     assert summary.startswith("## epstack pins bump SGLANG_VERSION=0.5.24")
     assert "| `sglang` | `tinydep` | `1.0` | `2.0` |" in summary
     assert (
-        main(["lock", "--check", "--pins", str(checkout / "pins.env"), "--locks", str(checkout / "locks")])
+        main(
+            [
+                "pins",
+                "lock",
+                "--check",
+                "--pins",
+                str(checkout / "pins.env"),
+                "--locks",
+                str(checkout / "locks"),
+            ]
+        )
         == 0
     )
 

@@ -121,7 +121,17 @@ def test_the_sglang_group_moves_torch_and_nccl_with_it(
     moved = (pins.sglang_version, pins.torch_version, pins.nccl_version, pins.nvshmem_version)
     assert moved == ("0.6.0", "2.15.0", "2.32.3", "3.4.5")
     assert (
-        main(["lock", "--check", "--pins", str(checkout / "pins.env"), "--locks", str(checkout / "locks")])
+        main(
+            [
+                "pins",
+                "lock",
+                "--check",
+                "--pins",
+                str(checkout / "pins.env"),
+                "--locks",
+                str(checkout / "locks"),
+            ]
+        )
         == 0
     )
 

@@ -49,10 +49,10 @@ def test_a_second_meaning_fails(
 IMAGE = "registry.example/sglang@sha256:" + "a" * 64
 RENAMED = [
     (["cluster", "pull", "--target", "k8s", "--image", IMAGE], "--target", "--platform"),
-    (["deepep", "build", "--wheel-dir", "w", "--arch", "9.0"], "--arch", "--cuda-arch"),
+    (["image", "deepep-build", "--wheel-dir", "w", "--arch", "9.0"], "--arch", "--cuda-arch"),
     (["jit", "probe", "--arch", "9.0a", "--arch", "10.0a"], "--arch", "--cuda-arch"),
-    (["sbom", "--version", "base-1"], "--version", "--image-tag"),
-    (["nccl", "check", "--version", "2.30.7"], "--version", "--nccl-version"),
+    (["image", "sbom", "--version", "base-1"], "--version", "--image-tag"),
+    (["image", "nccl-check", "--version", "2.30.7"], "--version", "--nccl-version"),
     (["smoke", "elastic", "--preset", "tiny"], "--preset", "--profile"),
     (["codebuild", "batchspec", "--check", "batch.yml"], "--check", "--compare"),
 ]

@@ -1,4 +1,4 @@
-"""`epstack nccl check`: the version checks scripts/gpu/install-nccl.sh used to do in awk and an
+"""`epstack image nccl-check`: the version checks scripts/gpu/install-nccl.sh used to do in awk and an
 inline Python, in epstack, against the pins' NCCL_VERSION."""
 
 from __future__ import annotations
@@ -29,18 +29,24 @@ def nccl_tree(root: Path, version: str) -> Path:
 
 
 def test_a_source_tree_of_the_pinned_version(tmp_path: Path) -> None:
-    assert main(["nccl", "check", "--pins", str(PINS), "--source", str(nccl_tree(tmp_path, "2.30.7"))]) == 0
+    assert (
+        main(["image", "nccl-check", "--pins", str(PINS), "--source", str(nccl_tree(tmp_path, "2.30.7"))])
+        == 0
+    )
 
 
 def test_a_source_tree_of_another_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["nccl", "check", "--pins", str(PINS), "--source", str(nccl_tree(tmp_path, "2.28.9"))]) == 1
+    assert (
+        main(["image", "nccl-check", "--pins", str(PINS), "--source", str(nccl_tree(tmp_path, "2.28.9"))])
+        == 1
+    )
     assert "NCCL 2.28.9" in capsys.readouterr().err
 
 
 def test_built_libraries(fake_nccl: dict[str, Path]) -> None:  # noqa: F811
-    assert main(["nccl", "check", "--pins", str(PINS), "--library", str(fake_nccl["2.30.7"])]) == 0
-    assert main(["nccl", "check", "--version", "2.28.9", "--library", str(fake_nccl["2.28.9"])]) == 0
-    assert main(["nccl", "check", "--pins", str(PINS), "--library", str(fake_nccl["2.28.9"])]) == 1
+    assert main(["image", "nccl-check", "--pins", str(PINS), "--library", str(fake_nccl["2.30.7"])]) == 0
+    assert main(["image", "nccl-check", "--version", "2.28.9", "--library", str(fake_nccl["2.28.9"])]) == 0
+    assert main(["image", "nccl-check", "--pins", str(PINS), "--library", str(fake_nccl["2.28.9"])]) == 1
 
 
 @pytest.mark.parametrize(
@@ -53,7 +59,7 @@ def test_built_libraries(fake_nccl: dict[str, Path]) -> None:  # noqa: F811
     ],
 )
 def test_bad_input(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["nccl", "check", "--pins", str(PINS), *args]) == 2
+    assert main(["image", "nccl-check", "--pins", str(PINS), *args]) == 2
     assert "Traceback" not in capsys.readouterr().err
 
 

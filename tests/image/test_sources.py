@@ -127,8 +127,8 @@ def test_sources_verify_command(
 ) -> None:
     path, pinned = folder
     deepep = str(path / f"DeepEP-{pinned['DEEPEP_REF']}.tar.gz")
-    assert main(["sources", "verify", deepep, pinned["DEEPEP_REF"]]) == 0
-    assert main(["sources", "verify", deepep, "3" * 40]) == 2
+    assert main(["image", "sources-verify", deepep, pinned["DEEPEP_REF"]]) == 0
+    assert main(["image", "sources-verify", deepep, "3" * 40]) == 2
     assert "fix: git archive" in capsys.readouterr().err
 
 
@@ -156,7 +156,7 @@ def test_sources_verify_wants_the_whole_commit(
     sha = pinned["DEEPEP_REF"]
     deepep = path / f"DeepEP-{sha}.tar.gz"
     commit = {"prefix": sha[:7], "empty": "", "upper-case": sha.upper()}[given]
-    assert main(["sources", "verify", str(deepep), commit]) == 2
+    assert main(["image", "sources-verify", str(deepep), commit]) == 2
     err = capsys.readouterr().err
     assert f"holds commit {sha}, the pin is {commit};" in err
     with pytest.raises(

@@ -118,9 +118,9 @@ def within(seconds: float) -> Iterator[None]:
 
 
 def sources_verify(path: Path, capsys: pytest.CaptureFixture[str], commit: str = COMMIT) -> str:
-    """`epstack sources verify PATH COMMIT`, which must refuse with exit 2 and one line with its fix."""
+    """`epstack image sources-verify PATH COMMIT`, which must refuse with exit 2 and one line with its fix."""
     with within(20):
-        assert main(["sources", "verify", str(path), commit]) == 2
+        assert main(["image", "sources-verify", str(path), commit]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "; fix: " in err, err
     return err

@@ -209,7 +209,7 @@ def test_cuda_12_renders_cu12_wheel_names_throughout(
     )
     assert main(["build", "--pins", str(pins), "--out", str(tmp_path / "build")]) == 2
     err = capsys.readouterr().err
-    assert "nvidia-nccl-cu12" in err and "fix: epstack lock" in err
+    assert "nvidia-nccl-cu12" in err and "fix: epstack pins lock" in err
 
 
 def test_cuda_14_is_refused_with_the_reason(tmp_path: Path) -> None:

@@ -101,7 +101,7 @@ def test_the_pins_digest_ignores_hashes_comments_and_order_but_not_a_version() -
 def test_a_lock_is_written_with_its_title_inputs_and_digests_then_uvs_entries() -> None:
     text = render_lock("sglang", {"requires": "sglang==0.5.23", "excludes": "deep-ep"}, resolution())
     assert text.splitlines()[:5] == [
-        "# epstack lock sglang: written by `epstack lock` from pins.env; do not edit.",
+        "# epstack pins lock sglang: written by `epstack pins lock` from pins.env; do not edit.",
         "# requires: sglang==0.5.23",
         "# excludes: deep-ep",
         f"# inputs-sha256: {inputs_digest({'requires': 'sglang==0.5.23', 'excludes': 'deep-ep'})}",
@@ -151,7 +151,7 @@ def test_an_edited_entry_is_not_intact_and_a_changed_digest_line_neither() -> No
 
 def test_a_header_key_must_be_lower_case_words() -> None:
     """A `# Note: ...` comment is no input: it ends the header and starts the entries."""
-    text = f"# epstack lock x: title\n# requires: x\n# Note: y\n# more: z\n{BODY}"
+    text = f"# epstack pins lock x: title\n# requires: x\n# Note: y\n# more: z\n{BODY}"
     lock = parse_lock("x", text)
     assert lock.inputs == {"requires": "x"} and lock.body_start == 3
 
@@ -175,7 +175,7 @@ def test_an_unhashed_or_absent_entry_is_refused_naming_the_lock_and_the_fix(name
     lock = parse_lock("base", render_lock("base", {}, resolution()))
     with pytest.raises(BadInput) as refused:
         entry_text(lock, name)
-    assert str(refused.value) == f"lock base has no hashed {name} entry; fix: run epstack lock"
+    assert str(refused.value) == f"lock base has no hashed {name} entry; fix: run epstack pins lock"
 
 
 def test_a_layers_distributions_are_its_locks_union_each_from_the_lowest_file() -> None:
@@ -199,7 +199,7 @@ def test_locks_of_one_layer_that_disagree_are_refused_naming_both(tmp_path: Path
         expected_distributions(locks, "sglang")
     assert str(refused.value) == (
         f"{locks / 'sglang.txt'}: torch==2.14.0, but base.txt has 2.14.1; "
-        "fix: run epstack lock (an upper lock never moves a lower one)"
+        "fix: run epstack pins lock (an upper lock never moves a lower one)"
     )
 
 
@@ -210,7 +210,7 @@ def test_a_missing_lock_of_the_layer_is_refused_with_the_fix(tmp_path: Path) -> 
     with pytest.raises(BadInput) as refused:
         expected_distributions(locks, "sglang")
     assert str(refused.value) == (
-        f"{locks / 'sglang.txt'}: no such lock; fix: run epstack lock (images carry theirs)"
+        f"{locks / 'sglang.txt'}: no such lock; fix: run epstack pins lock (images carry theirs)"
     )
 
 

@@ -20,7 +20,7 @@ def test_fresh_locks_answer_without_the_index(
     shutil.copy(PINS, pins)
     with served(build_index(tmp_path / "index")) as url:
         use_index(monkeypatch, url, tmp_path / "uv-cache")
-        assert main(["lock", "--pins", str(pins), "--locks", str(locks)]) == 0
+        assert main(["pins", "lock", "--pins", str(pins), "--locks", str(locks)]) == 0
         (tmp_path / "bumped").mkdir()
         bumped = pins_variant(tmp_path / "bumped", SGLANG_VERSION="0.5.24")
         capsys.readouterr()

@@ -41,7 +41,7 @@ def install(host: Host) -> None:
              *matches(host.sources, "nccl-*.tar.gz"), "--arch", "90", "--prefix", host.at("/opt/nccl")],
             console=log, append=True, tail=3,
         )  # fmt: skip
-    host.note("install: DeepEP (epstack deepep build)")
+    host.note("install: DeepEP (epstack image deepep-build)")
     wheels = host.at(imagepaths.WHEELS)  # where an image keeps it: the guard finds its manifest there
     build = [host.python, "-m", "epstack", "deepep", "build", "--pins", "pins.env", "--cuda-arch", "9.0",
              "--sources", host.sources, "--wheel-dir", wheels]  # fmt: skip
