@@ -22,7 +22,7 @@ $(BIN)/epstack: pyproject.toml constraints.txt
 render: $(BIN)/epstack
 	$(BIN)/epstack pins check
 	$(BIN)/epstack pins lock --check
-	$(BIN)/epstack render --out $(RENDER)
+	$(BIN)/epstack render --out-dir $(RENDER)
 
 # Resolve the stale or missing locks in locks/ (needs PyPI); commit what it writes.
 lock: $(BIN)/epstack
@@ -34,7 +34,7 @@ lint: render
 
 image: lint
 	-scripts/dev/docker-engine.sh start
-	$(BIN)/epstack build $(TARGET) --out $(RENDER) $(if $(SOURCES),--sources $(SOURCES))
+	$(BIN)/epstack build $(TARGET) --out-dir $(RENDER) $(if $(SOURCES),--sources $(SOURCES))
 
 test: $(BIN)/epstack
 	scripts/dev/docker-engine.sh start
@@ -70,10 +70,10 @@ constraints: $(BIN)/epstack
 	mv constraints.txt.new constraints.txt
 
 smoke:
-	python3 -m epstack smoke elastic --nproc-per-node $(NPROC) --json build/smoke-elastic.json
+	python3 -m epstack smoke elastic --gpus-per-node $(NPROC) --json build/smoke-elastic.json
 
 smoke-upstream:
-	python3 -m epstack smoke elastic --nproc-per-node $(NPROC) --upstream-only --upstream-tests $(DEEPEP)
+	python3 -m epstack smoke elastic --gpus-per-node $(NPROC) --upstream-only --upstream-tests $(DEEPEP)
 
 # SGLang's own argument parser, installed as lightly as it runs (tests/cluster/sglang-parser.txt),
 # under .cache/; the parser test installs it too when missing. --fresh measures a new install.

@@ -22,7 +22,7 @@ from epstack.aws.runner import (
     run_local,
 )
 from epstack.aws.secrets import aws_secrets
-from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, rename, seconds
+from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, rename, results_console, seconds
 from epstack.errors import BadInput
 from epstack.image.engine import DockerEngine
 from epstack.inputs import read_text
@@ -33,6 +33,7 @@ from epstack.pins.load import load_pins
 def cmd_lint(args: argparse.Namespace, console: Console) -> int:
     source = (args.source or source_root(args.files[0])).resolve()
     findings = lint(args.files, lambda: load_pins(pins_path(args.pins)), source=source, rules=args.rules)
+    console = results_console(console)  # the findings, or that there are none
     for finding in findings:
         console.print(f"[red]{escape(str(finding))}[/]")
     if findings:
@@ -66,6 +67,7 @@ def cmd_run_local(args: argparse.Namespace, console: Console) -> int:
         echo=lambda line: console.print(escape(line), highlight=False, soft_wrap=True),
         timeout=args.timeout,
     )
+    console = results_console(console)  # how each phase ended, what it exported
     for phase in result.phases:
         style = {"SUCCEEDED": "green", "FAILED": "red"}.get(phase.status, "yellow")
         where = f" at {args.file}:{phase.failed_line}: {phase.failed_command}" if phase.failed_command else ""
@@ -96,7 +98,7 @@ def cmd_start(args: argparse.Namespace, console: Console) -> int:
         check_privileged(client, args.project, backoff)
     build_id = start(client, request, backoff)
     what = f"target {request.target}" if request.target else f"batch over {', '.join(pins.targets)}"
-    console.print(
+    results_console(console).print(
         f"started {build_id} ({what}, source {commit[:12]}, token {request.idempotency_token()[:12]})"
     )
     if not args.watch:
@@ -119,7 +121,7 @@ def cmd_batchspec(args: argparse.Namespace, console: Console) -> int:
             raise LintFailed(
                 f"{args.compare} differs from pins.env; fix: epstack codebuild batchspec > {args.compare}"
             )
-        console.print(f"[green]{escape(str(args.compare))} matches pins.env[/]")
+        results_console(console).print(f"[green]{escape(str(args.compare))} matches pins.env[/]")
         return 0
     print(text, end="")
     return 0
@@ -187,8 +189,13 @@ def register(subparsers: SubParsers) -> None:
     )
     run.add_argument("--source", type=path_arg, help="source directory (default: the buildspec's git root)")
     run.add_argument(
-        "--out", type=path_arg, help="run.json, build.log, artifacts/ (default SOURCE/build/codebuild-local)"
+        "--out-dir",
+        dest="out",
+        metavar="DIR",
+        type=path_arg,
+        help="run.json, build.log, artifacts/ (default SOURCE/build/codebuild-local)",
     )
+    rename(run, "--out-dir", "--out")
     run.add_argument(
         "--timeout",
         type=seconds,

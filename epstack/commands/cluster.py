@@ -1,4 +1,4 @@
-"""`epstack cluster render` and `epstack cluster pull`; wire with `register(subparsers)`.
+"""`epstack cluster render|prepull|metrics`; wire with `register(subparsers)`.
 
 Exit 0 written, 2 bad input (one line naming the flag or file and the fix; nothing written).
 """
@@ -375,7 +375,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", type=one_line, help="REPOSITORY[:TAG]@sha256:<64 hex>")
     parser.add_argument("--manifest", type=path_arg, help="build manifest JSON: its image for these pins")
     parser.add_argument("--squashfs-dir", type=one_line, help="slurm: node-local directory of pulled images")
-    parser.add_argument("--out", type=path_arg, help="write here (whole or not at all) instead of stdout")
+    parser.add_argument(
+        "--out", type=path_arg, metavar="FILE", help="write here (whole or not at all) instead of stdout"
+    )
 
 
 def _site_arguments(render: argparse.ArgumentParser) -> None:
@@ -536,7 +538,7 @@ def register(subparsers: SubParsers) -> None:
     render.set_defaults(func=cmd_render)
 
     pull = cluster.add_parser(
-        "pull", parents=[PINS], help="pre-pull plan: a DaemonSet, or enroot imports on Slurm nodes"
+        "prepull", parents=[PINS], help="pre-pull plan: a DaemonSet, or enroot imports on Slurm nodes"
     )
     _common(pull)
     pull.add_argument("--nodes", type=positive_int, default=1, help="slurm: nodes to import on")
@@ -564,6 +566,9 @@ def register(subparsers: SubParsers) -> None:
     )
     metrics_parser.add_argument("--fabric", choices=tuple(FABRICS), help="default: DEFAULT_TARGET's")
     metrics_parser.add_argument(
-        "--out", type=path_arg, help="write here (whole or not at all), e.g. DIR/epstack-guard.prom"
+        "--out",
+        type=path_arg,
+        metavar="FILE",
+        help="write here (whole or not at all) instead of stdout, e.g. DIR/epstack-guard.prom",
     )
     metrics_parser.set_defaults(func=cmd_metrics)

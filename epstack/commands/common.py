@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import math
 import os
-import re
 import signal
 import sys
 import threading
@@ -300,7 +299,6 @@ class Parser(argparse.ArgumentParser):
             and _option_name(arg) not in self._option_string_actions
         ]
         line = self.unknown(strange[0]) if strange and "required" in message else message
-        line = re.sub(r"^argument ([^:]+): ", r"\1: ", line)
         sys.stderr.write(f"error: {line} (see {self.prog} --help)\n")
         sys.exit(BAD_INPUT)
 

@@ -39,14 +39,14 @@ EXAMPLES: dict[str, str] = {
     "image sources-verify": "epstack image sources-verify sources/deepep.tar.gz "
     "d4f41e4e93602a15e95f55f6ee8df8f1aaa0e4bb",
     "doctor": "epstack doctor --json -",
-    "smoke elastic": "epstack smoke elastic --nproc-per-node 8 --profile deepseek-v3 --json smoke.json",
-    "smoke serve": "epstack smoke serve --profile tiny --gpus 2 --json serve.json\n"
+    "smoke elastic": "epstack smoke elastic --gpus-per-node 8 --profile deepseek-v3 --json smoke.json",
+    "smoke serve": "epstack smoke serve --profile tiny --gpus-per-node 2 --json serve.json\n"
     "epstack smoke serve --url http://10.0.0.1:30000 --no-sweep",
     "smoke plot": "epstack smoke plot serve.json --out sweep.png",
     "cluster render": "epstack cluster render --platform k8s --job serve --nodes 2 --gpus-per-node 8 "
     "--manifest build/manifest.json --out serve.yaml",
     "cluster metrics": "epstack cluster metrics --report reports/guard.json --out metrics/epstack-guard.prom",
-    "cluster pull": "epstack cluster pull --platform slurm --manifest build/manifest.json --nodes 16",
+    "cluster prepull": "epstack cluster prepull --platform slurm --manifest build/manifest.json --nodes 16",
     "publish push": f"epstack publish push build/report.json --registry {IMAGE.rsplit('/', 1)[0]}",
     "publish pull": f"epstack publish pull --registry {IMAGE.rsplit('/', 1)[0]} --target hopper-ib",
     "codebuild lint": "epstack codebuild lint buildspecs/*.yml",

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from epstack.checkrow import Verdict
-from epstack.commands.common import PINS, SubParsers, path_arg, pins_path
+from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, results_console
 from epstack.errors import BadInput
 from epstack.guard.record import make_record, record_path
 from epstack.guard.run import run_guard
@@ -44,6 +44,7 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
     if isinstance(trusted, str):
         console.print(f"guard: {escape(trusted)}: full guard")
     report = trusted.report if isinstance(trusted, Trusted) else run_guard(pins, args.layer, locks)
+    out = results_console(console, document=args.json)
     table = Table(
         "layer", "component", "expected", "found", "verdict", "detail", title=f"epstack guard {args.layer}"
     )
@@ -59,7 +60,7 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
             f"[{style}]{check.verdict}[/]",
             escape(check.detail),
         )
-    console.print(table)
+    out.print(table)
     if args.json:
         write_file(args.json, report.to_json(), what="the --json report")
     if args.record and report.ok:
@@ -69,7 +70,7 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
     counted = f"{len(report.checks)} checks"
     if isinstance(trusted, Trusted):
         counted += f": {trusted.live} now, the others {PROVEN}, nothing that decides them changed"
-    console.print(
+    out.print(
         f"[green]guard: ok[/] ({counted})" if report.ok else f"[red]guard: {failed} of {counted} failed[/]"
     )
     return 0 if report.ok else 1

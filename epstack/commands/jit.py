@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from epstack import imagepaths
-from epstack.commands.common import SubParsers, add_cuda_arch, path_arg, seconds
+from epstack.commands.common import SubParsers, add_cuda_arch, path_arg, results_console, seconds
 from epstack.errors import ENVIRONMENT, BadInput
 from epstack.inputs import read_bytes
 from epstack.jit import export, flashinfer, triton
@@ -78,12 +78,13 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
             f"{probe.seconds:g}",
             f"[{style}]{probe.verdict}[/]",
         )
-    console.print(table)
+    results = results_console(console, document=out)
+    results.print(table)
     for probe in report.probes:
         if probe.verdict != "ok":
-            console.print(f"[bold]{escape(probe.title)}[/] {probe.verdict}:\n{escape(probe.detail)}")
+            results.print(f"[bold]{escape(probe.title)}[/] {probe.verdict}:\n{escape(probe.detail)}")
     write_file(out, report.to_json(), what="the JIT probe report")
-    console.print(f"jit probe: {'ok' if report.ok else 'FAILED'}; report {escape(str(out))}")
+    results.print(f"jit probe: {'ok' if report.ok else 'FAILED'}; report {escape(str(out))}")
     if not report.ok:
         return 1
     base = Path(keep[WORKSPACE_VARIABLE]) if ships_flashinfer else None
@@ -217,7 +218,9 @@ def register(subparsers: SubParsers) -> None:
         "export",
         help="on a GPU: pack a JIT's kernels (after a smoke or a serve run) for `jit layer`",
     )
-    export_p.add_argument("--out", type=path_arg, required=True, help="the tar.gz (and OUT.sha256) to write")
+    export_p.add_argument(
+        "--out", type=path_arg, metavar="FILE", required=True, help="the tar.gz (and FILE.sha256) to write"
+    )
     export_p.add_argument(
         "--toolchain",
         choices=tuple(EXPORTED),

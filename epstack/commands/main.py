@@ -39,6 +39,7 @@ IMAGE = "image"  # its module registers only the chosen command (the entrypoint 
 # Command paths moved in 0.2, kept for one release: each runs its new path, warned on stderr.
 MOVED: dict[tuple[str, ...], tuple[str, ...]] = {
     ("lock",): ("pins", "lock"),
+    ("cluster", "pull"): ("cluster", "prepull"),
     ("ecr", "login"): ("publish", "login"),
     ("ecr", "digest"): ("publish", "digest"),
     ("ecr", "promote"): ("publish", "promote"),

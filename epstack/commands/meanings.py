@@ -47,7 +47,8 @@ MEANINGS: dict[str, Meaning] = {
     # Inputs and outputs.
     "--pins": Meaning(text="the pins file (default $EPSTACK_PINS or ./pins.env)", metavar="FILE"),
     "--locks": Meaning(text="the lock folder"),
-    "--out": Meaning(text="where the command writes its result: a file or a folder, as its help says"),
+    "--out": Meaning(text="the file the command writes its result to, whole or not at all", metavar="FILE"),
+    "--out-dir": Meaning(text="the folder the command writes its results into", metavar="DIR"),
     "--report": Meaning(text="a JSON report: the one `build` writes, the one `cluster metrics` reads"),
     "--build-report": Meaning(text="a build report `epstack build --report` wrote", metavar="FILE"),
     "--summary": Meaning(text="also write the result as Markdown to FILE", metavar="FILE"),
@@ -117,8 +118,6 @@ MEANINGS: dict[str, Meaning] = {
     "--request-timeout": Meaning(text=f"{SECONDS}: one request"),
     "--level-timeout": Meaning(text=f"{SECONDS}: one sweep level"),
     "--startup-timeout": Meaning(text=f"{SECONDS}: the server's start (k8s startup probe)"),
-    "--nproc-per-node": Meaning(text="ranks to start on this node"),
-    "--nnodes": Meaning(text="nodes of a torchrun-style launch"),
     "--node-rank": Meaning(text="this node's rank"),
     "--master-addr": Meaning(text="the rendezvous host"),
     "--master-port": Meaning(text="the rendezvous port"),
@@ -128,7 +127,6 @@ MEANINGS: dict[str, Meaning] = {
     "--min-bandwidth-ratio": Meaning(text="the least smoke / test_ep bandwidth that passes"),
     # Serving.
     "--model-path": Meaning(text="model weights: a path or a hub id"),
-    "--gpus": Meaning(text="GPUs of this node"),
     "--a2a": _choice("the MoE all-to-all backend"),
     "--sglang-arg": Meaning(text="an SGLang flag to add", metavar="FLAG"),
     "--url": Meaning(text="a running server's URL"),
@@ -142,8 +140,8 @@ MEANINGS: dict[str, Meaning] = {
     "--startup": _flag("plot server start-ups"),
     # Clusters.
     "--job": _choice("the job's kind: elastic-smoke or serve"),
-    "--nodes": Meaning(text="nodes"),
-    "--gpus-per-node": Meaning(text="GPUs per node"),
+    "--nodes": Meaning(text="nodes of the job or run"),
+    "--gpus-per-node": Meaning(text="GPUs (one rank each) per node"),
     "--name": Meaning(text="the job's name"),
     "--k8s-kind": _choice("the Kubernetes workload: job or lws"),
     "--fabric-devices": Meaning(text="fabric devices per pod"),

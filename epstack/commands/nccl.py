@@ -10,7 +10,7 @@ import argparse
 from rich.console import Console
 from rich.markup import escape
 
-from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, rename
+from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, rename, results_console
 from epstack.errors import BadInput
 from epstack.guard.nccl import library_version, loaded_version, source_version
 from epstack.pins.load import pin_values
@@ -43,7 +43,9 @@ def cmd_nccl_check(args: argparse.Namespace, console: Console) -> int:
     wrong = [(version, what) for version, what in found if version != expected]
     for version, what in found:
         mark = "[green]ok[/]" if version == expected else "[red]mismatch[/]"
-        console.print(f"NCCL {escape(version)} ({escape(what)}), pinned {escape(expected)}: {mark}")
+        results_console(console).print(
+            f"NCCL {escape(version)} ({escape(what)}), pinned {escape(expected)}: {mark}"
+        )
     return 1 if wrong else 0
 
 

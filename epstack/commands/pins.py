@@ -31,6 +31,7 @@ from epstack.commands.common import (
     path_arg,
     pins_path,
     positive_int,
+    results_console,
     working,
 )
 from epstack.commands.lock import moves_table
@@ -64,8 +65,9 @@ def cmd_pins_check(args: argparse.Namespace, console: Console) -> int:
     for target in pins.targets:
         for layer in LAYER_NAMES:
             table.add_row(escape(target), layer, escape(pins.image_ref(layer, target)))
-    console.print(table)
-    console.print(
+    out = results_console(console)
+    out.print(table)
+    out.print(
         f"[green]{escape(str(path))}: ok[/] "
         f"({len(pins.targets)} targets, default {escape(pins.default_target)})"
     )
@@ -112,6 +114,7 @@ def cmd_pins_predict(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
     pins = load_pins(path)
     prediction = predict_pins(pins, locks_dir(args.locks))
+    console = results_console(console)  # what uv would install is this command's result
     console.print(
         f"uv would install {prediction.installs} distributions for {prediction.requested} "
         f"(Python {pins.image_target.python_version}, {pins.image_target.platform}; "
@@ -263,6 +266,7 @@ def cmd_pins_bump(args: argparse.Namespace, console: Console) -> int:
                 installable=partial(check_installable, workdir=folder),
                 build_report=args.build_report,
             )
+        console = results_console(console)  # the bump's tables, verdict and what it wrote
         for section in sections(bump):
             console.print(_table(section))
         for line in verdict(bump):
@@ -319,9 +323,10 @@ def cmd_pins_outdated(args: argparse.Namespace, console: Console) -> int:
         check_writable(args.json, what="the report", inputs=[path])
     with working(console, "pins outdated: asking the package index, git remotes and registries"):
         report = outdated(pins, path, Sources(index=index_url(), candidates=args.candidates))
-    _print_outdated(console, report)
+    out = results_console(console, document=args.json)
+    _print_outdated(out, report)
     for command in next_commands(report):
-        console.print(f"next: {escape(command)}")
+        out.print(f"next: {escape(command)}")
     if args.json:
         write_file(args.json, OUTDATED.dumps(report), what="the report")
         console.print(f"report: {escape(str(args.json))}")

@@ -7,13 +7,13 @@ import argparse
 from rich.console import Console
 from rich.markup import escape
 
-from epstack.commands.common import SubParsers, path_arg
+from epstack.commands.common import SubParsers, path_arg, results_console
 from epstack.image.sources import verify
 
 
 def cmd_sources_verify(args: argparse.Namespace, console: Console) -> int:
     verify(args.archive, args.commit)
-    console.print(f"{escape(str(args.archive))}: commit {args.commit}")
+    results_console(console).print(f"{escape(str(args.archive))}: commit {args.commit}")
     return 0
 
 

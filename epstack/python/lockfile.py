@@ -74,7 +74,8 @@ class LockFile:
 
 def render_lock(name: str, inputs: Mapping[str, str], resolution: Resolution) -> str:
     """Header (inputs, their digest, the entries' digest) and uv's output."""
-    lines = [f"# epstack pins lock {name}: written by `epstack pins lock` from pins.env; do not edit."]
+    # The header is part of every committed lock (its old command name included): unchanged.
+    lines = [f"# epstack lock {name}: written by `epstack lock` from pins.env; do not edit."]
     lines += [f"# {key}: {value}" for key, value in inputs.items()]
     lines.append(f"# {DIGEST_KEY}: {inputs_digest(inputs)}")
     lines.append(f"# {ENTRIES_KEY}: {entries_digest(resolution.text)}")

@@ -27,7 +27,7 @@ def lint(capsys: pytest.CaptureFixture[str], *files: Path) -> tuple[int, list[st
     code = main(
         ["codebuild", "lint", "--pins", str(PINS), "--source", str(files[0].parent), *map(str, files)]
     )
-    return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    return code, [line for line in "".join(capsys.readouterr()).splitlines() if line.strip()]
 
 
 def test_the_schema_is_a_valid_2020_12_schema() -> None:
@@ -38,7 +38,7 @@ def test_the_shipped_buildspecs_pass(capsys: pytest.CaptureFixture[str]) -> None
     assert [p.name for p in SHIPPED] == ["batch.yml", "build.yml", "outdated.yml", "smoke.yml"]
     code = main(["codebuild", "lint", "--pins", str(PINS), *map(str, SHIPPED)])
     assert code == 0, capsys.readouterr().err
-    assert "4 buildspecs ok" in capsys.readouterr().err
+    assert "4 buildspecs ok" in capsys.readouterr().out
 
 
 def test_a_bad_phase_name_names_its_line_and_the_near_miss(
@@ -264,7 +264,8 @@ def test_run_local_refuses_a_buildspec_with_findings_and_runs_nothing(
         f"version: 0.2\nphases:\n  build:\n    commands:\n      - touch {marker}\n  biuld: {{}}\n"
     )
     assert (
-        main(["codebuild", "run-local", str(path), "--pins", str(PINS), "--out", str(tmp_path / "out")]) == 2
+        main(["codebuild", "run-local", str(path), "--pins", str(PINS), "--out-dir", str(tmp_path / "out")])
+        == 2
     )
     assert "did you mean build?" in capsys.readouterr().err
     assert not marker.exists() and not (tmp_path / "out").exists()

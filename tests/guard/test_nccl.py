@@ -40,7 +40,7 @@ def test_a_source_tree_of_another_version(tmp_path: Path, capsys: pytest.Capture
         main(["image", "nccl-check", "--pins", str(PINS), "--source", str(nccl_tree(tmp_path, "2.28.9"))])
         == 1
     )
-    assert "NCCL 2.28.9" in capsys.readouterr().err
+    assert "NCCL 2.28.9" in capsys.readouterr().out
 
 
 def test_built_libraries(fake_nccl: dict[str, Path]) -> None:  # noqa: F811

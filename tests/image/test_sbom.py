@@ -103,4 +103,4 @@ def test_validation_catches_a_broken_document(tmp_path: Path, capsys: pytest.Cap
     bad = tmp_path / "bad.cdx.json"
     bad.write_text(json.dumps(broken))
     assert main(["image", "sbom", "--validate", str(bad)]) == 1
-    assert "spaceship" in capsys.readouterr().err
+    assert "spaceship" in capsys.readouterr().out

@@ -141,10 +141,10 @@ def test_render_puts_every_fabrics_pinned_patches_in_the_context(tmp_path: Path)
     (folder / "fix.patch").write_bytes(patch)
     pins = pins_variant(tmp_path, DEEPEP_PATCHES_IB=f"https://example.invalid/fix.patch#sha256={digest}")
     out = tmp_path / "out"
-    assert main(["render", "--pins", str(pins), "--out", str(out), "--sources", str(folder)]) == 0
+    assert main(["render", "--pins", str(pins), "--out-dir", str(out), "--sources", str(folder)]) == 0
     assert (out / "sources/deepep/fix.patch").read_bytes() == patch
     (folder / "fix.patch").write_bytes(patch + b"\n")
-    assert main(["render", "--pins", str(pins), "--out", str(out), "--sources", str(folder)]) == 2
+    assert main(["render", "--pins", str(pins), "--out-dir", str(out), "--sources", str(folder)]) == 2
 
 
 @pytest.mark.parametrize("given", ["prefix", "empty", "upper-case"])

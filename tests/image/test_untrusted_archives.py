@@ -158,7 +158,7 @@ def test_render_copies_no_hostile_archive_into_the_context(tmp_path: Path) -> No
     folder.mkdir()
     write(folder / f"DeepEP-{ref}.tar.gz", tar_bytes(*HOSTILE["outside-symlink"][0], commit=ref))
     out = tmp_path / "out"
-    assert main(["render", "--pins", str(pins), "--out", str(out), "--sources", str(folder)]) == 2
+    assert main(["render", "--pins", str(pins), "--out-dir", str(out), "--sources", str(folder)]) == 2
     assert not out.exists()
 
 

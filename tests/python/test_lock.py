@@ -34,7 +34,7 @@ def committed(name: str) -> Resolution:
 
 def test_the_committed_locks_are_fresh_and_hashed(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["pins", "lock", "--check", "--pins", str(PINS), "--locks", str(LOCKS)]) == 0
-    assert "every lock is fresh" in capsys.readouterr().err
+    assert "every lock is fresh" in capsys.readouterr().out
     for spec in lock_specs(load_pins(PINS)):
         resolution = committed(spec.name)
         assert resolution.packages and all(p.hashes for p in resolution.packages), spec.name
@@ -106,7 +106,7 @@ def test_another_sglang_version_names_the_stale_lock(
     """A temporary copy of the pins: only the sglang lock is stale, and the line says why."""
     pins = pins_variant(tmp_path, SGLANG_VERSION="0.5.22")
     assert main(["pins", "lock", "--check", "--pins", str(pins), "--locks", str(LOCKS)]) == 1
-    stale = [line for line in capsys.readouterr().err.splitlines() if "stale" in line]
+    stale = [line for line in capsys.readouterr().out.splitlines() if "stale" in line]
     assert stale == [f"{LOCKS}/sglang.txt: stale (requires: sglang==0.5.23 {NIXL} -> sglang==0.5.22 {NIXL})"]
 
 

@@ -68,7 +68,7 @@ def test_another_sglang_with_sgl_deep_ep_appended_is_stale_naming_each_line(
     text += f"sgl-deep-ep==0.0.1 \\\n    --hash={HASH}\n"
     path.write_text(text)
     assert main(["pins", "lock", "--check", "--pins", str(PINS), "--locks", str(locks)]) == 1
-    err = capsys.readouterr().err
+    err = capsys.readouterr().out
     (stale,) = [line for line in err.splitlines() if "stale" in line]
     assert stale.startswith(f"{path}: stale (")
     assert f"line {line_of(text, 'sglang==')}: sglang==0.5.22, but sglang==0.5.23 (required)" in stale
@@ -88,7 +88,7 @@ def test_a_changed_hash_is_stale_and_build_refuses_it(
     (why,) = reasons(locks, "base")
     assert why.endswith("not as `epstack pins lock` wrote them (entries-sha256 differs)")
     assert reasons(locks, "sglang") == ("base.txt is stale",)
-    argv = ["build", "--pins", str(PINS), "--locks", str(locks), "--out", str(tmp_path / "out")]
+    argv = ["build", "--pins", str(PINS), "--locks", str(locks), "--out-dir", str(tmp_path / "out")]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert f"{path}: stale (lines " in err and "fix: epstack pins lock" in err

@@ -442,11 +442,11 @@ def test_attached_to_nothing_is_a_health_timeout(smoke: Smoke) -> None:
 
 BAD_FLAGS: dict[str, tuple[list[str], str]] = {
     "server-log without url": (["--server-log", "server.log"], "--server-log: only with --url"),
-    "sglang-arg without --": (["--sglang-arg=attention-backend=triton"], "argument --sglang-arg"),
-    "concurrency 0": (["--concurrency", "0"], "argument --concurrency"),
-    "concurrency a,b": (["--concurrency", "a,b"], "argument --concurrency"),
-    "url not http": (["--url", "ftp://10.0.0.5:30000"], "argument --url"),
-    "url with a path": (["--url", "http://10.0.0.5:30000/v1"], "argument --url"),
+    "sglang-arg without --": (["--sglang-arg=attention-backend=triton"], "--sglang-arg: "),
+    "concurrency 0": (["--concurrency", "0"], "--concurrency: "),
+    "concurrency a,b": (["--concurrency", "a,b"], "--concurrency: "),
+    "url not http": (["--url", "ftp://10.0.0.5:30000"], "--url: "),
+    "url with a path": (["--url", "http://10.0.0.5:30000/v1"], "--url: "),
     "port not a number": (["--sglang-arg=--port=3x1235"], "--port '3x1235' is not a TCP port"),
     "port out of range": (["--sglang-arg=--port=70000"], "--port '70000' is not a TCP port"),
 }
