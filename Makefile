@@ -46,10 +46,10 @@ test: $(BIN)/epstack
 docs: $(BIN)/epstack
 	$(BIN)/mkdocs build --strict
 
-# The reference pages written from the code: command line, option names, exit codes (tests/test_docs.py
-# fails when one drifts).
+# The reference pages written from the code: command line, option names, exit codes, and the README's
+# commands table (tests/test_docs.py fails when one drifts).
 reference: $(BIN)/epstack
-	$(BIN)/python -m epstack.commands.clireference docs/reference
+	$(BIN)/python -m epstack.commands.clireference docs/reference README.md
 
 # The quick loop: pytest's default selection (pyproject.toml), no Docker, PyPI or GPU.
 unit: $(BIN)/epstack

@@ -26,7 +26,7 @@ IMAGE_COMMANDS: dict[str, str] = {
 def register(subparsers: SubParsers, chosen: str | None = None) -> None:
     """Add `image` with `chosen`'s command, or every one when `chosen` is None or not one of them."""
     image = subparsers.add_parser(
-        "image", help="commands an image's build and its container start run (guard --record, sbom, ...)"
+        "image", help="what an image's build and its container start run (not needed by hand)"
     )
     commands = image.add_subparsers(dest="image_command", required=True, metavar="SUBCOMMAND")
     wanted = [IMAGE_COMMANDS[chosen]] if chosen in IMAGE_COMMANDS else IMAGE_COMMANDS.values()

@@ -1,7 +1,9 @@
 """Every option name of every command and its one meaning, as data: docs/reference/options.md is
 written from it (epstack.commands.clireference), and `conflicts` (run by tests/commands/test_meanings.py)
 refuses a parser that uses a name with another meaning: a flag where it takes a value, a fixed set of
-choices where it takes free text (or the reverse), another value name (metavar) where one is fixed."""
+choices where it takes free text (or the reverse), another value name (metavar) where one is fixed (so
+`--out` is a FILE and `--out-dir` a DIR everywhere), or a name retired for another (RETIRED: `--nodes`,
+`--gpus-per-node` are the one name of their concept)."""
 
 from __future__ import annotations
 
@@ -190,6 +192,16 @@ MEANINGS: dict[str, Meaning] = {
 }
 
 
+# Names retired so that one concept has one name: each lives on only as an old name kept one release
+# (common.rename), never as an option of its own.
+RETIRED: dict[str, str] = {
+    "--nproc-per-node": "--gpus-per-node",
+    "--gpus": "--gpus-per-node",
+    "--nnodes": "--nodes",
+    "--preset": "--profile",
+}
+
+
 def _takes(action: argparse.Action) -> str:
     return "flag" if action.nargs == 0 else "choice" if action.choices else "value"
 
@@ -200,7 +212,9 @@ def conflicts(uses: Iterable[tuple[str, argparse.Action]]) -> list[str]:
     for command, action in uses:
         for name in (n for n in action.option_strings if n.startswith("--")):
             meaning = MEANINGS.get(name)
-            if meaning is None:
+            if name in RETIRED:
+                found.append(f"{command} {name}: a retired name, one name per concept; fix: {RETIRED[name]}")
+            elif meaning is None:
                 found.append(f"{command} {name}: no meaning in epstack.commands.meanings; fix: add one")
             elif _takes(action) != meaning.takes:
                 found.append(f"{command} {name}: takes a {_takes(action)}, its meaning a {meaning.takes}")

@@ -353,7 +353,9 @@ def _add_candidates(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: SubParsers) -> None:
     """Add `pins check`, `get`, `predict`, `bump`, `outdated` and `lock` to the top-level subcommands."""
-    pins = subparsers.add_parser("pins", help="check the pins file, read a pin, predict SGLang's moves")
+    pins = subparsers.add_parser(
+        "pins", help="check the pins file, read a pin, predict and bump moves, see upstream, lock the layers"
+    )
     commands = pins.add_subparsers(dest="pins_command", required=True, metavar="SUBCOMMAND")
     check = commands.add_parser("check", parents=[PINS], help="validate pins.env and its compatibility rules")
     check.add_argument(

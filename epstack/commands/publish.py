@@ -64,7 +64,7 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
 def register(subparsers: SubParsers) -> None:
     """Add `publish push|pull|login|digest|promote` to the top-level subcommands."""
     commands = subparsers.add_parser(
-        "publish", help="push guarded images by digest; pull them by digest"
+        "publish", help="push guarded images to a registry by digest, pull them by digest; ECR's login"
     ).add_subparsers(dest="publish_command", required=True, metavar="SUBCOMMAND")
     push = commands.add_parser(
         "push", parents=[PINS], help="guard the images a build made, push them, write the build manifest"

@@ -30,6 +30,8 @@ def test_every_meaning_is_used() -> None:
         ("--profile", {}, "takes a value, its meaning a choice"),
         ("--arch", {"metavar": "LIST"}, "metavar LIST, its meaning's ARCH"),
         ("--brand-new", {}, "no meaning in epstack.commands.meanings"),
+        ("--nnodes", {}, "a retired name, one name per concept"),
+        ("--out", {"metavar": "DIR"}, "metavar DIR, its meaning's FILE"),
     ],
 )
 def test_a_second_meaning_fails(
@@ -42,7 +44,7 @@ def test_a_second_meaning_fails(
         subparsers.choices["jit"].add_argument(name, help="an option with another meaning", **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(jit, "register", with_one_more)
-    fix = "; fix: add one" if "no meaning" in broken else ""
+    fix = "; fix: add one" if "no meaning" in broken else "; fix: --nodes" if "retired" in broken else ""
     assert f"epstack jit {name}: {broken}{fix}" in conflicts(clireference.uses())
 
 
