@@ -95,6 +95,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+def count_up_to(limit: int) -> Callable[[str], int]:
+    """A count of 1 to `limit`: beyond it a typo rather than a job (1e6 replicas, a week of start-up)."""
+
+    def count(text: str) -> int:
+        value = positive_int(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"{text} is more than {limit}; fix: at most {limit}")
+        return value
+
+    count.__name__ = f"count_up_to_{limit}"
+    return count
+
+
 def non_negative_int(text: str) -> int:
     """An index or a seed: 0 or more."""
     value = int(_number(text, int))
@@ -245,20 +258,46 @@ def _option_name(arg: str) -> str:
     return arg.split("=", 1)[0]
 
 
+# Reads a values file into the flags it stands for (a command's parser passed for their checks).
+ValuesReader = Callable[[Path, argparse.ArgumentParser], list[str]]
+VALUES_FLAGS = ("-f", "--values")
+
+
 class Parser(argparse.ArgumentParser):
     """Every epstack parser: an option is spelt whole (no abbreviations: a later option cannot change
     what a script's abbreviation means), and an argument error is one line on stderr naming the bad
-    flag or value, the near miss and where the help is; exit 2."""
+    flag or value, the near miss and where the help is; exit 2. A command with a values file
+    (add_values_file) reads it first: its flags, then the command line's, which win."""
+
+    values_reader: ValuesReader | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
         self._given: list[str] = []
 
+    def _with_values(self, args: list[str], reader: ValuesReader) -> list[str]:
+        """`args` after the flags of each `-f FILE` in them (in their order)."""
+        files = []
+        for at, arg in enumerate(args):
+            if arg == "--":
+                break
+            if arg in VALUES_FLAGS and at + 1 < len(args):
+                files.append(args[at + 1])
+            elif arg.startswith("--values="):
+                files.append(arg.split("=", 1)[1])
+        try:
+            read = [flag for name in files for flag in reader(path_arg(name), self)]
+        except (EpstackError, argparse.ArgumentTypeError) as exc:
+            self.error(str(exc))
+        return [*read, *args]
+
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         self._given = list(sys.argv[1:] if args is None else args)
+        if self.values_reader is not None:
+            self._given = self._with_values(self._given, self.values_reader)
         parsed, extras = super().parse_known_args(self._given, namespace)
         if not hasattr(parsed, _PARSER):  # a command's parser sets it first, its group's after
             setattr(parsed, _PARSER, self)
@@ -301,6 +340,13 @@ class Parser(argparse.ArgumentParser):
         line = self.unknown(strange[0]) if strange and "required" in message else message
         sys.stderr.write(f"error: {line} (see {self.prog} --help)\n")
         sys.exit(BAD_INPUT)
+
+
+def add_values_file(parser: argparse.ArgumentParser, reader: ValuesReader, help_text: str) -> None:
+    """`-f/--values FILE` (repeatable): the command's settings from a file, which flags override (read
+    by a Parser, as every epstack parser is)."""
+    parser.add_argument(*VALUES_FLAGS, type=path_arg, action="append", metavar="FILE", help=help_text)
+    setattr(parser, "values_reader", reader)  # noqa: B010 (argparse's own class has no such field)
 
 
 def add_global_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:

@@ -55,6 +55,9 @@ MEANINGS: dict[str, Meaning] = {
     "--build-report": Meaning(text="a build report `epstack build --report` wrote", metavar="FILE"),
     "--summary": Meaning(text="also write the result as Markdown to FILE", metavar="FILE"),
     "--manifest": Meaning(text="a build manifest (JSON) naming the built images"),
+    "--values": Meaning(
+        text="a values file (YAML) of the command's settings; flags given too win", metavar="FILE"
+    ),
     "--validate": Meaning(text="only validate FILE", metavar="FILE"),
     "--check": _flag("verify instead of writing: exit 1 on any difference, write nothing"),
     "--compare": Meaning(text="exit 1 unless FILE equals what the command would write", metavar="FILE"),
