@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rich.markup import escape
 
-from epstack.aws.batchspec import render_batchspec
+from epstack.aws.batchspec import command, fleet_arn, render_batchspec
 from epstack.aws.buildspec import load_buildspec
 from epstack.aws.checkout import pins_sha256, revision, source_root
 from epstack.aws.clients import Backoff, codebuild_client, logs_client
@@ -115,16 +115,23 @@ def cmd_start(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_batchspec(args: argparse.Namespace, console: Console) -> int:
-    text = render_batchspec(load_pins(pins_path(args.pins)))
+    text = render_batchspec(load_pins(pins_path(args.pins)), smoke_fleet=args.smoke_fleet)
     if args.compare:
         if read_text(args.compare, what="a batch buildspec") != text:
             raise LintFailed(
-                f"{args.compare} differs from pins.env; fix: epstack codebuild batchspec > {args.compare}"
+                f"{args.compare} differs from pins.env; fix: {command(args.smoke_fleet)} > {args.compare}"
             )
         results_console(console).print(f"[green]{escape(str(args.compare))} matches pins.env[/]")
         return 0
     print(text, end="")
     return 0
+
+
+def _fleet(text: str) -> str:
+    try:
+        return fleet_arn(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
 def cmd_ecr_login(args: argparse.Namespace, console: Console) -> int:
@@ -231,6 +238,21 @@ def register(subparsers: SubParsers) -> None:
         "--compare", type=path_arg, metavar="FILE", help="exit 1 unless FILE equals the rendering"
     )
     rename(batch, "--compare", "--check")
+    smoke = batch.add_mutually_exclusive_group(required=True)
+    smoke.add_argument(
+        "--smoke-fleet",
+        type=_fleet,
+        metavar="ARN",
+        help="each target's smoke after its build, on this reserved capacity fleet of Hopper or Blackwell "
+        "GPUs (CodeBuild's on-demand LINUX_GPU_CONTAINER has A10G or T4, which cannot run it)",
+    )
+    smoke.add_argument(
+        "--no-smoke",
+        dest="smoke_fleet",
+        action="store_const",
+        const=None,
+        help="builds only: no smoke tasks (no fleet of Hopper or Blackwell GPUs)",
+    )
     batch.set_defaults(func=cmd_batchspec)
 
 

@@ -52,8 +52,10 @@ EXAMPLES: dict[str, str] = {
     "codebuild lint": "epstack codebuild lint buildspecs/*.yml",
     "codebuild run-local": "epstack codebuild run-local buildspecs/build.yml --env EPSTACK_TARGET=hopper-ib",
     "codebuild start": "epstack codebuild start --project epstack-images --target hopper-ib --watch",
-    "codebuild batchspec": "epstack codebuild batchspec > buildspecs/batch.yml\n"
-    "epstack codebuild batchspec --compare buildspecs/batch.yml",
+    "codebuild batchspec": "epstack codebuild batchspec --no-smoke > buildspecs/batch.yml\n"
+    "epstack codebuild batchspec --smoke-fleet arn:aws:codebuild:us-east-1:123456789012:fleet/h100:1 "
+    "> batch.yml\n"
+    "epstack codebuild batchspec --no-smoke --compare buildspecs/batch.yml",
     "publish login": f"epstack publish login {IMAGE.rsplit('/', 1)[0]}",
     "publish digest": f"epstack publish digest {IMAGE}:sglang-TAG",
     "publish promote": f"epstack publish promote {IMAGE}:sglang-TAG {IMAGE}:stable",

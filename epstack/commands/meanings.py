@@ -191,6 +191,8 @@ MEANINGS: dict[str, Meaning] = {
     "--watch": _flag("follow the build and exit with its status"),
     "--source-version": Meaning(text="the commit to build"),
     "--region": Meaning(text="the AWS region"),
+    "--smoke-fleet": Meaning(text="the CodeBuild fleet (Hopper, Blackwell) the smoke runs on", metavar="ARN"),
+    "--no-smoke": _flag("no smoke tasks"),
     "--poll": Meaning(text="seconds between status reads"),
 }
 

@@ -56,7 +56,7 @@ RENAMED = [
     (["image", "sbom", "--version", "base-1"], "--version", "--image-tag"),
     (["image", "nccl-check", "--version", "2.30.7"], "--version", "--nccl-version"),
     (["smoke", "elastic", "--preset", "tiny"], "--preset", "--profile"),
-    (["codebuild", "batchspec", "--check", "batch.yml"], "--check", "--compare"),
+    (["codebuild", "batchspec", "--no-smoke", "--check", "batch.yml"], "--check", "--compare"),
     (["smoke", "elastic", "--nproc-per-node", "8"], "--nproc-per-node", "--gpus-per-node"),
     (["smoke", "elastic", "--nnodes", "2"], "--nnodes", "--nodes"),
     (["smoke", "serve", "--gpus", "2"], "--gpus", "--gpus-per-node"),
