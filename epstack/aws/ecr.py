@@ -234,7 +234,10 @@ def login(
         return
     match = ECR_HOST.match(host)
     if not match:
-        raise BadInput(f"{registry}: not an ECR registry; fix: ACCOUNT.dkr.ecr.REGION.amazonaws.com")
+        raise BadInput(
+            f"{registry}: not an ECR registry, whose login epstack does; fix: docker login {host} (publish "
+            "pushes to any registry with the credentials Docker has for it)"
+        )
     client = ecr or Ecr(client=ecr_client(match["region"]), backoff=Backoff(log=log))
     docker_login(f"https://{host}", "AWS", client.login_password(match["account"]))
     log(f"logged in to {host}")

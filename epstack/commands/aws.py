@@ -259,7 +259,7 @@ def register(subparsers: SubParsers) -> None:
 def register_ecr(ecr_commands: SubParsers) -> None:
     """Add `login`, `digest` and `promote` (Amazon ECR's API) to `epstack publish`'s commands."""
     login_parser = ecr_commands.add_parser(
-        "login", help="docker login to an ECR registry (GetAuthorizationToken)"
+        "login", help="docker login to an ECR registry (GetAuthorizationToken); others: docker login"
     )
     login_parser.add_argument(
         "registry", help="ACCOUNT.dkr.ecr.REGION.amazonaws.com[/NS] (loopback: nothing to do)"

@@ -70,7 +70,12 @@ def register(subparsers: SubParsers) -> None:
         "push", parents=[PINS], help="guard the images a build made, push them, write the build manifest"
     )
     push.add_argument("report", type=path_arg, help="build report from `epstack build --report`")
-    push.add_argument("--registry", required=True, help="HOST[:PORT][/NAMESPACE]: ECR or a loopback registry")
+    push.add_argument(
+        "--registry",
+        required=True,
+        help="HOST[:PORT][/NAMESPACE]: any registry Docker's credentials reach (docker login; ECR: publish "
+        "login); stand-in images only to a loopback one",
+    )
     push.add_argument(
         "--push", choices=("all", "top"), default="all", help="every built image (default), or the top one"
     )
