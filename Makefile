@@ -5,8 +5,10 @@ BIN := $(VENV)/bin
 TARGET ?=
 # A folder of `git archive` tarballs (DeepEP, fmt, GDRCopy) and installers, for builds without GitHub.
 SOURCES ?=
-# pip extras of the venv: CodeBuild's install phase needs only aws (make .venv/bin/epstack EXTRAS=aws).
+# pip extras of the venv: CodeBuild's install phase needs only aws (make .venv/bin/epstack EXTRAS=aws);
+# `make image` only what building needs, epstack and the lint tools (IMAGE_EXTRAS), not the test ones.
 EXTRAS ?= test,aws
+IMAGE_EXTRAS := lint
 RENDER := build/render
 
 NPROC ?= 2
@@ -14,7 +16,12 @@ DEEPEP ?=
 
 .PHONY: image render lock lint test unit docs reference mutation schema constraints bench smoke smoke-upstream sglang-parser clean
 
-$(BIN)/epstack: pyproject.toml constraints.txt
+# The venv with EXTRAS installed (a stamp per set of extras: a venv made for `make image` gains the
+# test tools when `make test` asks for them).
+$(BIN)/epstack: $(VENV)/extras.$(EXTRAS)
+	touch $@
+
+$(VENV)/extras.$(EXTRAS): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $@
@@ -32,7 +39,8 @@ lint: render
 	$(BIN)/hadolint $(RENDER)/targets/*/*.Dockerfile
 	$(BIN)/shellcheck scripts/*/*.sh benchmarks/*/*.sh .ci/run
 
-image: lint
+image:
+	$(MAKE) lint EXTRAS=$(IMAGE_EXTRAS)
 	-scripts/dev/docker-engine.sh start
 	$(BIN)/epstack build $(TARGET) --out-dir $(RENDER) $(if $(SOURCES),--sources $(SOURCES))
 
