@@ -3,9 +3,11 @@
 For this tree and for an earlier commit (its epstack/ package extracted with `git archive`, so no
 worktree is touched) it counts, in a new process each, from the parser `epstack --help` is printed
 from: the top-level commands, the leaf commands (those that run something), the options of every
-leaf command together (--help and the global flags left out; those counted apart) and the distinct option
-names among them. Deprecated aliases (old command paths, old option names) are not in the parser's
-help and are not counted. Writes benchmarks/results/cli_surface.json.
+leaf command together (--help and the global flags left out; those counted apart) and the distinct
+option names among them; the same outside `epstack image` (what images run, not users); and how
+many groups the largest command's --help shows its options in. Deprecated aliases (old command
+paths, old option names) are not in the parser's help and are not counted. Writes
+benchmarks/results/cli_surface.json.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ import os
 import platform
 import subprocess
 import sys
-import tarfile
 import tempfile
-from io import BytesIO
 from pathlib import Path
+
+from benchmarks.cli_startup import extract
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "cli_surface.json"
@@ -52,6 +54,10 @@ def own(parser):
     return [a for a in options(parser) if not set(a.option_strings) & global_names]
 every = [a for _, leaf in leaves for a in own(leaf)]
 names = {max(a.option_strings, key=len) for a in every}
+# What a user's `epstack --help` leads to: `epstack image` (what images run) left out.
+users = [(p, l) for p, l in leaves if p[:1] != ["image"]]
+largest = max(leaves, key=lambda pl: len(own(pl[1])))
+groups = [g for g in largest[1]._action_groups if any(a in own(largest[1]) for a in g._group_actions)]
 subs = [a for a in top._actions if isinstance(a, argparse._SubParsersAction)][0]
 print(json.dumps({
     "top_level_commands": len(listed(subs)),
@@ -59,7 +65,10 @@ print(json.dumps({
     "options": len(every),
     "distinct_option_names": len(names),
     "global_options": len(options(top)),
-    "largest_leaf": max(((" ".join(p), len(own(l))) for p, l in leaves), key=lambda x: x[1]),
+    "largest_leaf": [" ".join(largest[0]), len(own(largest[1]))],
+    "largest_leaf_help_groups": len(groups),
+    "user_leaf_commands": len(users),
+    "user_options": sum(len(own(l)) for _, l in users),
 }))
 """
 
@@ -76,15 +85,6 @@ def measure(source: Path) -> dict[str, object]:
     )
     counts: dict[str, object] = json.loads(result.stdout)
     return counts
-
-
-def extract(revision: str, into: Path) -> Path:
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", revision, "epstack"], capture_output=True, check=True
-    )
-    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
-        tar.extractall(into, filter="data")
-    return into
 
 
 def main() -> int:
@@ -104,7 +104,8 @@ def main() -> int:
         "command": f"python benchmarks/cli_surface.py --before {args.before}",
         "machine": f"{platform.machine()}, CPython {platform.python_version()}",
         "measured": "the parser `epstack --help` prints: commands listed, leaf commands, their options "
-        "(help and global flags left out), distinct option names; deprecated aliases not counted",
+        "(help and global flags left out), distinct option names; deprecated aliases not counted; "
+        "user_*: the same outside `epstack image` (what images run); the largest command's --help groups",
         "before": {"revision": revision, **before},
         "after": {"revision": "this tree", **after},
     }

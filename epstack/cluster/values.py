@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -19,9 +19,10 @@ from typing import Any, Literal
 
 import jsonschema
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
+from epstack.aws.buildspec import Document
 from epstack.errors import BadInput, shown
 from epstack.inputs import read_text
 from epstack.suggest import did_you_mean
@@ -181,40 +182,11 @@ def schema() -> dict[str, Any]:
     return loaded
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Document:
-    path: Path
-    root: CommentedMap
-
-    def line(self, path: list[str | int]) -> int:
-        """1-based line of the deepest key or item of `path` that exists."""
-        node: Any = self.root
-        line = node.lc.line
-        for part in path:
-            if isinstance(node, CommentedMap) and part in node:
-                line = node.lc.key(part)[0]
-            elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
-                line = node.lc.item(part)[0]
-            else:
-                break
-            node = node[part]
-        return int(line) + 1
-
-    def error(self, path: list[str | int], problem: str) -> BadInput:
-        return BadInput(f"{self.path}:{self.line(path)}: {problem}")
+def _error(document: Document, path: list[str | int], problem: str) -> BadInput:
+    return BadInput(f"{document.path}:{document.line(path)}: {problem}")
 
 
-def _plain(node: Any) -> Any:
-    if isinstance(node, Mapping):
-        return {str(k): _plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_plain(v) for v in node]
-    if isinstance(node, bool | int | float) or node is None:
-        return node
-    return str(node)
-
-
-def _load(path: Path) -> _Document:
+def _load(path: Path) -> Document:
     text = read_text(path, what="a values file", limit=MAX_BYTES)
     yaml = YAML()  # round-trip: nodes keep their lines
     yaml.max_depth = MAX_DEPTH
@@ -230,10 +202,10 @@ def _load(path: Path) -> _Document:
         root = CommentedMap()
     if not isinstance(root, CommentedMap):
         raise BadInput(f"{path}:1: a values file is a mapping; fix: start with e.g. 'platform: k8s'")
-    return _Document(path=path, root=root)
+    return Document(path=path, root=root)  # the buildspec's: the same YAML, its lines kept
 
 
-def _schema_error(document: _Document, error: jsonschema.ValidationError) -> BadInput:
+def _schema_error(document: Document, error: jsonschema.ValidationError) -> BadInput:
     where = list(error.absolute_path)
     dotted = ".".join(map(str, where)) or "the file"
     holder: Any = error.schema
@@ -243,18 +215,20 @@ def _schema_error(document: _Document, error: jsonschema.ValidationError) -> Bad
         key = next(k for k in instance if k not in allowed)
         hint = did_you_mean(key, allowed) or f"use one of {', '.join(allowed)}"
         inside = f" in {dotted}" if where else ""
-        return document.error([*where, key], f"{shown(key)}: not a key{inside}; fix: {hint}")
+        return _error(document, [*where, key], f"{shown(key)}: not a key{inside}; fix: {hint}")
     if error.validator == "enum":
         listed: Any = error.validator_value
         choices = [str(c) for c in listed]
         hint = did_you_mean(str(instance), choices) or f"one of {', '.join(choices)}"
-        return document.error(where, f"{dotted}: {shown(str(instance))} is not a choice; fix: {hint}")
-    return document.error(
-        where, f"{dotted}: {error.message}; fix: see the schema (docs/guides/clusters.md#values-files)"
+        return _error(document, where, f"{dotted}: {shown(str(instance))} is not a choice; fix: {hint}")
+    return _error(
+        document,
+        where,
+        f"{dotted}: {error.message}; fix: see the schema (docs/guides/clusters.md#values-files)",
     )
 
 
-def _entries(document: _Document, values: dict[str, Any]) -> Iterator[tuple[Key, list[str | int], Any]]:
+def _entries(document: Document, values: dict[str, Any]) -> Iterator[tuple[Key, list[str | int], Any]]:
     for key in KEYS:
         holder = values.get(key.group, {}) if key.group else values
         if key.name in holder:
@@ -284,7 +258,7 @@ def _checked(action: argparse.Action, text: str) -> None:
 def flags(path: Path, parser: argparse.ArgumentParser) -> list[str]:
     """The flags `path` stands for, each value checked as its flag checks it; BadInput (file:line)."""
     document = _load(path)
-    values = _plain(document.root)
+    values = document.plain()
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(values), key=lambda e: document.line(list(e.absolute_path)))
     if errors:
@@ -298,6 +272,6 @@ def flags(path: Path, parser: argparse.ArgumentParser) -> list[str]:
                 try:
                     _checked(action, text)
                 except ValueError as exc:
-                    raise document.error(at, f"{'.'.join(map(str, at))} ({key.flag}): {exc}") from None
+                    raise _error(document, at, f"{'.'.join(map(str, at))} ({key.flag}): {exc}") from None
             argv += [key.flag] if key.kind == "switch" else [key.flag, text]
     return argv

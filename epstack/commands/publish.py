@@ -61,6 +61,18 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _add_out_dir(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--out-dir",
+        dest="out",
+        metavar="DIR",
+        type=path_arg,
+        default=DEFAULT_OUT,
+        help=f"{what} (default {DEFAULT_OUT})",
+    )
+    rename(parser, "--out-dir", "--out")
+
+
 def register(subparsers: SubParsers) -> None:
     """Add `publish push|pull|login|digest|promote` to the top-level subcommands."""
     commands = subparsers.add_parser(
@@ -79,15 +91,7 @@ def register(subparsers: SubParsers) -> None:
     push.add_argument(
         "--push", choices=("all", "top"), default="all", help="every built image (default), or the top one"
     )
-    push.add_argument(
-        "--out-dir",
-        dest="out",
-        metavar="DIR",
-        type=path_arg,
-        default=DEFAULT_OUT,
-        help=f"manifest, JUnit and image.env (default {DEFAULT_OUT})",
-    )
-    rename(push, "--out-dir", "--out")
+    _add_out_dir(push, "manifest, JUnit and image.env")
     push.set_defaults(func=cmd_publish)
     pull_parser = commands.add_parser(
         "pull", parents=[PINS], help="resolve an image's digest in the registry and pull by it"
@@ -98,14 +102,6 @@ def register(subparsers: SubParsers) -> None:
         "--layer", choices=LAYER_NAMES, default=TOP.name, help=f"which layer's image (default {TOP.name})"
     )
     pull_parser.add_argument("--image", help="REPOSITORY:TAG instead of --target and --layer")
-    pull_parser.add_argument(
-        "--out-dir",
-        dest="out",
-        metavar="DIR",
-        type=path_arg,
-        default=DEFAULT_OUT,
-        help=f"where image.env goes (default {DEFAULT_OUT})",
-    )
-    rename(pull_parser, "--out-dir", "--out")
+    _add_out_dir(pull_parser, "where image.env goes")
     pull_parser.set_defaults(func=cmd_pull)
     register_ecr(commands)
