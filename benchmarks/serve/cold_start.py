@@ -205,7 +205,7 @@ def run() -> None:
             if made.returncode != 0:
                 continue
             sha256 = out.with_name(f"{out.name}.sha256").read_text().split()[0]
-            step(log, f"unpack {toolchain}", sys.executable, "-m", "epstack", "jit", "unpack", str(out),
+            step(log, f"unpack {toolchain}", sys.executable, "-m", "epstack", "image", "jit-unpack", str(out),
                  "--sha256", sha256, "--into", str(home / "jit" / folder), env=empty)  # fmt: skip
             result["exports"][toolchain] = {"bytes": out.stat().st_size, "sha256": sha256}
         shipping = empty | {"EPSTACK_HOME": str(home), "EPSTACK_REPORTS": str(WORK / "reports"),

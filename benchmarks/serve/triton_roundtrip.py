@@ -79,13 +79,13 @@ def run() -> dict[str, Any]:
     sha256 = EXPORT.with_name(f"{EXPORT.name}.sha256").read_text().split()[0] if EXPORT.is_file() else ""
     elsewhere = {**env, "TRITON_CACHE_DIR": "/tmp/triton-roundtrip/other"}
     result["unpack_other_folder"] = step(
-        [*epstack, "jit", "unpack", str(EXPORT), "--sha256", sha256], elsewhere
+        [*epstack, "image", "jit-unpack", str(EXPORT), "--sha256", sha256], elsewhere
     )
     shutil.rmtree(tritonserve.SHIPPED, ignore_errors=True)  # were it not refused
     shutil.rmtree(CACHE)
     CACHE.mkdir()
-    result["unpack"] = step([*epstack, "jit", "unpack", str(EXPORT), "--sha256", sha256], env)
-    result["install"] = step([*epstack, "jit", "install"], env)
+    result["unpack"] = step([*epstack, "image", "jit-unpack", str(EXPORT), "--sha256", sha256], env)
+    result["install"] = step([*epstack, "image", "jit-install"], env)
     rows = tritonserve.guard_rows(env, ["9.0a"])
     result["guard_rows"] = [{"verdict": r.verdict, "found": r.found, "detail": r.detail} for r in rows]
     result["shipped_run"] = step(child, env)
