@@ -72,7 +72,8 @@ mutation: $(BIN)/epstack
 schema: $(BIN)/epstack
 	$(BIN)/python -c "from epstack.pins.load import SCHEMA_PATH, pins_json_schema; SCHEMA_PATH.write_text(pins_json_schema())"
 	$(BIN)/python -c "from epstack.cluster.values import SCHEMA_PATH, values_schema; \
-	  from epstack.commands.cluster import render_parser; SCHEMA_PATH.write_text(values_schema(render_parser()))"
+	  from epstack.commands.cluster import flags_of, render_parser; \
+	  SCHEMA_PATH.write_text(values_schema(flags_of(render_parser())))"
 
 constraints: $(BIN)/epstack
 	{ sed -n 1,2p constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^epstack' \

@@ -1,7 +1,7 @@
 """`cluster render -f FILE`: a site's job settings as a values file (YAML, as helm's), the flags it
 stands for written as groups (site, storage, secrets by reference, scheduling, router). Each key is a
 flag's own name (KEYS); the file is checked against the shipped schema (values.schema.json, written
-from KEYS and the parser's choices by `make schema`), then each value by its flag's own check, and
+from KEYS and the flags' choices by `make schema`), then each value by its flag's own check, and
 becomes that flag, before the command line's: a flag given on the command line wins over the file (a
 map's key or a list's item is added to the file's). Every problem is one line naming the file, the
 line and the fix.
@@ -9,9 +9,8 @@ line and the fix.
 
 from __future__ import annotations
 
-import argparse
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -135,11 +134,21 @@ GROUPS: dict[str, str] = {
 _PAIR = "{}={}"
 
 
-def _value_schema(key: Key, action: argparse.Action) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class Flag:
+    """What the command line knows of a flag: its check of a value (ValueError with the fix), its
+    choices, its help (epstack.commands.cluster reads them from the parser)."""
+
+    check: Callable[[str], object] | None = None
+    choices: tuple[str, ...] = ()
+    help: str = ""
+
+
+def _value_schema(key: Key, flag: Flag) -> dict[str, Any]:
     text: dict[str, Any] = {"type": "string", "minLength": 1}
-    if action.choices:
-        text = {"enum": list(action.choices)}
-    described = {"description": " ".join((action.help or "").split()) + f" ({key.flag})"}
+    if flag.choices:
+        text = {"enum": list(flag.choices)}
+    described = {"description": " ".join(flag.help.split()) + f" ({key.flag})"}
     if key.kind == "count":
         return {"type": "integer", "minimum": 1, **described}
     if key.kind == "switch":
@@ -160,13 +169,12 @@ def _closed(properties: dict[str, Any], description: str) -> dict[str, Any]:
     }
 
 
-def values_schema(parser: argparse.ArgumentParser) -> str:
-    """The JSON schema of the values file, from KEYS and `parser` (cluster render's): types, choices,
-    help. `make schema` writes it; a test keeps the shipped one equal."""
-    actions = parser._option_string_actions
-    top = {key.name: _value_schema(key, actions[key.flag]) for key in KEYS if not key.group}
+def values_schema(flags: Mapping[str, Flag]) -> str:
+    """The JSON schema of the values file, from KEYS and `flags` (cluster render's, by name): types,
+    choices, help. `make schema` writes it; a test keeps the shipped one equal."""
+    top = {key.name: _value_schema(key, flags[key.flag]) for key in KEYS if not key.group}
     for group, description in GROUPS.items():
-        inside = {key.name: _value_schema(key, actions[key.flag]) for key in KEYS if key.group == group}
+        inside = {key.name: _value_schema(key, flags[key.flag]) for key in KEYS if key.group == group}
         top[group] = _closed(inside, description)
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -246,16 +254,7 @@ def _flag_values(key: Key, value: Any) -> list[tuple[str | int, str]]:
     return [("", str(value))]
 
 
-def _checked(action: argparse.Action, text: str) -> None:
-    """The flag's own check of a value (its type, its choices): ValueError with the flag's words."""
-    if action.type is not None and callable(action.type):
-        try:
-            action.type(text)
-        except (argparse.ArgumentTypeError, ValueError) as exc:
-            raise ValueError(str(exc)) from None
-
-
-def flags(path: Path, parser: argparse.ArgumentParser) -> list[str]:
+def flags(path: Path, known: Mapping[str, Flag]) -> list[str]:
     """The flags `path` stands for, each value checked as its flag checks it; BadInput (file:line)."""
     document = _load(path)
     values = document.plain()
@@ -265,12 +264,12 @@ def flags(path: Path, parser: argparse.ArgumentParser) -> list[str]:
         raise _schema_error(document, errors[0])
     argv: list[str] = []
     for key, where, value in _entries(document, values):
-        action = parser._option_string_actions[key.flag]
+        check = known[key.flag].check
         for part, text in _flag_values(key, value):
             at = [*where, part] if part != "" else where
-            if key.kind != "switch":
+            if check is not None and key.kind != "switch":
                 try:
-                    _checked(action, text)
+                    check(text)
                 except ValueError as exc:
                     raise _error(document, at, f"{'.'.join(map(str, at))} ({key.flag}): {exc}") from None
             argv += [key.flag] if key.kind == "switch" else [key.flag, text]

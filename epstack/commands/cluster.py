@@ -562,6 +562,30 @@ def _site_arguments(render: argparse.ArgumentParser) -> None:
     )
 
 
+def _flag(action: argparse.Action) -> values.Flag:
+    """A flag as the values file sees it: its argparse type as a check raising ValueError."""
+    convert = action.type if callable(action.type) else None
+
+    def check(text: str) -> object:
+        try:
+            return convert(text) if convert else text
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(str(exc)) from None
+
+    return values.Flag(check=check, choices=tuple(map(str, action.choices or ())), help=action.help or "")
+
+
+def flags_of(parser: argparse.ArgumentParser) -> dict[str, values.Flag]:
+    """Each long option of `parser` (cluster render's) as the values file sees it."""
+    return {
+        name: _flag(action) for name, action in parser._option_string_actions.items() if name.startswith("--")
+    }
+
+
+def _read_values(path: Path, parser: argparse.ArgumentParser) -> list[str]:
+    return values.flags(path, flags_of(parser))
+
+
 def render_parser() -> argparse.ArgumentParser:
     """`cluster render`'s parser, as `epstack` builds it."""
     from epstack.commands.main import build_parser  # noqa: PLC0415 (the CLI above this module)
@@ -648,7 +672,7 @@ def register(subparsers: SubParsers) -> None:
     _site_arguments(render)
     add_values_file(
         render,
-        values.flags,
+        _read_values,
         "the job's settings as a values file (YAML: site, storage, secrets, scheduling, router; "
         "schema: epstack/cluster/values.schema.json); flags given too win (repeatable: later files win)",
     )

@@ -23,7 +23,7 @@ EXAMPLES: dict[str, str] = {
     "render": "epstack render --out build/render",
     "build": "epstack build hopper-ib --report build/report.json",
     "guard": "epstack guard --layer sglang --json -",
-    "image guard": "epstack image guard --layer sglang --json /opt/epstack/reports/sglang.json --record",
+    "image guard": "epstack image guard --layer sglang --json reports/sglang.json --record",
     "jit probe": "epstack jit probe --layer sglang --cuda-arch 9.0a --json build/jit.json",
     "image jit-unpack": "epstack image jit-unpack kernels.tar.gz --sha256 "
     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",

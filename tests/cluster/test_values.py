@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from epstack.cluster.values import KEYS, SCHEMA_PATH, values_schema
-from epstack.commands.cluster import INPUT_OUTPUT, render_parser
+from epstack.commands.cluster import INPUT_OUTPUT, flags_of, render_parser
 from epstack.commands.main import main
 from tests.cluster.conftest import check_cluster_golden, render
 from tests.cluster.test_production import K8S_FLAGS
@@ -40,7 +40,7 @@ def test_flags_win_over_the_file(tmp_path: Path) -> None:
 
 
 def test_the_shipped_schema_is_written_from_the_parser() -> None:
-    assert SCHEMA_PATH.read_text() == values_schema(render_parser()), "run `make schema`"
+    assert SCHEMA_PATH.read_text() == values_schema(flags_of(render_parser())), "run `make schema`"
 
 
 def test_every_render_option_is_a_key_or_input_output() -> None:

@@ -103,7 +103,7 @@ def test_each_export_is_mounted_and_unpacked_by_its_own_digest_and_labelled_by_t
             run.index(mount)
             < run.index("epstack image jit-unpack")
             <= run.index(unpack)
-            < run.index("epstack guard")
+            < run.index("epstack image guard")
         )
     assert f'io.epstack.kernels.sha256="{exports_digest([SHA256, dg.sha256])}"' in text
     assert "deep_gemm: 2 kernels" in text and "nvcc V13.0.88" in text

@@ -101,7 +101,7 @@ def test_the_pins_digest_ignores_hashes_comments_and_order_but_not_a_version() -
 def test_a_lock_is_written_with_its_title_inputs_and_digests_then_uvs_entries() -> None:
     text = render_lock("sglang", {"requires": "sglang==0.5.23", "excludes": "deep-ep"}, resolution())
     assert text.splitlines()[:5] == [
-        "# epstack pins lock sglang: written by `epstack pins lock` from pins.env; do not edit.",
+        "# epstack lock sglang: written by `epstack lock` from pins.env; do not edit.",
         "# requires: sglang==0.5.23",
         "# excludes: deep-ep",
         f"# inputs-sha256: {inputs_digest({'requires': 'sglang==0.5.23', 'excludes': 'deep-ep'})}",
@@ -151,7 +151,7 @@ def test_an_edited_entry_is_not_intact_and_a_changed_digest_line_neither() -> No
 
 def test_a_header_key_must_be_lower_case_words() -> None:
     """A `# Note: ...` comment is no input: it ends the header and starts the entries."""
-    text = f"# epstack pins lock x: title\n# requires: x\n# Note: y\n# more: z\n{BODY}"
+    text = f"# epstack lock x: title\n# requires: x\n# Note: y\n# more: z\n{BODY}"
     lock = parse_lock("x", text)
     assert lock.inputs == {"requires": "x"} and lock.body_start == 3
 
