@@ -2,8 +2,10 @@
 # Packs the pinned SGLang stack for a GPU host without network (../shared/gpu-ferry/README.md's method):
 # the wheels of WANT (the sglang lock's distributions the host lacks, at the lock's versions) for
 # CPython 3.12 manylinux, sglang-kernel without its FA3 and sm100 libraries (RECORD edited; serve with
-# --attention-backend triton), all in one tar split into CHUNK-sized pieces under OUT_DIR/c/, each
-# small enough to travel with one device call. Also epstack's own dependency wheels in OUT_DIR/epd/.
+# --attention-backend triton), and the pinned NCCL wheel (the base lock's entry, its hashes checked;
+# the host's install phase puts it over its older NCCL: benchmarks/elastic/h200/install.py), all in one
+# tar split into CHUNK-sized pieces under OUT_DIR/c/, each small enough to travel with one device call.
+# Also epstack's own dependency wheels in OUT_DIR/epd/. PYTHON (default .venv/bin/python) reads the lock.
 set -euo pipefail
 want=${WANT:-../shared/gpu-ferry/want.txt}
 dir=${OUT_DIR:-.ferry}
@@ -14,6 +16,17 @@ for v in 17 24 27 28 31 34 35; do platforms+=(--platform "manylinux_2_${v}_x86_6
 platforms+=(--platform manylinux2014_x86_64)
 pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp "${platforms[@]}" -d "$dir/w" -r "$want" sglang-kernel==0.4.10
+"${PYTHON:-.venv/bin/python}" - >"$dir/nccl.txt" <<'PY'
+from pathlib import Path
+from epstack.pins.load import load_pins
+from epstack.python.lockfile import entry_text, read_lock
+lock = read_lock(Path("locks"), "base")
+if lock is None:
+    raise SystemExit("ferry-pack.sh: no locks/base.txt; fix: run from the repository root")
+print(entry_text(lock, load_pins(Path("pins.env")).wheels.nccl), end="")
+PY
+pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp "${platforms[@]}" -d "$dir/w" --require-hashes -r "$dir/nccl.txt"
 kernel=$(ls "$dir"/w/sglang_kernel-0.4.10-*.whl)
 tmp=$(mktemp -d)
 (cd "$tmp" && unzip -q "$OLDPWD/$kernel" && rm -f sgl_kernel/flash_ops.abi3.so sgl_kernel/sm100/common_ops.abi3.so \
