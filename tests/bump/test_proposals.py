@@ -151,7 +151,7 @@ def test_the_nccl_group_moves_nccl_over_torchs_pin_to_the_newest_the_rules_allow
     assert "\nnvidia-nccl-cu13==2.33.1 \\\n" in base
     predict = ["pins", "predict", "--pins", str(checkout / "pins.env"), "--locks", str(checkout / "locks")]
     assert main(predict) == 0
-    said = " ".join(capsys.readouterr().err.split())
+    said = " ".join(capsys.readouterr().out.split())
     assert "nvidia-nccl-cu13: a plain install takes 2.30.7 (torch==2.14.1); the images install 2.33.1" in said
 
 
