@@ -14,6 +14,7 @@ from epstack.aws.clients import Backoff, codebuild_client, logs_client
 from epstack.aws.codebuild import StartRequest, Watch, check_privileged, start
 from epstack.aws.ecr import ecr_for, login, parse_ecr_image
 from epstack.aws.lint import LintFailed, lint, lint_or_raise, rules_for
+from epstack.aws.publish import registry_for
 from epstack.aws.runner import (
     DEFAULT_TIMEOUT,
     loopback_registry,
@@ -25,6 +26,7 @@ from epstack.aws.secrets import aws_secrets
 from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, rename, results_console, seconds
 from epstack.errors import BadInput
 from epstack.image.engine import DockerEngine
+from epstack.image.registry import ECR_HOST
 from epstack.inputs import read_text
 from epstack.output import check_output
 from epstack.pins.load import load_pins
@@ -142,11 +144,27 @@ def cmd_ecr_login(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _other_registry(image: str) -> tuple[str, str, str] | None:
+    """(host, repository, tag) of an image in a registry other than ECR, else None."""
+    host, slash, rest = image.partition("/")
+    if not slash or not ("." in host or ":" in host or host == "localhost") or ECR_HOST.match(host):
+        return None
+    repository, colon, tag = rest.rpartition(":")
+    if not colon or not repository or "/" in tag:
+        raise BadInput(f"{image}: no tag; fix: HOST/REPOSITORY:TAG")
+    return host, repository, tag
+
+
 def cmd_ecr_digest(args: argparse.Namespace, console: Console) -> int:
-    image = parse_ecr_image(args.image)
-    digest = ecr_for(image, Backoff(log=console.print)).digest(image)
+    other = _other_registry(args.image)
+    if other:
+        host, repository, tag = other
+        digest = registry_for(host, DockerEngine.find()).digest(repository, tag)
+    else:
+        image = parse_ecr_image(args.image)
+        digest = ecr_for(image, Backoff(log=console.print)).digest(image)
     if digest is None:
-        raise BadInput(f"{args.image}: no such tag; fix: check the tag (aws ecr list-images)")
+        raise BadInput(f"{args.image}: no such tag; fix: check the tag")
     print(digest)
     return 0
 
@@ -265,8 +283,12 @@ def register_ecr(ecr_commands: SubParsers) -> None:
         "registry", help="ACCOUNT.dkr.ecr.REGION.amazonaws.com[/NS] (loopback: nothing to do)"
     )
     login_parser.set_defaults(func=cmd_ecr_login)
-    digest = ecr_commands.add_parser("digest", help="print the digest a tag names")
-    digest.add_argument("image", metavar="IMAGE:TAG", help="an image in ECR by tag")
+    digest = ecr_commands.add_parser("digest", help="print the digest a tag names, in any registry")
+    digest.add_argument(
+        "image",
+        metavar="IMAGE:TAG",
+        help="an image by tag: in ECR (REPOSITORY:TAG or its URI) or HOST/REPO:TAG",
+    )
     digest.set_defaults(func=cmd_ecr_digest)
     promote = ecr_commands.add_parser("promote", help="point DST's tag at SRC's manifest (same digest)")
     promote.add_argument("source", metavar="SRC", help="IMAGE:TAG whose manifest to point at")

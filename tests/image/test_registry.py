@@ -11,6 +11,7 @@ import pytest
 
 from epstack.aws.ecr import EcrRegistry
 from epstack.aws.publish import registry_for
+from epstack.commands.main import main
 from epstack.image.engine import DockerEngine
 from epstack.image.registry import DockerRegistry, LoopbackRegistry
 
@@ -55,3 +56,15 @@ def test_the_docker_backend_reads_what_the_registry_holds(
     assert docker.config_digest(repository, "1") == api.config_digest(repository, "1") == image_id
     assert docker.digest(repository, "no-such-tag") is None
     assert docker.tag_immutable(repository) is False
+
+
+@pytest.mark.docker
+def test_publish_digest_reads_any_registry(
+    registry: str, pushed: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    repository, _ = pushed
+    assert main(["publish", "digest", f"{registry}/{repository}:1"]) == 0
+    out = capsys.readouterr().out
+    assert out == f"{LoopbackRegistry(host=registry).digest(repository, '1')}\n"
+    assert main(["publish", "digest", f"{registry}/{repository}:no-such-tag"]) == 2
+    assert "no such tag" in capsys.readouterr().err
