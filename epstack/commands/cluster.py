@@ -317,11 +317,7 @@ def _say_model_trust(args: argparse.Namespace, job: Job, console: Console) -> No
         return
     profile = PROFILES[args.profile or "deepseek-v3"]
     model = args.model_path or profile.model_path
-    if (
-        not profile.generated
-        and not model.startswith("/")
-        and not _COMMIT.match(args.model_revision or "")
-    ):
+    if not profile.generated and not model.startswith("/") and not _COMMIT.match(args.model_revision or ""):
         moving = (
             f"--model-revision {args.model_revision} is a branch"
             if args.model_revision

@@ -314,8 +314,14 @@ def _register_tiny_model(smoke: Any) -> None:
         description=tinymodel.__doc__,
     )
     p.add_argument(
-        "--out", type=path_arg, required=True, help="the model folder, e.g. /models/tiny-qwen3-moe"
+        "--out-dir",
+        dest="out",
+        metavar="DIR",
+        type=path_arg,
+        required=True,
+        help="the model folder, e.g. /models/tiny-qwen3-moe",
     )
+    rename(p, "--out-dir", "--out")
     p.add_argument(
         "--seed", type=non_negative_int, default=tinymodel.SEED, help="the weights' seed (default 0)"
     )
