@@ -7,7 +7,8 @@ leaf command together (--help and the global flags left out; those counted apart
 option names among them; the same outside `epstack image` (what images run, not users); and how
 many groups the largest command's --help shows its options in. Deprecated aliases (old command
 paths, old option names) are not in the parser's help and are not counted. Writes
-benchmarks/results/cli_surface.json.
+benchmarks/results/cli_surface.json. Run from the repository root:
+`python -m benchmarks.cli_surface --before REV`.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def main() -> int:
         before = measure(extract(args.before, Path(tmp)))
     after = measure(REPO)
     result = {
-        "command": f"python benchmarks/cli_surface.py --before {args.before}",
+        "command": f"python -m benchmarks.cli_surface --before {args.before}",
         "machine": f"{platform.machine()}, CPython {platform.python_version()}",
         "measured": "the parser `epstack --help` prints: commands listed, leaf commands, their options "
         "(help and global flags left out), distinct option names; deprecated aliases not counted; "
