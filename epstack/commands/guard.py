@@ -13,9 +13,9 @@ from rich.table import Table
 from epstack.checkrow import Verdict
 from epstack.commands.common import PINS, SubParsers, path_arg, pins_path
 from epstack.errors import BadInput
-from epstack.guard.record import make_record, record_path
+from epstack.guard.record import write_record
 from epstack.guard.run import run_guard
-from epstack.guard.start import PROVEN, Trusted, trusted_report
+from epstack.guard.start import PROVEN, Refused, Trusted, judge_start
 from epstack.layers import GUARD_CHOICES
 from epstack.output import STDOUT, check_writable, write_file
 
@@ -40,10 +40,12 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
         )
     if args.json:
         check_writable(args.json, what="the --json report", inputs=[pins, *([locks] if locks else [])])
-    trusted = trusted_report(pins, args.layer, locks, os.environ) if args.at_start else None
-    if isinstance(trusted, str):
-        console.print(f"guard: {escape(trusted)}: full guard")
-    report = trusted.report if isinstance(trusted, Trusted) else run_guard(pins, args.layer, locks)
+    judged = judge_start(pins, args.layer, locks, os.environ) if args.at_start else None
+    if isinstance(judged, Refused):
+        return _refused(judged, args.json, console)
+    if isinstance(judged, str):
+        console.print(f"guard: {escape(judged)}: full guard")
+    report = judged.report if isinstance(judged, Trusted) else run_guard(pins, args.layer, locks)
     table = Table(
         "layer", "component", "expected", "found", "verdict", "detail", title=f"epstack guard {args.layer}"
     )
@@ -63,16 +65,25 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         write_file(args.json, report.to_json(), what="the --json report")
     if args.record and report.ok:
-        record = make_record(layer=args.layer, pins=pins, locks=locks, report=args.json, env=os.environ)
-        write_file(record_path(args.layer), record.to_json(), what="the guard's build record")
+        write_record(layer=args.layer, pins=pins, locks=locks, report=args.json, env=os.environ)
     failed = sum(check.failed for check in report.checks)
     counted = f"{len(report.checks)} checks"
-    if isinstance(trusted, Trusted):
-        counted += f": {trusted.live} now, the others {PROVEN}, nothing that decides them changed"
+    if isinstance(judged, Trusted):
+        counted += f": {judged.live} now, the others {PROVEN}, nothing that decides them changed"
     console.print(
         f"[green]guard: ok[/] ({counted})" if report.ok else f"[red]guard: {failed} of {counted} failed[/]"
     )
     return 0 if report.ok else 1
+
+
+def _refused(refused: Refused, json_to: Path | None, console: Console) -> int:
+    """A refused start: each variable and change on a line of its own (paths stay whole), the report."""
+    console.print(f"[red]guard: refused[/]: {refused.summary()}")
+    for line in refused.lines():
+        console.print(f"  {escape(line)}")
+    if json_to:
+        write_file(json_to, refused.report.to_json(), what="the --json report")
+    return 1
 
 
 def register(subparsers: SubParsers) -> None:
@@ -106,6 +117,7 @@ def register(subparsers: SubParsers) -> None:
         "--at-start",
         action="store_true",
         help="a container start: trust the build's record if nothing that decides it changed, and check "
-        "only the driver and DeepEP's JIT cache now; else the full guard",
+        "only the driver and the JIT caches now; refuse where a file or a variable that changes what runs "
+        "differs from the build's; else (no record, other pins) the full guard",
     )
     guard.set_defaults(func=cmd_guard)
