@@ -3,18 +3,14 @@
 # pins, then run the command.
 #   EPSTACK_GUARD=strict (default): refuse to start on drift; warn: report and start; off: skip.
 #   The JSON report lands in ${EPSTACK_GUARD_REPORT:-/tmp/epstack-guard.json}. The guard trusts what the
-#   image's build proved while nothing that decides it changed, and checks the driver now (--at-start).
+#   image's build proved while nothing that decides it changed, refuses a file or a variable that
+#   changes what runs, and checks the driver now (--at-start).
+# The image runs this through hold-env (its ENTRYPOINT): the variables the guard refuses arrive here with
+# the build's values, and `hold-env --restore` gives the command the ones it was given (warn and off).
 # Without a mounted NVIDIA driver the CUDA driver stub stands in (cuda-stub.sh), and this says so.
 set -euo pipefail
 
 mode=${EPSTACK_GUARD:-strict}
-# The guard stats every file of the venv, each one's first lookup slow in a new container: warm the
-# kernel's caches of it on another core (du stats them too) while the shell and Python start up.
-warming=
-if [ "${mode}" != off ]; then
-  du -s "${VIRTUAL_ENV:-${EPSTACK_HOME:-/opt/epstack}/venv}" >/dev/null 2>&1 &
-  warming=$!
-fi
 
 # shellcheck source=scripts/image/cuda-stub.sh
 . "$(dirname "$0")/cuda-stub.sh"
@@ -31,7 +27,7 @@ case "${mode}" in
   warn | strict)
     if ! epstack guard --layer "${EPSTACK_GUARD_LAYER}" --json "${report}" --at-start; then
       if [ "${mode}" = strict ]; then
-        echo "epstack: the stack differs from its pins (table above, ${report}); EPSTACK_GUARD=warn starts anyway" >&2
+        echo "epstack: the guard refused this start (above, ${report}); EPSTACK_GUARD=warn starts anyway" >&2
         exit 1
       fi
       echo "epstack: starting despite the differences above (EPSTACK_GUARD=warn)" >&2
@@ -42,8 +38,8 @@ case "${mode}" in
     exit 2
     ;;
 esac
-if [ -n "${warming}" ]; then  # no stray child for the command (as PID 1, it may reap none)
-  kill "${warming}" 2>/dev/null || true
-  wait "${warming}" 2>/dev/null || true
+hold_env="${0%/*}/../bin/hold-env"
+if [ -x "${hold_env}" ]; then
+  exec "${hold_env}" --restore "$@"
 fi
 exec "$@"

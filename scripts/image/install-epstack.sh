@@ -16,4 +16,11 @@ cat > "${EPSTACK_HOME}/bin/epstack" <<WRAPPER
 exec "\${VIRTUAL_ENV:-${VIRTUAL_ENV}}/bin/python" -c 'import sys; sys.path.append("${tool}"); from epstack.commands.main import main; sys.exit(main())' "\$@"
 WRAPPER
 chmod 755 "${EPSTACK_HOME}/bin/epstack"
+# hold-env, the images' entrypoint: static, so no loader reads the start's environment before it holds
+# the variables the guard refuses (scripts/image/hold-env.c; the file it reads: epstack.guard.environment).
+held=$("${VIRTUAL_ENV}/bin/python" -c "import sys; sys.path.append('${tool}'); \
+from epstack.guard.environment import held_file; from epstack.jit.probereport import reports_folder; \
+print(held_file(reports_folder()))")
+gcc -static -O2 -Wall -Wextra -Werror -DHELD_FILE="\"${held}\"" \
+  -o "${EPSTACK_HOME}/bin/hold-env" "$(dirname "$0")/hold-env.c"
 echo "epstack: $("${EPSTACK_HOME}/bin/epstack" --version) in ${tool}"
