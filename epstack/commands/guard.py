@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,6 +18,7 @@ from epstack.errors import BadInput
 from epstack.guard.record import write_record
 from epstack.guard.run import run_guard
 from epstack.guard.start import PROVEN, Refused, Trusted, judge_start
+from epstack.jit.compiles import epstack_python
 from epstack.layers import GUARD_CHOICES
 from epstack.output import STDOUT, check_writable, write_file
 
@@ -45,6 +48,8 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
         return _refused(judged, args.json, console)
     if isinstance(judged, str):
         console.print(f"guard: {escape(judged)}: full guard")
+        if sys.flags.no_site:
+            _full_guard_in_the_venv(pins, args.layer, locks, args.json)
     report = judged.report if isinstance(judged, Trusted) else run_guard(pins, args.layer, locks)
     table = Table(
         "layer", "component", "expected", "found", "verdict", "detail", title=f"epstack guard {args.layer}"
@@ -74,6 +79,15 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
         f"[green]guard: ok[/] ({counted})" if report.ok else f"[red]guard: {failed} of {counted} failed[/]"
     )
     return 0 if report.ok else 1
+
+
+def _full_guard_in_the_venv(pins: Path, layer: str, locks: Path | None, json_to: Path | None) -> NoReturn:
+    """The start's isolated interpreter (epstack-start: no site) has none of the venv's packages on its
+    path: the full guard runs as `epstack guard` does, this process replaced by it."""
+    argv = ["guard", "--pins", str(pins), "--layer", layer, *(["--locks", str(locks)] if locks else [])]
+    argv += ["--json", str(json_to)] if json_to else []
+    command = epstack_python("epstack.commands.main", "main")
+    os.execv(command[0], [*command, *argv])
 
 
 def _refused(refused: Refused, json_to: Path | None, console: Console) -> int:

@@ -210,16 +210,17 @@ def walk(
     rows: Rows | None = None,
 ) -> Tree:
     """Each folder under `root` (not following links; not `skip`) and its digest; with `changes`, each
-    file changed since the container started; with `rows`, each folder's rows kept there. A tree of more
-    than SERIAL folders is shared among worker processes (forked: each walks whole subtrees), the kernel's
-    lookups of a new container's files then run on every CPU it may use."""
+    file changed since the container started; with `rows`, each folder's rows kept there. At a start (with
+    `changes`), a tree of more than SERIAL folders is shared among worker processes (forked: each walks
+    whole subtrees), the kernel's lookups of a new container's files then run on every CPU it may use;
+    elsewhere (a build's guard has imported torch, threads and all: no fork) it is walked in this one."""
     skipped = tuple(str(path) for path in skip)
     hidden: dict[str, set[str]] = {}
     for path in skipped:
         hidden.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
     since = changes.since if changes is not None else math.inf
     pending: list[tuple[str, str]] = [(".", str(root))]
-    parts = [_walk_folders(pending, hidden, since, rows is not None, SERIAL)]
+    parts = [_walk_folders(pending, hidden, since, rows is not None, SERIAL if changes is not None else math.inf)]
     if pending:  # each subtree left a task, handed to whichever worker is free
         walk_subtree = functools.partial(_walk_subtree, hidden=hidden, since=since, keep=rows is not None)
         with ProcessPoolExecutor(workers(), mp_context=multiprocessing.get_context("fork")) as pool:

@@ -19,6 +19,8 @@ at build.
 
 from __future__ import annotations
 
+import sys
+import sysconfig
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -120,7 +122,20 @@ def judge_start(
     asked = inputs_change(record, layer=layer, pins=pins, locks=locks)
     if asked or judged:
         return asked or str(judged[0])
+    if sys.flags.no_site and record.env.get("VIRTUAL_ENV"):
+        _venv_last_on_path(record.env["VIRTUAL_ENV"])
     return _trusted(record.report, pins, layer, record.cuda_runtime, env)
+
+
+def _venv_last_on_path(venv: str) -> None:
+    """In the start's isolated interpreter (epstack-start: no site), the venv's site-packages, just found
+    as the build left it, goes last on the path: the live rows read its distributions' metadata. Its .pth
+    files still do not run."""
+    scheme = {"base": venv, "platbase": venv}
+    for key in ("purelib", "platlib"):
+        folder = sysconfig.get_path(key, "venv", vars=scheme)
+        if folder not in sys.path:
+            sys.path.append(folder)
 
 
 def _trusted(report: str, pins: Path, layer: str, runtime: LoadedRuntime, env: Mapping[str, str]) -> Trusted:

@@ -7,6 +7,8 @@
 #   changes what runs, and checks the driver now (--at-start).
 # The image runs this through hold-env (its ENTRYPOINT): the variables the guard refuses arrive here with
 # the build's values, and `hold-env --restore` gives the command the ones it was given (warn and off).
+# The JIT install and the guard run as epstack-start (install-epstack.sh): no .pth, sitecustomize or
+# module of the venv runs in them.
 # Without a mounted NVIDIA driver the CUDA driver stub stands in (cuda-stub.sh), and this says so.
 set -euo pipefail
 
@@ -25,7 +27,7 @@ report=${EPSTACK_GUARD_REPORT:-/tmp/epstack-guard.json}
 case "${mode}" in
   off) ;;
   warn | strict)
-    if ! epstack guard --layer "${EPSTACK_GUARD_LAYER}" --json "${report}" --at-start; then
+    if ! epstack-start guard --layer "${EPSTACK_GUARD_LAYER}" --json "${report}" --at-start; then
       if [ "${mode}" = strict ]; then
         echo "epstack: the guard refused this start (above, ${report}); EPSTACK_GUARD=warn starts anyway" >&2
         exit 1
