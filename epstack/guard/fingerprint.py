@@ -220,7 +220,8 @@ def walk(
         hidden.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
     since = changes.since if changes is not None else math.inf
     pending: list[tuple[str, str]] = [(".", str(root))]
-    parts = [_walk_folders(pending, hidden, since, rows is not None, SERIAL if changes is not None else math.inf)]
+    alone = SERIAL if changes is not None else math.inf
+    parts = [_walk_folders(pending, hidden, since, rows is not None, alone)]
     if pending:  # each subtree left a task, handed to whichever worker is free
         walk_subtree = functools.partial(_walk_subtree, hidden=hidden, since=since, keep=rows is not None)
         with ProcessPoolExecutor(workers(), mp_context=multiprocessing.get_context("fork")) as pool:

@@ -168,9 +168,15 @@ def current_rows(was: Tree, now: Tree) -> dict[str, list[Row]]:
 
 
 def build_file_changes(record: GuardRecord, layer: str, since: float) -> list[Change]:
-    """The build's own files: its pins and report against their sha256, and none of the record's files
-    written in this container."""
+    """The build's own files: its pins and report against their sha256, hold-env's file as the record's
+    variables make it, and none of the record's files written in this container."""
     changes = []
+    held = held_file(reports_folder())
+    try:
+        if held.read_bytes() != held_file_text(record.env):
+            changes.append(Change(path=str(held), kind="content (not the record's variables)"))
+    except OSError as exc:
+        changes.append(Change(path=str(held), kind=f"unreadable: {exc.strerror}"))
     for path, digest in (
         (Path(record.pins), record.pins_sha256),
         (Path(record.report), record.report_sha256),
@@ -180,7 +186,7 @@ def build_file_changes(record: GuardRecord, layer: str, since: float) -> list[Ch
                 changes.append(Change(path=str(path), kind="content (sha256)"))
         except OSError as exc:
             changes.append(Change(path=str(path), kind=f"unreadable: {exc.strerror}"))
-    for path in (record_path(layer), listing_path(layer), held_file(reports_folder()), Path(record.report)):
+    for path in (record_path(layer), listing_path(layer), held, Path(record.report)):
         try:
             if path.stat().st_ctime > since:
                 changes.append(Change(path=str(path), kind=WRITTEN))

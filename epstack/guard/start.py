@@ -40,7 +40,7 @@ from epstack.layers import guard_scopes
 CUDA_COMPONENTS = frozenset({CUDA_SKIPPED, CUDA_RUNTIME, CUDA_DRIVER})
 PROVEN = "proven at build"
 CHANGED = "changed since the build"  # a refused start's row per file
-SHOWN = 25  # a refused start's rows at most, the rest counted in one more
+SHOWN = 25  # lines a refused start prints at most (its --json report holds every row)
 UNSET = "(unset)"
 
 

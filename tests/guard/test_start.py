@@ -519,3 +519,11 @@ def test_a_link_counts_as_the_file_it_names_outside_the_tree(
     outside.write_text("# evil\n")  # its size
     os.utime(outside, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert changes(image) == [Change(path=f"{link} -> {outside}", kind=WRITTEN)]
+
+
+def test_hold_envs_file_other_than_the_records_variables_is_refused(image: Path) -> None:
+    """A layer that keeps LD_PRELOAD in hold-env's file would have it load before the guard."""
+    build(image)
+    held = image / "reports" / "held-variables"
+    held.write_bytes(held.read_bytes().replace(b"LD_PRELOAD\0", b"LD_PRELOAD=/tmp/hook.so\0"))
+    assert changes(image) == [Change(path=str(held), kind="content (not the record's variables)")]
