@@ -24,18 +24,15 @@ changed in this container.
 
 from __future__ import annotations
 
-import functools
 import glob
 import hashlib
 import marshal
 import math
-import multiprocessing
 import os
 import re
 import sys
 import sysconfig
 from collections.abc import Collection, Iterable, Mapping
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISLNK, S_ISREG
@@ -144,65 +141,6 @@ def folder_rows(folder: str, hidden: Collection[str] = ()) -> list[Row]:
     return _scan(folder, hidden, None)[0]
 
 
-@dataclass(kw_only=True)
-class _Walked:
-    """What a walk of some folders found: their digests, rows (where kept) and changed files."""
-
-    folders: dict[str, str] = field(default_factory=dict)
-    rows: Rows = field(default_factory=dict)
-    changed: list[str] = field(default_factory=list)
-
-
-def _walk_folders(
-    pending: list[tuple[str, str]],
-    hidden: dict[str, set[str]],
-    since: float,
-    keep: bool,
-    limit: float = math.inf,
-) -> _Walked:
-    """Walk from `pending` (relative path, path) down, depth first, until `limit` folders are done (the
-    rest stay in `pending`)."""
-    found = _Walked()
-    changes = Changes(since=since, paths=found.changed)
-    done = 0
-    while pending and done < limit:
-        relative, folder = pending.pop()
-        done += 1
-        try:
-            rows, subfolders = _scan(folder, hidden.get(folder, ()), changes)
-        except OSError as exc:
-            found.folders[relative] = f"unreadable: {exc.strerror}"
-            continue
-        found.folders[relative] = digest(rows)
-        if keep:
-            found.rows[relative] = rows
-        for name in subfolders:
-            pending.append((name if relative == "." else f"{relative}/{name}", f"{folder}/{name}"))
-    return found
-
-
-def _walk_subtree(
-    start: tuple[str, str], *, hidden: dict[str, set[str]], since: float, keep: bool
-) -> _Walked:
-    return _walk_folders([start], hidden, since, keep)
-
-
-SERIAL = 512  # folders a walk does alone before it shares the rest among workers
-
-
-def workers() -> int:
-    """The processes a walk may use: the CPUs this process may run on, within its cgroup's quota (a
-    Kubernetes limit), at most 4."""
-    count = len(os.sched_getaffinity(0))
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-        if quota != "max":
-            count = min(count, max(1, -(-int(quota) // int(period))))
-    except (OSError, ValueError):
-        pass
-    return min(4, count)
-
-
 def walk(
     root: Path | str,
     skip: Iterable[Path | str] = (),
@@ -210,29 +148,25 @@ def walk(
     rows: Rows | None = None,
 ) -> Tree:
     """Each folder under `root` (not following links; not `skip`) and its digest; with `changes`, each
-    file changed since the container started; with `rows`, each folder's rows kept there. At a start (with
-    `changes`), a tree of more than SERIAL folders is shared among worker processes (forked: each walks
-    whole subtrees), the kernel's lookups of a new container's files then run on every CPU it may use;
-    elsewhere (a build's guard has imported torch, threads and all: no fork) it is walked in this one."""
+    file changed since the container started; with `rows`, each folder's rows kept there."""
     skipped = tuple(str(path) for path in skip)
     hidden: dict[str, set[str]] = {}
     for path in skipped:
         hidden.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
-    since = changes.since if changes is not None else math.inf
-    pending: list[tuple[str, str]] = [(".", str(root))]
-    alone = SERIAL if changes is not None else math.inf
-    parts = [_walk_folders(pending, hidden, since, rows is not None, alone)]
-    if pending:  # each subtree left a task, handed to whichever worker is free
-        walk_subtree = functools.partial(_walk_subtree, hidden=hidden, since=since, keep=rows is not None)
-        with ProcessPoolExecutor(workers(), mp_context=multiprocessing.get_context("fork")) as pool:
-            parts += pool.map(walk_subtree, pending)
     folders: dict[str, str] = {}
-    for part in parts:
-        folders |= part.folders
+    pending: list[tuple[str, str]] = [(".", str(root))]
+    while pending:
+        relative, folder = pending.pop()
+        try:
+            found, subfolders = _scan(folder, hidden.get(folder, ()), changes)
+        except OSError as exc:
+            folders[relative] = f"unreadable: {exc.strerror}"
+            continue
+        folders[relative] = digest(found)
         if rows is not None:
-            rows |= part.rows
-        if changes is not None:
-            changes.paths += part.changed
+            rows[relative] = found
+        for name in subfolders:
+            pending.append((name if relative == "." else f"{relative}/{name}", f"{folder}/{name}"))
     return Tree(root=str(root), folders=folders, skip=skipped)
 
 

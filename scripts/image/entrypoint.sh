@@ -13,6 +13,13 @@
 set -euo pipefail
 
 mode=${EPSTACK_GUARD:-strict}
+# The guard stats every file of the venv, each one's first lookup slow in a new container: warm the
+# kernel's caches of it on another core (du stats them too) while the shell and Python start up.
+warming=
+if [ "${mode}" != off ]; then
+  du -s "${VIRTUAL_ENV:-${EPSTACK_HOME:-/opt/epstack}/venv}" >/dev/null 2>&1 &
+  warming=$!
+fi
 
 # shellcheck source=scripts/image/cuda-stub.sh
 . "$(dirname "$0")/cuda-stub.sh"
@@ -40,6 +47,10 @@ case "${mode}" in
     exit 2
     ;;
 esac
+if [ -n "${warming}" ]; then  # no stray child for the command (as PID 1, it may reap none)
+  kill "${warming}" 2>/dev/null || true
+  wait "${warming}" 2>/dev/null || true
+fi
 hold_env="${0%/*}/../bin/hold-env"
 if [ -x "${hold_env}" ]; then
   exec "${hold_env}" --restore "$@"

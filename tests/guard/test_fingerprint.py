@@ -278,27 +278,3 @@ def test_the_files_changed_since_the_start_are_those_of_a_later_ctime(root: Path
     os.utime(root / "a" / "mod.py", (0, 0))
     walk(root, changes=changes)
     assert changes.paths == [str(root / "a" / "mod.py")]
-
-
-def test_a_large_tree_at_start_is_shared_among_workers_with_the_same_result(tmp_path: Path) -> None:
-    """Past SERIAL folders the start forks workers for the subtrees left: the digests are a single walk's,
-    and a file changed in any subtree, the serial part's or a worker's, is found."""
-    root = tmp_path / "venv"
-    count = fingerprint_module.SERIAL + 100
-    for index in range(count):
-        folder = root / f"pkg{index % 7}" / f"sub{index}"
-        folder.mkdir(parents=True)
-        (folder / "mod.py").write_text(str(index))
-    alone = walk(root)
-    changes = Changes(since=max(path.stat().st_ctime for path in root.glob("*/*/mod.py")))
-    changed = [root / f"pkg{index % 7}" / f"sub{index}" / "mod.py" for index in range(count - 7, count)]
-    for path in changed:
-        while path.stat().st_ctime <= changes.since:  # the file system's clock is coarse
-            path.write_text("changed")
-        os.utime(path, (0, 0))
-    shared = walk(root, changes=changes)
-    assert shared.folders.keys() == alone.folders.keys() and len(alone.folders) == count + 8
-    differing = {f for f in alone.folders if alone.folders[f] != shared.folders[f]}
-    assert differing == {str(path.parent.relative_to(root)) for path in changed}
-    assert sorted(changes.paths) == sorted(map(str, changed))
-    assert fingerprint_module.workers() >= 1
