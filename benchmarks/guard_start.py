@@ -81,8 +81,8 @@ def main() -> int:
         "command": f"python benchmarks/guard_start.py --runs {args.runs} " + " ".join(args.images),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared",
         "measured": "`docker run --rm IMAGE true`: EPSTACK_GUARD=strict against off (interleaved); the "
-        "full guard at start (a deciding variable changed); `docker run` of the image's full guard "
-        "(`epstack guard --layer $EPSTACK_GUARD_LAYER`, entrypoint off)",
+        "full guard at start (NCCL_NET_PLUGIN set: a variable the record cannot vouch for); `docker run` of "
+        "the image's full guard (`epstack guard --layer $EPSTACK_GUARD_LAYER`, entrypoint off)",
         "goal": "strict adds under 1 s to a start where nothing changed",
         "images": results,
     }
