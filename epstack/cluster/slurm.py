@@ -45,10 +45,10 @@ def _container_image(job: Job, squashfs_dir: str | None) -> str:
 def _task_command(job: Job) -> str:
     """What each task runs in the container, as shell text for the batch script."""
     if job.kind == "elastic-smoke":
-        return shlex.join([IMAGE_ENTRYPOINT, *job.command(node_rank="", leader="")])
+        return shlex.join([*IMAGE_ENTRYPOINT, *job.command(node_rank="", leader="")])
     # SGLang needs this task's node rank: expanded in the task, not in the batch script.
     inner = job.words(shlex.quote, node_rank=f'"${V.SLURM_NODEID}"', leader=f'"${slurmserve.leader(job)}"')
-    return shlex.join([IMAGE_ENTRYPOINT, "bash", "-c", " ".join(["exec", *inner])])
+    return shlex.join([*IMAGE_ENTRYPOINT, "bash", "-c", " ".join(["exec", *inner])])
 
 
 _LITERAL = "the value is text: quoted, never expanded"
