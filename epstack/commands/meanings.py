@@ -137,6 +137,7 @@ MEANINGS: dict[str, Meaning] = {
     "--sglang-arg": Meaning(text="an SGLang flag to add", metavar="FLAG"),
     "--url": Meaning(text="a running server's URL"),
     "--no-compare": _flag("skip the comparison run without DeepEP"),
+    "--reference": Meaning(text="a passing report whose answers without DeepEP stand in for that run", metavar="REPORT"),
     "--tokens": Meaning(text="new tokens per request"),
     "--isl": Meaning(text="input tokens per request"),
     "--osl": Meaning(text="output tokens per request"),

@@ -258,6 +258,13 @@ def _register_serve(smoke: Any) -> None:
         action="store_false",
         help="skip the second server with --moe-a2a-backend none",
     )
+    what.add_argument(
+        "--reference",
+        type=path_arg,
+        metavar="REPORT",
+        help="compare with the --moe-a2a-backend none answers a passing report of this smoke holds (same "
+        "profile, model, --seed, --tokens) instead of starting that second server",
+    )
     checks = p.add_argument_group("checks and sweep")
     checks.add_argument("--tokens", type=positive_int, default=32, help="new tokens per check request")
     checks.add_argument("--seed", type=non_negative_int, default=0, help="prompts' and the sweep's seed")
@@ -476,6 +483,9 @@ def cmd_plot(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, console: Console) -> int:
+    if args.reference and (args.url or not args.compare):
+        other = "--url" if args.url else "--no-compare"
+        raise BadInput(f"--reference: only where this command compares, not with {other}; fix: drop one")
     if args.server_log and not args.url:
         raise BadInput(
             "--server-log: only with --url (a server this command starts logs into --run-dir); "

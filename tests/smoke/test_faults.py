@@ -125,6 +125,22 @@ def test_the_driver_finds_every_fault_failing_the_comparison(driver: Path) -> No
     assert json.loads((driver / "out" / "run.json").read_text())["faults"] == summary["faults"]
 
 
+def test_after_a_passing_healthy_run_each_fault_starts_one_server(
+    driver: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The healthy report's answers without DeepEP stand in (--reference): unfaulted, that passes; each
+    fault still fails the comparison."""
+    monkeypatch.setenv("FAULTS", "zero")
+    (driver / "out").mkdir(parents=True)
+    assert run_gpu.smoke("healthy", ["--no-sweep"], run_gpu.environment())["verdict"] == "pass"
+    assert run_gpu.run(["faults"]) == 0
+    steps = json.loads((driver / "out" / "run.json").read_text())["faults"]
+    for name, code in (("reference-healthy", 0), ("fault-zero", 1)):
+        assert steps[name]["exit"] == code and steps[name]["as_expected"], steps[name]
+        assert list(steps[name]["launch_to_healthy_s"]) == ["deepep_v2"]
+        assert steps[name]["comparison"]["reference_from"] == str(driver / "out" / "healthy.json")
+
+
 def test_a_fault_that_changed_nothing_is_not_what_was_expected(
     driver: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,7 +161,7 @@ def test_wait_brings_back_at_most_eight_files(
     monkeypatch.setenv("OUT", str(tmp_path / "OUT"))
     assert run_gpu.wait() == 0
     brought = sorted(p.name for p in (tmp_path / "OUT" / "faults").iterdir())
-    assert brought == ["fault-zero.json", "logs.tar.gz", "run.json"] and len(run_gpu.REPORTS) + 2 == 8
+    assert brought == ["fault-zero.json", "logs.tar.gz", "run.json"] and len(run_gpu.REPORTS) + 2 <= 8
 
 
 def test_start_detaches_the_driver_from_a_copy_and_wait_collects(

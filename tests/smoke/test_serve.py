@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -320,6 +321,69 @@ def test_a_fault_that_keeps_the_tokens_fails_on_the_logprobs(smoke: Smoke) -> No
     assert served.report["comparison"]["max_logprob_diff"] == [pytest.approx(0.3)] * 8
     assert served.check("deepep-v2-vs-none-control")["verdict"] == "ok"
     assert served.all_gone()
+
+
+# ---- --reference: a passing report's answers without DeepEP stand in for the second server ----
+
+
+def _passing_reference(smoke: Smoke) -> Path:
+    served = smoke.run("ok", "--no-sweep")
+    assert served.code == OK, served.err
+    return Path(shutil.copy(smoke.report, smoke.work / "reference.json"))
+
+
+def test_a_passing_report_stands_in_for_the_server_without_deepep(smoke: Smoke) -> None:
+    """One server each run: a healthy one passes against the report, a faulted one fails as it fails
+    against a live server without DeepEP."""
+    reference = _passing_reference(smoke)
+    smoke.pids.unlink()
+    healthy = smoke.run("ok", "--no-sweep", "--reference", str(reference))
+    assert healthy.code == OK, healthy.err
+    assert [r["a2a"] for r in healthy.report["runs"]] == ["deepep_v2"] and len(healthy.servers) == 1
+    assert healthy.check("deepep-v2-vs-none")["found"] == "8/8 identical"
+    assert healthy.report["comparison"]["reference_from"] == str(reference)
+    smoke.pids.unlink()
+    faulted = smoke.run("ok", "--no-sweep", "--reference", str(reference), env={"EPSTACK_FAULT": "zero"})
+    assert faulted.code == CHECK_FAILED and len(faulted.servers) == 1, faulted.err
+    assert faulted.report["failure"]["message"] == "deepep-v2-vs-none failed"
+    assert faulted.check("deepep-v2-vs-none")["found"].startswith(
+        "0/8 identical; parted: prompt 0 at token 0"
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "flags", "named"),
+    [
+        ("failed", ["--seed", "0"], "no passing comparison without DeepEP"),
+        ("other seed", ["--seed", "3"], "seed 0 (this run: 3)"),
+        ("other tokens", ["--tokens", "16"], "tokens 32 (this run: 16)"),
+        (
+            "no compare",
+            ["--no-compare"],
+            "--reference: only where this command compares, not with --no-compare",
+        ),
+        (
+            "url",
+            ["--url", "http://127.0.0.1:1"],
+            "--reference: only where this command compares, not with --url",
+        ),
+    ],
+)
+def test_a_reference_that_cannot_stand_in_is_bad_input(
+    smoke: Smoke, case: str, flags: list[str], named: str
+) -> None:
+    if case == "failed":
+        served = smoke.run("ok", "--no-sweep", env={"EPSTACK_FAULT": "zero"})
+        assert served.code == CHECK_FAILED
+        reference = Path(shutil.copy(smoke.report, smoke.work / "reference.json"))
+    else:
+        reference = _passing_reference(smoke)
+    smoke.pids.unlink()
+    smoke.report.unlink()
+    served = smoke.run("ok", "--no-sweep", "--reference", str(reference), *flags)
+    (line,) = served.err.strip().splitlines()
+    assert served.code == BAD_INPUT and named in line and "fix: " in line, served.err
+    assert served.servers == [] and not smoke.report.exists()
 
 
 @pytest.mark.parametrize(

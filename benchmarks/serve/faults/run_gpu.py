@@ -12,15 +12,18 @@ run again, so `start` after a lost call goes on where it stopped):
             `epstack smoke serve --profile tiny` with the sweep: exit 0 expected
   startup   launch to first answer with SGLang's dummy weights (`--load-format dummy`) and with the
             generated checkpoint, one start each, same flags, --no-compare --no-sweep: exit 0 each
-  faults    `epstack smoke serve --no-sweep` with EPSTACK_FAULT=zero, scale, permute (FAULTS to choose):
-            exit 1, deepep-v2-vs-none failed, and the fault's line in the DeepEP server's log
+  faults    `epstack smoke serve --no-sweep --reference <healthy's report>` (one server each: the healthy
+            run's answers without DeepEP stand in for the second; none passed, two servers each): first
+            unfaulted (reference-healthy, exit 0: the recorded answers stand in), then with
+            EPSTACK_FAULT=zero, scale, permute (FAULTS to choose): exit 1, deepep-v2-vs-none failed, and
+            the fault's line in the DeepEP server's log
 
 Every run uses the same JIT caches (the environment's, by default each tool's own folder under $HOME), so
 only the first start compiles. The driver runs from a copy of this tree in $WORK/src (a device call's copy is
 replaced by the next call's). `wait` copies at most 8 files to $OUT/faults: run.json (every step: command,
-exit, seconds, expected or not, the rows), the reports (healthy, startup-dummy, startup-generated,
-fault-zero, fault-scale, fault-permute) and logs.tar.gz (server logs, consoles, sweep logs). Settings: WORK
-(/tmp/faults), WAIT_S (540), FAULTS (zero,scale,permute), SERVE_ARGS (default
+exit, seconds, expected or not, the rows), the reports (healthy, reference-healthy, fault-zero,
+fault-scale, fault-permute) and logs.tar.gz (server logs, consoles, sweep logs, the startup reports).
+Settings: WORK (/tmp/faults), WAIT_S (540), FAULTS (zero,scale,permute), SERVE_ARGS (default
 --sglang-arg=--attention-backend=triton: the ferried sglang-kernel has no FA3).
 """
 
@@ -44,12 +47,7 @@ RESULTS = WORK / "out"
 SITE = Path("benchmarks/serve/faults/site")  # in SRC
 PHASES = ("healthy", "startup", "faults")
 FAULTS = ("zero", "scale", "permute")
-REPORTS = (
-    "healthy",
-    "startup-dummy",
-    "startup-generated",
-    *(f"fault-{fault}" for fault in FAULTS),
-)
+REPORTS = ("healthy", "reference-healthy", *(f"fault-{fault}" for fault in FAULTS))  # the 8-file limit
 SKIP_IN_COPY = shutil.ignore_patterns(
     ".git", ".venv", ".ferry", ".cache", "*_cache", "__pycache__", "results", "build"
 )
@@ -136,11 +134,18 @@ def startup(env: dict[str, str]) -> dict[str, Any]:
 
 def faults(env: dict[str, str]) -> dict[str, Any]:
     chosen = [f for f in os.environ.get("FAULTS", ",".join(FAULTS)).split(",") if f]
+    healthy_report = RESULTS / "healthy.json"
+    passed = healthy_report.is_file() and json.loads(healthy_report.read_text()).get("verdict") == "pass"
+    reference = ["--reference", str(healthy_report)] if passed else []
     results = {}
+    if reference:
+        again = smoke("reference-healthy", ["--no-sweep", *reference], env)
+        again["as_expected"] = again["exit"] == 0
+        results["reference-healthy"] = again
     for fault in chosen:
         name = f"fault-{fault}"
         faulted = env | {"EPSTACK_FAULT": fault, "PYTHONPATH": f"{SRC / SITE}{os.pathsep}{env['PYTHONPATH']}"}
-        served = smoke(name, ["--no-sweep"], faulted)
+        served = smoke(name, ["--no-sweep", *reference], faulted)
         log = WORK / name / "server-deepep_v2.log"
         served["fault_line"] = (
             next(
@@ -226,7 +231,12 @@ def wait() -> int:
             shutil.copy(RESULTS / f"{name}.json", out / f"{name}.json")
     with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:
         for path in sorted(
-            [*RESULTS.glob("*.console"), *WORK.glob("*/server-*.log"), *WORK.glob("*/sweep-*.log")]
+            [
+                *RESULTS.glob("*.console"),
+                *RESULTS.glob("startup-*.json"),
+                *WORK.glob("*/server-*.log"),
+                *WORK.glob("*/sweep-*.log"),
+            ]
         ):
             tar.add(path, arcname=str(path.relative_to(WORK)))
         if (WORK / "driver.console").is_file():

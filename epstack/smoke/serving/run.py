@@ -19,9 +19,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import TypeAdapter, ValidationError
+
 from epstack.checkrow import Check
 from epstack.document import Schema
-from epstack.errors import CHECK_FAILED, OK, EpstackError
+from epstack.errors import CHECK_FAILED, OK, BadInput, EpstackError
 from epstack.output import check_writable, write_file
 from epstack.smoke.nccl import ProcessNccl, processes_check, session_nccl
 from epstack.smoke.rundir import writable_dir
@@ -46,6 +48,7 @@ class Settings:
     url: str | None  # attach to a running server instead of starting one
     server_log: Path | None  # with url: the server's log, for the DeepEP V2 buffer line
     compare: bool  # also serve with --moe-a2a-backend none and compare
+    reference: Path | None  # a passing report whose none answers stand in for that second server
     asked: Asked
     concurrencies: tuple[int, ...]  # empty: no sweep
     isl: int
@@ -213,6 +216,44 @@ def _served(
     return probed.alone
 
 
+def _recorded(settings: Settings, plan: ServePlan, prepared: Prepared | None) -> list[Generation]:
+    """The --moe-a2a-backend none answers a passing report of the same prompts holds (--reference): its
+    profile, model (the generated model's key, else its path), seed and tokens this run's; BadInput naming
+    the report and what differs otherwise."""
+    path = settings.reference
+    assert path is not None
+    report = SERVE_REPORT.read(path)
+    kept = report.comparison or {}
+    model = (prepared.key, report.generated_model.key) if prepared and report.generated_model else None
+    differs = [
+        f"{what} {theirs} (this run: {ours})"
+        for what, theirs, ours in (
+            ("profile", report.profile, plan.profile.name),
+            ("model", *(model or (report.model_path, plan.model_path))),
+            ("seed", kept.get("seed"), settings.asked.seed),
+            ("tokens", kept.get("tokens"), settings.asked.tokens),
+        )
+        if theirs != ours
+    ]
+    if report.verdict != "pass" or not kept.get("reference"):
+        differs.insert(0, "no passing comparison without DeepEP")
+    if differs:
+        raise BadInput(
+            f"--reference {path}: {'; '.join(differs)}; fix: a report of `epstack smoke serve` with the "
+            "comparison, passed, of this profile, model, --seed and --tokens"
+        )
+    try:
+        return _GENERATIONS.validate_python(kept["reference"])
+    except ValidationError as exc:
+        where = ".".join(str(part) for part in exc.errors()[0]["loc"])
+        raise BadInput(
+            f"--reference {path}: comparison.reference.{where} is no answer; fix: run that smoke again"
+        ) from None
+
+
+_GENERATIONS = TypeAdapter(list[Generation])
+
+
 def _keep(state: _State, rows: list[Check], out: Printer) -> None:
     state.checks.extend(rows)
     for row in rows:
@@ -295,17 +336,21 @@ def run(settings: Settings, out: Printer, *, clock: Callable[[], float] = time.m
     failure: Failure | None = None
     code = OK
     plan, prepared = _model(settings, out)  # a folder it may not write, a full disk: before any server
+    recorded = _recorded(settings, plan, prepared) if settings.reference else None
     try:
         if settings.url:
             _attached(settings, work, state, out)
         else:
             through = _served(settings, plan, work, state, out, sweep_it=True)
             if settings.compare and through:  # none when its answers held a value no model gives
-                reference = _served(settings, plan.without_deepep(), work, state, out, sweep_it=False)
+                reference = recorded or _served(
+                    settings, plan.without_deepep(), work, state, out, sweep_it=False
+                )
                 if reference:
                     rows, summary = checks.without_deepep(through, reference)
                     _keep(state, rows, out)
-                    state.comparison = summary
+                    asked = {"seed": settings.asked.seed, "tokens": settings.asked.tokens}
+                    state.comparison = {**summary, **asked, "reference_from": str(settings.reference or "")}
     except (_Stop, EpstackError) as exc:
         failure = _failure(exc)
         code = exc.exit_code if isinstance(exc, EpstackError) else CHECK_FAILED
