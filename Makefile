@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 TARGET ?=
 # A folder of `git archive` tarballs (DeepEP, fmt, GDRCopy) and installers, for builds without GitHub.
 SOURCES ?=
+# The serving engine's image to build (epstack build --engine: sglang, vllm or all; default sglang).
+ENGINE ?=
 # pip extras of the venv: CodeBuild's install phase needs only aws (make .venv/bin/epstack EXTRAS=aws).
 EXTRAS ?= test,aws
 RENDER := build/render
@@ -34,7 +36,7 @@ lint: render
 
 image: lint
 	-scripts/dev/docker-engine.sh start
-	$(BIN)/epstack build $(TARGET) --out $(RENDER) $(if $(SOURCES),--sources $(SOURCES))
+	$(BIN)/epstack build $(TARGET) --out $(RENDER) $(if $(SOURCES),--sources $(SOURCES)) $(if $(ENGINE),--engine $(ENGINE))
 
 test: $(BIN)/epstack
 	scripts/dev/docker-engine.sh start

@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "measured": datetime.now(UTC).date().isoformat(),
         "command": "python -m benchmarks.vllm.torch_abi --torch " + args.torch.name + " WHEEL...",
-        "torch": args.torch.name,
+        "torch_wheel": args.torch.name,
         "torch_exports": len(exported),
         "wheels_scanned": sorted(w.wheel for w in wheels),
         "libraries_linking_torch": len(libraries),

@@ -52,9 +52,9 @@ from epstack.jit.probereport import reports_folder
 # sysdeps/generic/unsecvars.h, the variables it drops for setuid programs because they steer loading,
 # less those that only print, resolve hosts or name temporary and time-zone folders; and
 # LD_ASSUME_KERNEL of ld.so(8)), what Python imports and which bytecode it runs (`python3 --help-env`,
-# and PYTHONUSERBASE of the site module), the JITs' compilers (STEERING), NCCL's plugins, and where
-# epstack reads its pins, locks, reports. Not EP_JIT_CACHE_DIR: its row is checked at every start
-# (the entrypoint moves it off a read-only root).
+# and PYTHONUSERBASE of the site module), the JITs' compilers (STEERING), NCCL's plugins and the one
+# vLLM's gate loads, and where epstack reads its pins, locks, reports. Not EP_JIT_CACHE_DIR: its row
+# is checked at every start (the entrypoint moves it off a read-only root).
 LOADER_ENV = (
     *("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "LD_ASSUME_KERNEL", "LD_BIND_NOT", "LD_DYNAMIC_WEAK"),
     *("LD_HWCAP_MASK", "LD_ORIGIN_PATH", "LD_PROFILE", "LD_USE_LOAD_BIAS", "GLIBC_TUNABLES"),
@@ -70,6 +70,7 @@ DECIDING_ENV = (
     *PYTHON_ENV,
     *STEERING,
     *("NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "NCCL_ENV_PLUGIN"),
+    "VLLM_NCCL_SO_PATH",  # the libnccl vLLM's deepep_v2 gate loads (guard.vllm)
     *("EPSTACK_HOME", "EPSTACK_PINS", "EPSTACK_LOCKS", "EPSTACK_REPORTS"),
 )
 # The NVIDIA driver's libraries: mounted by the container runtime on a GPU host, checked live instead.

@@ -55,7 +55,7 @@ _LEAF_FILE = re.compile(
 )
 COLD_S = "36-38 s of the tiny profile's cold start on an H200"
 COMPONENT = f"JIT cache {TITLE}"
-GUARD_SCOPE = "sglang"
+GUARD_SCOPES: tuple[str, ...] = ("sglang",)
 CHECKED_AT_START = True  # where its kernels are: copied into its cache at start, or not
 
 

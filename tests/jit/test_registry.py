@@ -38,7 +38,7 @@ def test_each_toolchain_has_what_the_protocol_names_and_names_of_its_own() -> No
     for member in ("NAME", "COMPONENT", "SHIPPED"):
         values = [getattr(chain, member) for chain in TOOLCHAINS]
         assert len(set(values)) == len(values), member
-    assert {chain.GUARD_SCOPE for chain in TOOLCHAINS} == {"base", "sglang"}
+    assert {scope for chain in TOOLCHAINS for scope in chain.GUARD_SCOPES} == {"base", "sglang", "vllm"}
 
 
 @pytest.mark.skipif(Path(imagepaths.JIT).exists(), reason="an image's own shipped caches are here")
