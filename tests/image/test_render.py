@@ -142,9 +142,9 @@ def test_every_layer_installs_exactly_its_lock(rendered: Path) -> None:
         installs = [line.strip(" &\\") for line in text.splitlines() if f"{script} /" in line]
         assert installs == [f"{script} {imagepaths.LOCKS}/{lock}.txt {flags}" for lock in locks]
     for engine in ("sglang", "vllm"):
-        lock = read_lock(REPO / "locks", engine)
-        assert lock is not None
-        versions = lock.resolution.versions
+        held = read_lock(REPO / "locks", engine)
+        assert held is not None
+        versions = held.resolution.versions
         assert not set(DEEP_EP_PROVIDERS) & set(versions)
         pinned = load_pins(PINS).base_packages
         assert {name: versions[name] for name in pinned} == pinned, engine
