@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import yaml
 
 from epstack.aws.batchspec import render_batchspec
 from epstack.aws.buildspec import SCHEMA_PATH, load_buildspec, load_document, schema_findings
@@ -243,6 +244,21 @@ def test_a_batch_must_build_every_target_and_run_docker_privileged(buildspec: Wr
 
 def test_the_shipped_batch_is_the_rendering_of_pins_env(pins: Pins) -> None:
     assert (REPO / "buildspecs" / "batch.yml").read_text() == render_batchspec(pins)
+
+
+def test_the_batch_builds_each_targets_vllm_image_after_its_sglang_image(pins: Pins) -> None:
+    """vLLM's build follows the default engine's (its base and deepep layers in the registry cache by
+    then) and asks build.yml for the vllm image (EPSTACK_ENGINE, epstack build --engine)."""
+    graph = yaml.safe_load(render_batchspec(pins))["batch"]["build-graph"]
+    tasks = {task["identifier"]: task for task in graph}
+    for target in pins.targets:
+        name = target.replace("-", "_")
+        vllm = tasks[f"build_{name}_vllm"]
+        assert vllm["depend-on"] == [f"build_{name}"] and vllm["buildspec"] == "buildspecs/build.yml"
+        assert vllm["env"]["variables"] == {"EPSTACK_TARGET": target, "EPSTACK_ENGINE": "vllm"}
+        assert "EPSTACK_ENGINE" not in tasks[f"build_{name}"]["env"]["variables"], "build.yml's default"
+    build = (REPO / "buildspecs" / "build.yml").read_text()
+    assert "EPSTACK_ENGINE: sglang" in build and '--engine "$EPSTACK_ENGINE"' in build
 
 
 def test_a_yaml_error_is_bad_input_with_its_line(
