@@ -11,7 +11,7 @@ import pytest
 
 from epstack import imagepaths
 from epstack.guard.run import shipped_cache_rows
-from epstack.jit import deepep, deepgemm, flashinfer, sglang, triton, tritonserve
+from epstack.jit import deepep, deepgemm, flashinfer, sglang, triton, tritonserve, vllmcompile
 from epstack.jit.registry import EXPORTED, TOOLCHAINS
 from epstack.jit.toolchain import Toolchain
 
@@ -25,7 +25,7 @@ def _defines_guard_rows(path: Path) -> bool:
 
 def test_every_toolchain_module_is_in_the_registry_once_in_the_install_order() -> None:
     modules = sorted(path.stem for path in JIT.glob("*.py") if _defines_guard_rows(path))
-    in_order = (deepep, deepgemm, sglang, flashinfer, triton, tritonserve)
+    in_order = (deepep, deepgemm, sglang, flashinfer, triton, tritonserve, vllmcompile)
     assert in_order == TOOLCHAINS
     assert sorted(module.__name__.rpartition(".")[2] for module in in_order) == modules
     assert set(EXPORTED.values()) <= set(TOOLCHAINS)
