@@ -12,7 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from epstack.stack import DEEPEP_V2_MIN_NCCL, EFA_GDA_MIN_NCCL, GIN_EFA_GDA, GIN_GDAKI, GIN_PROXY, release
+from epstack.stack import (
+    DEEPEP_MIN_SMS_WITHOUT_OVERLAP,
+    DEEPEP_NUM_SMS_ENV,
+    DEEPEP_V2_MIN_NCCL,
+    EFA_GDA_MIN_NCCL,
+    GIN_EFA_GDA,
+    GIN_GDAKI,
+    GIN_PROXY,
+    release,
+)
 
 # Every image: DeepEP's JIT finds CUDA here; NCCL's cuMem allocator backs the symmetric memory
 # DeepEP V2's GIN windows need.
@@ -78,7 +87,9 @@ class Fabric:
     # device name prefixes it gives them ("" and (): any other RDMA device).
     kernel_driver: str = ""
     device_prefixes: tuple[str, ...] = ()
-    # Per pinned GIN type: the host devices and capabilities a job crossing nodes needs.
+    # Per pinned GIN type: what it is and where that comes from (a job's note), and the host devices and
+    # capabilities a job crossing nodes needs.
+    gin_modes: Mapping[str, str] = field(default_factory=dict)
     gin_host_access: Mapping[str, HostAccess] = field(default_factory=dict)
     # Fabric devices per instance type (the device plugin counts each), and the instance a job
     # assumes unless told; empty where the count does not follow the instance type.
@@ -111,10 +122,16 @@ EFA = Fabric(
     gin_key="EFA_GIN_TYPE",
     patches_key="DEEPEP_PATCHES_EFA",
     gin_types=(GIN_PROXY, GIN_EFA_GDA),
-    # NCCL loads aws-ofi-nccl (libnccl-net-ofi.so) as its net plugin; libfabric's EFA provider.
+    # NCCL loads aws-ofi-nccl (libnccl-net-ofi.so) as its net plugin; libfabric's EFA provider and no
+    # other (aws-ofi-nccl's doc/efa-env-var.md: needed only up to aws-ofi-nccl 1.5, harmless after).
     image_env_base=(("FI_PROVIDER", "efa"), ("NCCL_NET_PLUGIN", "ofi")),
-    # GPUDirect RDMA through EFA (libfabric's EFA provider).
-    job_env=(("FI_EFA_USE_DEVICE_RDMA", "1"),),
+    # GPUDirect RDMA through EFA. doc/efa-env-var.md: libfabric >= 1.18 with aws-ofi-nccl >= 1.7 (the
+    # installer's 2.6 and 1.21) turn it on themselves, and setting it on p4/p5 is harmless. DeepEP's SM
+    # count, which it cannot size itself over EFA (stack.DEEPEP_MIN_SMS_WITHOUT_OVERLAP).
+    job_env=(
+        ("FI_EFA_USE_DEVICE_RDMA", "1"),
+        (DEEPEP_NUM_SMS_ENV, str(DEEPEP_MIN_SMS_WITHOUT_OVERLAP)),
+    ),
     k8s_resource="vpc.amazonaws.com/efa",
     # The EFA device plugin's documented pod setting; libfabric's EFA provider backs its buffers
     # with 2 MiB huge pages.
@@ -125,6 +142,14 @@ EFA = Fabric(
     install_template="partials/fabric-efa.j2",
     kernel_driver="efa",
     device_prefixes=("efa", "rdmap"),
+    # aws-ofi-nccl 1.21's doc/gin-getting-started.md: both need NCCL 2.31.2-1, aws-ofi-nccl 1.21.0 and
+    # GDRCopy 2.5 (libgdrapi and gdrdrv); NCCL 2.31 takes the proxy on EFA unless told 5.
+    gin_modes={
+        GIN_PROXY: f"the host proxy over aws-ofi-nccl: the GIN guide's proxy mode, NCCL >= "
+        f"{EFA_GDA_MIN_NCCL}",
+        GIN_EFA_GDA: f"EFA-GDA, GPU-initiated: NCCL >= {EFA_GDA_MIN_NCCL}, P5en, P6-B200 or P6-B300, the "
+        "NVIDIA driver's PeerMappingOverride=1",
+    },
     gin_host_access={
         GIN_PROXY: HostAccess(
             devices=(GDRDRV,), capabilities=("IPC_LOCK",), reason=f"{_GDRDRV_REASON}; {_IPC_LOCK_REASON}"
@@ -143,6 +168,8 @@ EFA = Fabric(
         "p5.48xlarge": 32,
         "p5e.48xlarge": 32,
         "p5en.48xlarge": 16,
+        # 8 EFA interfaces of 400 Gb/s (whn09/pplx-garden-benchmark's p6-b200 runs: "EFA 400Gb/s x 8").
+        "p6-b200.48xlarge": 8,
     },
     default_instance="p5.48xlarge",
 )
@@ -166,6 +193,10 @@ IB = Fabric(
     ),
     device_per_gpu=False,
     install_template="partials/fabric-ib.j2",
+    gin_modes={
+        GIN_PROXY: "the host proxy, for NICs without GDAKI",
+        GIN_GDAKI: "GDAKI, GPU-initiated: the GPU rings the NIC itself",
+    },
     gin_host_access={
         GIN_PROXY: HostAccess(
             devices=(GDRDRV,), capabilities=("IPC_LOCK",), reason=f"{_GDRDRV_REASON}; {_IPC_LOCK_REASON}"

@@ -14,6 +14,11 @@ from dataclasses import dataclass
 
 # DeepEP V2 uses NCCL's GIN device API, first shipped in NCCL 2.30.4 (build and run time).
 DEEPEP_V2_MIN_NCCL = "2.30.4"
+# NCCL keeps its ABI within a major (libnccl.so.2 for every 2.x), so the images may install an NCCL
+# above the one torch pins: torch and DeepEP link libnccl.so.2, and the guard checks the one loaded.
+# Another major is another library. torch's own pin is its wheel's requirement on NCCL_WHEEL_STEM-cuNN.
+NCCL_ABI_MAJOR = 2
+NCCL_WHEEL_STEM = "nvidia-nccl"
 # NCCL GIN over EFA first shipped in aws-ofi-nccl 1.21 (its doc/gin-getting-started.md).
 EFA_GIN_MIN_OFI_NCCL = "1.21.0"
 # NCCL's GIN types (src/include/nccl_device/core.h; 2.30.7 knows 0, 2, 3, 4): the host proxy, IB GPU-
@@ -21,6 +26,13 @@ EFA_GIN_MIN_OFI_NCCL = "1.21.0"
 # aws-ofi-nccl 1.21's GIN guide states for GIN over EFA at all.
 GIN_PROXY, GIN_GDAKI, GIN_EFA_GDA = "2", "3", "5"
 EFA_GDA_MIN_NCCL = "2.31.2"
+# DeepEP's dispatch/combine SM count (get_theoretical_num_sms, deep_ep/buffers/elastic.py) is never below
+# this for a buffer built without prefer_overlap_with_compute, as SGLang's and the smoke's are. At
+# d4f41e4 its RDMA rate comes from `ibstat`, which lists no EFA device: 0, and across nodes the model
+# divides by it (ZeroDivisionError; DeepEP PR #734, open). EFA jobs across nodes pass this count instead,
+# in SGLang's own variable (its dispatcher's num_sms), which the smoke reads too.
+DEEPEP_MIN_SMS_WITHOUT_OVERLAP = 64
+DEEPEP_NUM_SMS_ENV = "SGLANG_DEEPEP_V2_NUM_SMS"
 # DeepEP commits whose NCCL device communicator still requires strong and VA signals, which EFA-GDA
 # has neither of (the GIN guide: set both to false), so they cannot use GIN type 5.
 DEEPEP_REFS_WITHOUT_EFA_GDA = (
@@ -74,8 +86,24 @@ CUDA_RELEASE_WHEELS = (
 # installed. nixl 1.5.1 (the module SGLang imports) requires nixl-cu12 and nixl-cu13 both and imports the
 # one torch's CUDA major names. The locks exclude the other majors' flavours (235 MB of cutlass-dsl and
 # a 69 MB nixl-cu12 wheel in a CUDA 13 image).
-CUDA_FLAVOURED_STEMS = ("nvidia-cutlass-dsl-libs", "nixl")
+NIXL = "nixl"
+CUDA_FLAVOURED_STEMS = ("nvidia-cutlass-dsl-libs", NIXL)
 _CUDA_MAJOR_SUFFIX = re.compile(r"-cu(\d+)$")
+
+
+def cuda_flavour(stem: str, major: int) -> str:
+    """A distribution's build for one CUDA major: nixl, 13 -> nixl-cu13."""
+    return f"{stem}-cu{major}"
+
+
+def cuda_flavours(stem: str) -> tuple[str, ...]:
+    """Its builds for every CUDA major epstack knows: nixl -> nixl-cu12, nixl-cu13."""
+    return tuple(cuda_flavour(stem, major) for major in SUPPORTED_CUDA_MAJORS)
+
+
+def nccl_wheel(name: str) -> bool:
+    """Whether a distribution is an NCCL wheel of any CUDA major (nvidia-nccl-cu12, nvidia-nccl-cu13)."""
+    return _CUDA_MAJOR_SUFFIX.search(name) is not None and _CUDA_MAJOR_SUFFIX.sub("", name) == NCCL_WHEEL_STEM
 
 
 def other_cuda_major(name: str, major: int) -> bool:
@@ -162,15 +190,15 @@ def cuda_wheels(cuda_version: str) -> CudaWheels:
             f"CUDA {major} is not supported; fix: use CUDA {' or '.join(map(str, SUPPORTED_CUDA_MAJORS))}"
         )
     suffix = "" if major >= 13 else f"-cu{major}"  # CUDA 13's toolkit wheels dropped the suffix
-    nccl, nvshmem = f"nvidia-nccl-cu{major}", f"nvidia-nvshmem-cu{major}"
+    nccl, nvshmem = f"{NCCL_WHEEL_STEM}-cu{major}", f"nvidia-nvshmem-cu{major}"
     return CudaWheels(
         major=major,
         nccl=nccl,
         nvshmem=nvshmem,
-        nixl=f"nixl-cu{major}",
+        nixl=cuda_flavour(NIXL, major),
         release=tuple(f"{name}{suffix}" for name in CUDA_RELEASE_WHEELS),
         foreign=tuple(
-            f"{stem}-cu{other}"
+            cuda_flavour(stem, other)
             for stem in CUDA_FLAVOURED_STEMS
             for other in SUPPORTED_CUDA_MAJORS
             if other != major

@@ -52,7 +52,7 @@ def test_the_base_image_environment_of_each_pinned_gin_type(
 def test_every_gin_type_a_pins_file_may_pick_has_its_host_access() -> None:
     for fabric in (EFA, IB):
         assert FABRICS[fabric.name] is fabric
-        assert set(fabric.gin_host_access) == set(fabric.gin_types)
+        assert set(fabric.gin_host_access) == set(fabric.gin_types) == set(fabric.gin_modes)
         for gin_type in fabric.gin_types:
             access = fabric.host_access(gin_type)
             assert access.devices == (GDRDRV,) and "IPC_LOCK" in access.capabilities
@@ -64,3 +64,15 @@ def test_gdaki_maps_nic_doorbells_so_it_needs_sys_rawio() -> None:
     assert "--privileged" in IB.host_access(GIN_GDAKI).reason
     assert IB.host_access(GIN_PROXY).capabilities == ("IPC_LOCK",)
     assert EFA.host_access(GIN_EFA_GDA).capabilities == ("IPC_LOCK",)
+
+
+def test_each_efa_instance_type_has_its_interface_count() -> None:
+    """p5/p5e: 32 EFA interfaces, p5en 16, p6-b200 8: the device plugin advertises each one."""
+    assert {
+        name: EFA.instance_devices[name] for name in ("p5.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge")
+    } == {
+        "p5.48xlarge": 32,
+        "p5en.48xlarge": 16,
+        "p6-b200.48xlarge": 8,
+    }
+    assert EFA.default_instance in EFA.instance_devices

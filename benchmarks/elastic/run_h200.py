@@ -34,8 +34,8 @@ class Phase:
 
 PHASES = (
     Phase(name="install", run=install.install,
-          does="NCCL from source over the pip wheel, then DeepEP with `epstack deepep build`; "
-               "skipped when present"),
+          does="NCCL: the ferried pinned wheel ($FERRY/nccl) over the host's pip NCCL, else built from "
+               "source over it; then DeepEP with `epstack deepep build`; skipped when present"),
     Phase(name="first-request", run=jit.first_request,
           does="the first request's JIT toolchains (smoke, `jit probe --layer all`) in the image's "
                "CUDA_HOME, caches empty, mapped libraries recorded"),
@@ -51,8 +51,8 @@ PHASES = (
           does="Triton's launcher built against the CUDA stub, copied by the entrypoint, then CudaUtils() "
                "against an empty cache"),
     Phase(name="stack", run=install.stack,
-          does="the ferried SGLang stack ($FERRY/c) installed into /opt/sgl; "
-               "later phases with PYTHONPATH=/opt/sgl"),
+          does="the ferried SGLang stack ($FERRY/c) installed into /opt/sgl, its NCCL wheel set aside in "
+               "$FERRY/nccl for install; later phases with PYTHONPATH=/opt/sgl"),
     Phase(name="serve-start", run=detached.serve_start,
           does="`epstack smoke serve` on the tiny profile, detached (setsid)"),
     Phase(name="serve-wait", run=detached.serve_wait,

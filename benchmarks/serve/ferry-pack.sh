@@ -2,11 +2,13 @@
 # Packs the pinned SGLang stack for a GPU host without network (../shared/gpu-ferry/README.md's method):
 # the wheels of WANT (the sglang lock's distributions the host lacks, at the lock's versions) and EXTRA
 # for CPython 3.12 manylinux, each wheel STRIP names without the libraries it names (RECORD edited; by
-# default sglang-kernel without its FA3 and sm100 libraries: serve with --attention-backend triton), all
-# in one tar split into CHUNK-sized pieces under OUT_DIR/c/, each small enough to travel with one device
-# call. Also epstack's own dependency wheels in OUT_DIR/epd/. vLLM's ferry (benchmarks/vllm/README.md):
-# WANT=<(python -m benchmarks.vllm.want) EXTRA= STRIP=vllm==0.33.0:vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so
-# OUT_DIR=.ferry-vllm.
+# default sglang-kernel without its FA3 and sm100 libraries: serve with --attention-backend triton), and
+# unless NCCL=no the pinned NCCL wheel (the base lock's entry, its hashes checked; the host's install
+# phase puts it over its older NCCL: benchmarks/elastic/h200/install.py), all in one tar split into
+# CHUNK-sized pieces under OUT_DIR/c/, each small enough to travel with one device call. Also epstack's
+# own dependency wheels in OUT_DIR/epd/. PYTHON (default .venv/bin/python) reads the lock. vLLM's ferry,
+# over the SGLang one (benchmarks/vllm/README.md): WANT=<(python -m benchmarks.vllm.want) EXTRA= NCCL=no
+# STRIP=vllm==0.33.0:vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so OUT_DIR=.ferry-vllm.
 set -euo pipefail
 want=${WANT:-../shared/gpu-ferry/want.txt}
 dir=${OUT_DIR:-.ferry}
@@ -21,6 +23,19 @@ platforms+=(--platform manylinux2014_x86_64)
 # shellcheck disable=SC2086  # EXTRA: requirements, one a word
 pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp "${platforms[@]}" -d "$dir/w" -r "$want" $extra
+if [[ ${NCCL:-yes} != no ]]; then
+    "${PYTHON:-.venv/bin/python}" - >"$dir/nccl.txt" <<'PY'
+from pathlib import Path
+from epstack.pins.load import load_pins
+from epstack.python.lockfile import entry_text, read_lock
+lock = read_lock(Path("locks"), "base")
+if lock is None:
+    raise SystemExit("ferry-pack.sh: no locks/base.txt; fix: run from the repository root")
+print(entry_text(lock, load_pins(Path("pins.env")).wheels.nccl), end="")
+PY
+    pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp "${platforms[@]}" -d "$dir/w" --require-hashes -r "$dir/nccl.txt"
+fi
 for item in $strip; do
     pin=${item%%:*} members=${item#*:}
     name=${pin%%==*} version=${pin#*==}

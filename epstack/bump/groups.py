@@ -6,24 +6,27 @@ each resolved by uv for the image with the pins outside the group held at their 
 the CUDA release wheels at the pinned minor (as `pins outdated` asks), the other keys of the group
 left free. The first that resolves is proposed with the versions uv chose for the others, where those
 are newer than their pins (a group never moves a pin down: the images install NCCL over torch's own
-pin). An image group proposes the digest each pinned tag points at now. `pins bump` then checks the
-proposal as any other: every pins rule (epstack.pins.rules; a violation names the pin that must move
-too), the relock, `pins predict` and the render.
+pin). A held NCCL goes through the base lock's override, as the images install it, and the nccl
+group's candidates must first pass the pins rules against the NCCL torch requires itself
+(outdated.resolve_held, nccl_refused). An image group proposes the digest each pinned tag points at
+now. `pins bump` then checks the proposal as any other: every pins rule (epstack.pins.rules; a
+violation names the pin that must move too), the relock, `pins predict` and the render.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache, partial
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from epstack.bump.outdated import resolve_for_image
+from epstack.bump.outdated import NCCL_KEY, nccl_refused, resolve_held
 from epstack.bump.upstream import IMAGE_KEYS
 from epstack.errors import BadInput, EnvironmentProblem, EpstackError
 from epstack.pins.model import Pins
-from epstack.python.lock import Resolver, cuda_release_constraints
+from epstack.python.lock import Resolver, torch_nccl
 from epstack.python.releases import index_pins, releases
 from epstack.suggest import did_you_mean
 
@@ -45,6 +48,12 @@ GROUPS: tuple[Group, ...] = (
         name="torch",
         keys=("TORCH_VERSION", "NCCL_VERSION", "NVSHMEM_VERSION"),
         why="torch requires NCCL and NVSHMEM wheels of its CUDA major; the CUDA wheels follow in the locks",
+    ),
+    Group(
+        name="nccl",
+        keys=("NCCL_VERSION",),
+        why="installed over the NCCL torch requires itself, the base lock's override: the newest the "
+        "pins rules allow, the other pins held",
     ),
     Group(
         name="cuda-base",
@@ -82,7 +91,8 @@ def _index_group(
 ) -> dict[str, str]:
     env, distributions = pins.as_env(), index_pins(pins)
     leader = group.keys[0]
-    held = [f"{dist}=={env[key]}" for key, dist in distributions.items() if key not in group.keys]
+    held = {key: env[key] for key in distributions if key not in group.keys}
+    own = cache(partial(torch_nccl, pins, resolver))
     try:
         listed = releases(distributions[leader], index=index)
     except EnvironmentProblem as exc:
@@ -93,9 +103,8 @@ def _index_group(
     newer = [v for v in listed if Version(v) > Version(env[leader])]
     reasons = []
     for version in newer[:candidates]:
-        answer = resolve_for_image(
-            pins, [*held, f"{distributions[leader]}=={version}"], cuda_release_constraints(pins), resolver
-        )
+        refused = nccl_refused(pins, version, own()) if leader == NCCL_KEY else None
+        answer = refused or resolve_held(pins, held | {leader: version}, resolver)
         if isinstance(answer, str):
             reasons.append(f"{version}: {answer}")
             continue

@@ -14,10 +14,10 @@ check it; the others are asked all the same.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Literal
 
@@ -37,12 +37,19 @@ from epstack.errors import EnvironmentProblem, EpstackError
 from epstack.oci import parse_reference
 from epstack.pins.deepepsources import git_sources
 from epstack.pins.model import Pins
-from epstack.python.lock import Resolver, cuda_release_constraints, lock_specs
+from epstack.python.lock import (
+    Resolver,
+    cuda_release_constraints,
+    lock_specs,
+    nccl_override_problem,
+    torch_nccl,
+)
 from epstack.python.releases import index_pins, list_command, releases
-from epstack.python.resolve import Resolution, Unresolvable, compile_requirements
+from epstack.python.resolve import Pinned, Resolution, Unresolvable, compile_requirements
 from epstack.stack import other_cuda_major
 
 NCCL_REPO = "https://github.com/NVIDIA/nccl.git"
+NCCL_KEY = "NCCL_VERSION"  # the base lock's override: installed over the NCCL torch requires itself
 RESOLVE_TIMEOUT_S = 120.0
 Status = Literal["current", "newer", "held back", "moved", "unknown", "unreachable"]
 
@@ -128,8 +135,11 @@ Attempt = Callable[[str], "str | None"]  # a release -> None when it resolves, e
 
 
 def _index_rows(pins: Pins, sources: Sources) -> list[Row]:
-    """One row per index pin, and after SGLang's the newest SGLang that keeps the pinned torch."""
+    """One row per index pin, and after SGLang's the newest SGLang that keeps the pinned torch. NCCL's
+    newer releases are the base lock's override: each must pass pins.rules against the NCCL torch
+    requires itself (asked of uv once, where there is a newer NCCL to try)."""
     rows = []
+    own = cache(partial(torch_nccl, pins, sources.resolver))
     for key, distribution in index_pins(pins).items():
         pinned, source = pins.as_env()[key], f"index {distribution}"
         try:
@@ -154,7 +164,7 @@ def _index_rows(pins: Pins, sources: Sources) -> list[Row]:
                 pinned=pinned,
                 listed=listed,
                 held=held,
-                attempt=partial(_with_pins_held, pins, key, resolver=sources.resolver),
+                attempt=partial(_with_pins_held, pins, key, resolver=sources.resolver, own=own),
                 limit=sources.candidates,
             )
         )
@@ -221,7 +231,11 @@ def _search(
 
 
 def resolve_for_image(
-    pins: Pins, requirements: Sequence[str], constraints: Sequence[str], resolver: Resolver
+    pins: Pins,
+    requirements: Sequence[str],
+    constraints: Sequence[str],
+    resolver: Resolver,
+    overrides: Sequence[str] = (),
 ) -> Resolution | str:
     """What uv resolves `requirements` to for the image, what the images exclude excluded, when it
     brings no wheel of another CUDA major; else why not."""
@@ -230,6 +244,7 @@ def resolve_for_image(
             list(requirements),
             pins.image_target,
             constraints=constraints,
+            overrides=overrides,
             excludes=lock_specs(pins)[-1].excludes,
             name="outdated",
             timeout=RESOLVE_TIMEOUT_S,
@@ -240,6 +255,22 @@ def resolve_for_image(
     return f"it brings {', '.join(foreign)}, not CUDA {pins.wheels.major}" if foreign else resolution
 
 
+def resolve_held(pins: Pins, held: Mapping[str, str], resolver: Resolver) -> Resolution | str:
+    """The index pins `held` (pins.env key -> version) resolved for the image as the images install
+    them (resolve_for_image): NCCL_VERSION through the base lock's override of the NCCL torch requires
+    itself, every other one required; the CUDA release wheels at the pinned minor."""
+    distributions = index_pins(pins)
+    requirements = [f"{distributions[key]}=={value}" for key, value in held.items() if key != NCCL_KEY]
+    overrides = [f"{distributions[NCCL_KEY]}=={held[NCCL_KEY]}"] if NCCL_KEY in held else []
+    return resolve_for_image(pins, requirements, cuda_release_constraints(pins), resolver, overrides)
+
+
+def nccl_refused(pins: Pins, version: str, own: Pinned | None) -> str | None:
+    """Why NCCL `version` may not replace torch's `own` NCCL (pins.rules.nccl_over_torch); None: it may."""
+    problem = nccl_override_problem(pins.model_copy(update={"nccl_version": version}), own)
+    return f"{problem[1]}; fix: {problem[2]}" if problem else None
+
+
 def _resolves(
     pins: Pins, requirements: list[str], constraints: Sequence[str], resolver: Resolver
 ) -> str | None:
@@ -248,12 +279,17 @@ def _resolves(
     return answer if isinstance(answer, str) else None
 
 
-def _with_pins_held(pins: Pins, key: str, version: str, *, resolver: Resolver) -> str | None:
-    """Whether `key`=`version` resolves with every other index pin required at its pinned version."""
-    held = {distribution: pins.as_env()[k] for k, distribution in index_pins(pins).items()}
-    held[index_pins(pins)[key]] = version
-    requirements = [f"{distribution}=={value}" for distribution, value in held.items()]
-    return _resolves(pins, requirements, cuda_release_constraints(pins), resolver)
+def _with_pins_held(
+    pins: Pins, key: str, version: str, *, resolver: Resolver, own: Callable[[], Pinned | None]
+) -> str | None:
+    """Whether `key`=`version` resolves with every other index pin held at its pinned version; a newer
+    NCCL must pass pins.rules against torch's `own` NCCL first."""
+    refused = nccl_refused(pins, version, own()) if key == NCCL_KEY else None
+    if refused:
+        return refused
+    held = {k: pins.as_env()[k] for k in index_pins(pins)} | {key: version}
+    answer = resolve_held(pins, held, resolver)
+    return answer if isinstance(answer, str) else None
 
 
 def _keeps_torch(pins: Pins, version: str, *, resolver: Resolver) -> str | None:

@@ -157,7 +157,9 @@ def plan_bump(
     seconds: dict[str, float] = {}
     start = time.monotonic()
     try:
-        run = relock(after, staged_locks, resolver=resolver, installable=installable)
+        run = relock(after, staged_locks, resolver=resolver, installable=installable, pins_path=staged)
+    except BadInput as exc:  # NCCL_VERSION against the NCCL the bumped torch requires itself
+        raise BadInput(str(exc).replace(str(staged), f"{path} (bumped)")) from None
     except Unresolvable as exc:
         raise _missing(after, values, str(exc)) or Unresolvable(
             f"the bumped pins do not resolve, nothing written: {exc}"

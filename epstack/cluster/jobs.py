@@ -112,8 +112,9 @@ class Job:
         """Why the job asks for what it asks (comments in the manifest or script), one line each."""
         notes = []
         if self.host_access:
+            mode = self.fabric.gin_modes[self.gin_type]
             notes.append(
-                f"NCCL GIN type {self.gin_type} over {self.fabric.title}: {self.host_access.reason}."
+                f"NCCL GIN type {self.gin_type} ({mode}) over {self.fabric.title}: {self.host_access.reason}."
             )
         if self.site.privileged:
             notes.append(

@@ -28,6 +28,7 @@ from epstack.errors import BadInput
 from epstack.python.lockfile import lock_path, read_lock
 from epstack.smoke.serving.command import BOOTSTRAP_PORT
 from epstack.smoke.serving.profiles import Role
+from epstack.stack import NIXL, cuda_flavours
 
 ROLES: tuple[Role, ...] = ("prefill", "decode")
 # Each engine SGLang 0.5.23's --disaggregation-transfer-backend names, and the distributions that carry
@@ -39,7 +40,7 @@ TRANSFER_ENGINES: dict[str, tuple[str, ...]] = {
         "mooncake-transfer-engine-efa",
         "mooncake-transfer-engine-efa-cuda13",
     ),
-    "nixl": ("nixl", "nixl-cu12", "nixl-cu13"),
+    NIXL: (NIXL, *cuda_flavours(NIXL)),
 }
 LOCK = "sglang"  # the layer whose Python environment SGLang's servers run in
 # smg's default --bootstrap-port-annotation: where the router reads a prefill pod's bootstrap port.

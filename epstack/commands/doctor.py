@@ -63,7 +63,10 @@ def cmd_doctor(args: argparse.Namespace, console: object = None) -> int:
         raise BadInput(
             f"--root {args.root}: not a directory; fix: pass / or a copy of a host's /proc and /sys"
         )
-    report = run_doctor(gather(args.root, os.environ), cuda=cuda, nccl_version=nccl)
+    deepep = read_pins_file(pins_path(args.pins)).entries.get("DEEPEP_REF")
+    report = run_doctor(
+        gather(args.root, os.environ), cuda=cuda, nccl_version=nccl, deepep_ref=deepep.value if deepep else ""
+    )
     sys.stdout.write(format_table(report))
     if args.json:
         write_file(args.json, report.to_json(), what="the --json report")

@@ -44,7 +44,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         return 0
     start = time.monotonic()
     with working(console, f"lock: resolving the stale locks in {directory} with uv"):
-        run = relock(pins, directory, upgrade=args.upgrade)
+        run = relock(pins, directory, upgrade=args.upgrade, pins_path=path)
     written = write_locks(run, directory)
     for name in run.kept:
         console.print(f"{escape(str(lock_path(directory, name)))}: fresh, kept")
@@ -52,6 +52,12 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         console.print(
             f"{escape(str(written_path))}: {len(lock.resolution.packages)} distributions "
             f"in {run.seconds[name]:.1f} s"
+        )
+    if run.torch_nccl and run.torch_nccl.version != pins.nccl_version:
+        console.print(
+            f"{escape(pins.wheels.nccl)} {escape(pins.nccl_version)} over the "
+            f"{escape(run.torch_nccl.version)} torch {escape(pins.torch_version)} requires: the base lock's "
+            "override (same NCCL major, not below torch's; the guard checks the libnccl loaded)"
         )
     if args.upgrade:
         moved = upgrade_name(args.upgrade)

@@ -119,6 +119,13 @@ def cmd_pins_predict(args: argparse.Namespace, console: Console) -> int:
     for move in prediction.moves:
         _print(console, str(move), "red")
         _print(console, f"  required by: {', '.join(move.required_by)}", "dim")
+    for move in prediction.overrides:
+        _print(
+            console,
+            f"{move.package}: a plain install takes {move.resolved} ({', '.join(move.required_by)}); "
+            f"the images install {move.pinned} over it, {move.reason}",
+            "yellow",
+        )
     for provider in prediction.deep_ep:
         _print(
             console,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from epstack import host
 from epstack.checkrow import Check, Verdict
 from epstack.fabric import EFA, GDRDRV
-from epstack.stack import EFA_GDA_MIN_NCCL, GIN_EFA_GDA, GIN_PROXY
+from epstack.stack import DEEPEP_REFS_WITHOUT_EFA_GDA, EFA_GDA_MIN_NCCL, GIN_EFA_GDA, GIN_PROXY
 
 # Minimum Linux driver per CUDA major (NVIDIA's CUDA compatibility guide, minor version compatibility).
 MIN_DRIVER = {13: "580", 12: "525.60.13"}
@@ -255,7 +255,9 @@ def check_hugepages(facts: Facts) -> Check:
     )
 
 
-def check_nccl_env(facts: Facts, nccl_version: str) -> list[Check]:
+def check_nccl_env(facts: Facts, nccl_version: str, deepep_ref: str = "") -> list[Check]:
+    """The NCCL and DeepEP variables the host sets against what the image's pins (NCCL_VERSION, and
+    DEEPEP_REF where the pins file has it) can do."""
     env, rows = facts.env, []
 
     def problem(name: str, verdict: Verdict, why: str, fix: str) -> None:
@@ -291,6 +293,13 @@ def check_nccl_env(facts: Facts, nccl_version: str) -> list[Check]:
             "fail",
             f"EFA-GDA needs NCCL >= {EFA_GDA_MIN_NCCL}; pins have {nccl_version}",
             f"raise NCCL_VERSION to {EFA_GDA_MIN_NCCL} or set NCCL_GIN_TYPE={GIN_PROXY}",
+        )
+    elif env.get("NCCL_GIN_TYPE") == GIN_EFA_GDA and deepep_ref in DEEPEP_REFS_WITHOUT_EFA_GDA:
+        problem(
+            "NCCL_GIN_TYPE",
+            "fail",
+            f"DeepEP {deepep_ref[:7]} requires GIN strong and VA signals, which EFA-GDA does not have",
+            f"unset it: the image sets NCCL_GIN_TYPE={GIN_PROXY}, the proxy",
         )
     if "FI_PROVIDER" in env and env["FI_PROVIDER"] != "efa" and any(d.is_efa for d in facts.rdma):
         problem("FI_PROVIDER", "fail", "the host's NICs are EFA", "set FI_PROVIDER=efa or unset it")

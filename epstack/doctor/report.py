@@ -87,7 +87,7 @@ class Report:
         return json.dumps(document, indent=2) + "\n"
 
 
-def run_doctor(facts: Facts, *, cuda: str, nccl_version: str) -> Report:
+def run_doctor(facts: Facts, *, cuda: str, nccl_version: str, deepep_ref: str = "") -> Report:
     checks = check_driver(facts, cuda)
     if facts.driver is None:
         checks += [
@@ -100,5 +100,5 @@ def run_doctor(facts: Facts, *, cuda: str, nccl_version: str) -> Report:
     checks += check_rdma(facts)
     checks += [check_rdma_files(facts), check_rdma_netns(facts)]
     checks += [check_memlock(facts), check_hugepages(facts), check_jit_cache(facts)]
-    checks += check_nccl_env(facts, nccl_version)
+    checks += check_nccl_env(facts, nccl_version, deepep_ref)
     return Report(root=facts.root, cuda=cuda, checks=tuple(checks))

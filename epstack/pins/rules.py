@@ -26,12 +26,14 @@ from epstack.stack import (
     GIN_GDAKI,
     GIN_PROXY,
     IMAGE_OS_GLIBC,
+    NCCL_ABI_MAJOR,
     PATCHES_NEEDING_GDAKI,
     SUPPORTED_CUDA_MAJORS,
     arch_problem,
     archs_for,
     cuda_major,
     image_os,
+    release,
 )
 from epstack.suggest import did_you_mean
 
@@ -46,6 +48,48 @@ def _nccl_for_deepep_v2(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
             "which DeepEP V2 (GIN device API) needs",
             f"set NCCL_VERSION={DEEPEP_V2_MIN_NCCL} or newer",
         )
+
+
+def _nccl_abi(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
+    major = release(pins.nccl_version)[0]
+    if major != NCCL_ABI_MAJOR:
+        yield pins_file.problem(
+            "NCCL_VERSION",
+            f"NCCL {pins.nccl_version} is NCCL {major}, another ABI than the libnccl.so.{NCCL_ABI_MAJOR} "
+            "torch and DeepEP link",
+            f"set NCCL_VERSION to an NCCL {NCCL_ABI_MAJOR}.x release",
+        )
+
+
+def nccl_over_torch(pins: Pins, wheel: str, version: str) -> tuple[str, str, str] | None:
+    """(key, what is wrong, fix) when pins.env's NCCL may not replace `wheel`==`version`, the NCCL torch
+    itself requires (what uv resolves torch==TORCH_VERSION to alone); None when it may.
+
+    The images install NCCL_VERSION over torch's own pin, an override the base lock declares: allowed
+    for the wheel of the images' CUDA major, in the same NCCL major (2.x keeps its ABI) and at or above
+    torch's pin (torch is built against it); DeepEP V2's floor is _nccl_for_deepep_v2's."""
+    if wheel != pins.wheels.nccl:
+        return (
+            "TORCH_VERSION",
+            f"torch {pins.torch_version} requires {wheel}, a CUDA major other than the images' "
+            f"{pins.wheels.nccl}",
+            f"pin a torch built for CUDA {pins.wheels.major} (TORCH_CUDA_TAG={pins.torch_cuda_tag})",
+        )
+    if release(version)[0] != release(pins.nccl_version)[0]:
+        return (
+            "NCCL_VERSION",
+            f"NCCL {pins.nccl_version} is another major than the {version} torch {pins.torch_version} "
+            "requires: another ABI",
+            f"set NCCL_VERSION to an NCCL {release(version)[0]}.x release, {version} or newer",
+        )
+    if Version(pins.nccl_version) < Version(version):
+        return (
+            "NCCL_VERSION",
+            f"NCCL {pins.nccl_version} is below the {version} torch {pins.torch_version} requires "
+            "and is built against",
+            f"set NCCL_VERSION={version} or newer",
+        )
+    return None
 
 
 def _gin_over_efa(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
@@ -191,6 +235,7 @@ def _image_tags(pins: Pins, pins_file: PinsFile) -> Iterator[Problem]:
 RULES: tuple[Rule, ...] = (
     _gin_types,
     _patches_fit_the_gin_type,
+    _nccl_abi,
     _nccl_for_deepep_v2,
     _gin_over_efa,
     _one_cuda_major,

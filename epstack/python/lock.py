@@ -16,6 +16,10 @@ and what must move with it. A lock's header records its inputs and their digest,
 digest: `--check` needs no index. A lock is fresh when both digests hold and its entries hold what its
 spec says (epstack.python.lockcontent), so a hand-edited lock is stale. Every new lock is installed
 dry-run with the images' flags before it is written.
+
+The base pins are the locks' overrides: NCCL_VERSION replaces the NCCL torch requires itself (torch pins
+its NCCL wheel exactly). Where the base lock is resolved again, uv is first asked what torch alone
+requires, and pins.rules.nccl_over_torch decides whether NCCL_VERSION may replace it.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ from packaging.utils import canonicalize_name
 from epstack.errors import BadInput, CommandFailed, shown
 from epstack.layers import SERVED
 from epstack.output import write_file
+from epstack.pins.file import parse_pins_file
 from epstack.pins.model import Pins
+from epstack.pins.rules import nccl_over_torch
 from epstack.python.lockcontent import content_problems
 from epstack.python.lockfile import (
     LockFile,
@@ -44,12 +50,13 @@ from epstack.python.lockfile import (
 )
 from epstack.python.resolve import (
     RESOLVE_FLAGS,
+    Pinned,
     Resolution,
     Unresolvable,
     check_installable,
     compile_requirements,
 )
-from epstack.stack import DEEP_EP_PROVIDERS, DEEPEP_BUILD_REQUIREMENTS, other_cuda_major
+from epstack.stack import DEEP_EP_PROVIDERS, DEEPEP_BUILD_REQUIREMENTS, nccl_wheel, other_cuda_major
 
 Resolver = Callable[..., Resolution]
 Installable = Callable[..., None]
@@ -114,6 +121,23 @@ def nixl_requirements(pins: Pins) -> tuple[str, ...]:
     """NIXL, SGLang's KV transfer engine: the `nixl` module it imports and that module's build for the
     image's CUDA major (the other majors' builds, which nixl also requires, are excluded)."""
     return (f"nixl=={pins.nixl_version}", f"{pins.wheels.nixl}=={pins.nixl_version}")
+
+
+def torch_nccl(pins: Pins, resolver: Resolver) -> Pinned | None:
+    """The NCCL wheel torch==TORCH_VERSION itself requires: what uv resolves torch to alone for the image,
+    without the base lock's overrides (None: torch requires no NCCL wheel)."""
+    alone = resolver(
+        [f"torch=={pins.torch_version}"],
+        pins.image_target,
+        constraints=cuda_release_constraints(pins),
+        name="torch-alone",
+    )
+    return next((package for package in alone.packages if nccl_wheel(package.name)), None)
+
+
+def nccl_override_problem(pins: Pins, own: Pinned | None) -> tuple[str, str, str] | None:
+    """(key, what, fix) when NCCL_VERSION may not replace torch's `own` NCCL (pins.rules.nccl_over_torch)."""
+    return nccl_over_torch(pins, own.name, own.version) if own else None
 
 
 def cuda_release_constraints(pins: Pins) -> tuple[str, ...]:
@@ -223,6 +247,9 @@ class LockRun:
     moves: list[Move] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     kept: list[str] = field(default_factory=list)
+    # The NCCL torch requires itself, asked where the base lock was resolved again (None: not asked or
+    # none): NCCL_VERSION replaces it through the lock's override, where pins.rules allows it.
+    torch_nccl: Pinned | None = None
 
 
 def _moves(name: str, before: Resolution | None, after: Resolution) -> list[Move]:
@@ -249,8 +276,10 @@ def relock(
     upgrade: str | None = None,
     resolver: Resolver = compile_requirements,
     installable: Installable = check_installable,
+    pins_path: Path | None = None,
 ) -> LockRun:
-    """Resolve every lock that is stale, missing, holds `upgrade`, or sits over one that changed."""
+    """Resolve every lock that is stale, missing, holds `upgrade`, or sits over one that changed. BadInput
+    (naming `pins_path`'s line) where NCCL_VERSION may not replace the NCCL torch requires itself."""
     specs = lock_specs(pins)
     current = {spec.name: read_lock(directory, spec.name) for spec in specs}
     todo = {stale.name for stale in stale_locks(pins, directory)}
@@ -274,6 +303,13 @@ def relock(
             run.kept.append(spec.name)
             continue
         start = time.monotonic()
+        if not spec.below:
+            run.torch_nccl = torch_nccl(pins, resolver)
+            problem = nccl_override_problem(pins, run.torch_nccl)
+            if problem and pins_path:
+                raise parse_pins_file(pins_path).error(*problem)
+            if problem:
+                raise BadInput(f"{problem[0]}: {problem[1]}; fix: {problem[2]}")
         resolution = _resolve(
             spec,
             specs=specs,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from packaging.version import Version
@@ -25,7 +26,8 @@ from packaging.version import Version
 from epstack.errors import EpstackError
 from epstack.layers import TOP, venv_locks
 from epstack.pins.model import Pins
-from epstack.python.lock import LockRun, relock, stale_locks
+from epstack.pins.rules import nccl_over_torch
+from epstack.python.lock import LockRun, relock, stale_locks, torch_nccl
 from epstack.python.lockfile import read_lock
 from epstack.python.resolve import Resolution, Unresolvable, compile_requirements
 from epstack.stack import DEEP_EP_PROVIDERS, ImageTarget
@@ -54,6 +56,9 @@ class Prediction:
     moves: tuple[Move, ...]
     deep_ep: tuple[Move, ...]  # distributions that would install their own deep_ep; pinned is DEEPEP_REF
     source: str = "the index"  # where the answer came from: the index, or the fresh locks
+    # NCCL a plain install would put at torch's own pin, which the base lock's override replaces with
+    # NCCL_VERSION where pins.rules.nccl_over_torch allows it: declared, so not a drift.
+    overrides: tuple[Move, ...] = ()
 
     @property
     def drifts(self) -> bool:
@@ -79,10 +84,13 @@ def predict(pins: Pins, resolver: Resolver = compile_requirements) -> Prediction
     another: the index is the bottleneck here, and concurrent ones were slower (38 s against 25 s)."""
     requested, target = f"sglang=={pins.sglang_version}", pins.image_target
     resolution = resolver([requested], target)
-    moves = []
+    moves, overrides = [], []
     for package, pinned in pins.base_packages.items():
         resolved = resolution.version(package)
         if resolved is None or Version(resolved).public == Version(pinned).public:
+            continue
+        if package == pins.wheels.nccl and nccl_over_torch(pins, package, resolved) is None:
+            overrides.append(_override(pins, resolved, _requirers(resolution, package)))
             continue
         reason = _forced(requested, package, pinned, target, resolver)
         if reason is not None:
@@ -100,6 +108,18 @@ def predict(pins: Pins, resolver: Resolver = compile_requirements) -> Prediction
         installs=len(resolution.packages),
         moves=tuple(moves),
         deep_ep=_deep_ep(pins, resolution, requested),
+        overrides=tuple(overrides),
+    )
+
+
+def _override(pins: Pins, own: str, required_by: tuple[str, ...]) -> Move:
+    """NCCL_VERSION where a plain install puts the `own` NCCL torch requires: the base lock's override."""
+    return Move(
+        package=pins.wheels.nccl,
+        pinned=pins.nccl_version,
+        resolved=own,
+        reason="the base lock's override: NCCL_VERSION over the NCCL torch requires itself (pins.rules)",
+        required_by=required_by,
     )
 
 
@@ -127,18 +147,30 @@ def predict_from_locks(
     requested = f"sglang=={pins.sglang_version}"
     held = [p.pin for name in venv_locks(TOP.name) if (lock := read_lock(directory, name))
             for p in lock.resolution.packages]  # fmt: skip
+    nccl = f"{pins.wheels.nccl}=={pins.nccl_version}"  # the base lock's override, as the images install it
     try:
-        resolution = resolver([requested], pins.image_target, constraints=held, offline=True)
+        resolution = resolver(
+            [requested],
+            pins.image_target,
+            constraints=[pin for pin in held if pin != nccl],
+            overrides=[nccl],
+            offline=True,
+        )
+        own = torch_nccl(pins, partial(resolver, offline=True))
     except EpstackError:
         return None
     if any(resolution.version(name) != version for name, version in pins.base_packages.items()):
         return None
+    overrides = (own,) if own is not None and own.version != pins.nccl_version else ()
     return Prediction(
         requested=requested,
         installs=len(resolution.packages),
         moves=(),
         deep_ep=_deep_ep(pins, resolution, requested),
         source=f"the fresh locks in {directory} (uv's cache, offline)",
+        overrides=tuple(
+            _override(pins, each.version, (f"torch=={pins.torch_version}",)) for each in overrides
+        ),
     )
 
 

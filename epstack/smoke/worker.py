@@ -17,7 +17,7 @@ import socket
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -56,7 +56,7 @@ from epstack.smoke.result import (
     RankResult,
 )
 from epstack.smoke.stage import StageWriter
-from epstack.stack import DEEPEP_V2_MIN_NCCL
+from epstack.stack import DEEPEP_NUM_SMS_ENV, DEEPEP_V2_MIN_NCCL
 
 EXPERT_ALIGNMENT = 128  # test_ep's first mode, the one its printed figures come from
 # (name, masked ratio, hot-rank ratio); "uniform" is test_ep's routing and the one timed.
@@ -152,8 +152,11 @@ class BufferUse:
     exact_combine: bool  # one scale-out rank: combine is bitwise
 
     @classmethod
-    def of(cls, buffer: Any, cfg: SmokeConfig) -> BufferUse:
-        num_sms = buffer.get_theoretical_num_sms(cfg.num_experts, cfg.num_topk)
+    def of(cls, buffer: Any, cfg: SmokeConfig, env: Mapping[str, str] = os.environ) -> BufferUse:
+        """DeepEP's SM count, else the one the job sets in SGLang's variable, as SGLang's dispatcher
+        takes it (EFA jobs across nodes: stack.DEEPEP_MIN_SMS_WITHOUT_OVERLAP)."""
+        fixed = int(env.get(DEEPEP_NUM_SMS_ENV) or 0)
+        num_sms = fixed or buffer.get_theoretical_num_sms(cfg.num_experts, cfg.num_topk)
         return cls(
             buffer=buffer,
             num_sms=num_sms,

@@ -16,13 +16,15 @@ from benchmarks.elastic.run_h200 import main
 from tests.benchmarks_run_h200.conftest import REPO, FakeHost, fake_host
 
 WHEELS = ("sglang-0.5.0-py3-none-any.whl", "torch_memory_saver-0.0.9-py3-none-any.whl")
+NCCL_WHEEL = "nvidia_nccl_cu13-2.32.6-py3-none-manylinux_2_27_x86_64.whl"
 
 
 def _ferry(folder: Path) -> None:
-    """The wheels as ferry-pack.sh sends them: one tar, split into chunks c/c00, c/c01, ..."""
+    """The wheels as ferry-pack.sh sends them (the pinned NCCL's among them): one tar, split into
+    chunks c/c00, c/c01, ..."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name in WHEELS:
+        for name in (*WHEELS, NCCL_WHEEL):
             entry = tarfile.TarInfo(name)
             entry.size = 4096
             tar.addfile(entry, io.BytesIO(bytes(4096)))
@@ -46,12 +48,26 @@ def test_stack_installs_the_ferried_wheels_into_its_target(
     target, unpacked = ferried.root / "opt" / "sgl", ferried.root / "tmp" / "ferry-w"
     [pip, _purelib, versions] = ferried.argvs()
     assert pip[:8] == ["-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target", str(target)]
-    assert pip[8:] == [str(unpacked / name) for name in WHEELS]
+    assert pip[8:] == [str(unpacked / name) for name in WHEELS], "NCCL goes into the host's venv instead"
+    assert (ferried.root.parent / "ferry" / "nccl" / NCCL_WHEEL).is_file()
     assert not unpacked.exists()
     assert (target / "nvidia").readlink() == Path(ferried.log.parent, "purelib", "nvidia")
     assert "WARNING" not in capsys.readouterr().out
     assert versions[0] == "-c"
     assert f"stack: 2.11.0 0.5.0 {target}" in ferried.notes()
+
+
+def test_install_puts_the_ferried_nccl_wheel_into_the_hosts_venv(ferried: FakeHost) -> None:
+    """After the stack phase set it aside: install-nccl.sh --wheel, pip over the host's NCCL, no build."""
+    main(["stack"], ferried.host)
+    failing = fake_host(ferried.log.parent, FERRY=str(ferried.root.parent / "ferry"), FAKE_STATUS="1")
+    main(["install"], failing.host)
+    wheel = str(ferried.root.parent / "ferry" / "nccl" / NCCL_WHEEL)
+    assert f"install: NCCL from the ferried wheel {NCCL_WHEEL}" in " ".join(failing.notes())
+    pip = [argv for argv in failing.argvs() if argv[:3] == ["-m", "pip", "install"] and wheel in argv]
+    quiet = ["--quiet", "--disable-pip-version-check"]
+    assert pip == [["-m", "pip", "install", *quiet, "--no-index", "--no-deps", "--force-reinstall", wheel]]
+    assert not any("--src" in argv for argv in failing.argvs()), "nothing built from source"
 
 
 def test_stack_keeps_an_installed_stack(ferried: FakeHost) -> None:

@@ -22,6 +22,8 @@ from epstack.image.build import BUILD_REPORT, BuildReport, BuiltImage
 from epstack.pins.file import rewrite
 from epstack.pins.load import load_pins
 from tests.bump.conftest import snapshot
+from tests.conftest import PINS
+from tests.pins.test_pins import line_of
 from tests.python.localindex import use_index
 
 
@@ -138,6 +140,12 @@ def test_a_bump_that_moves_torch_is_refused_and_writes_nothing(
         ),
         ("SGLANG_VERSON=0.5.24", "SGLANG_VERSON: not a key of"),
         ("NCCL_VERSION=2.28.9", "NCCL 2.28.9 is older than 2.30.4"),
+        ("NCCL_VERSION=3.0.0", "NCCL 3.0.0 is NCCL 3, another ABI than the libnccl.so.2"),
+        (
+            "NCCL_VERSION=2.30.5",
+            f"pins.env (bumped):{line_of(PINS, 'NCCL_VERSION')}: NCCL 2.30.5 is below the 2.30.7 torch "
+            "2.14.1 requires and is built against; fix: set NCCL_VERSION=2.30.7 or newer",
+        ),
         ("SGLANG_VERSION=>=0.5.24", "is a range, not an exact version"),
         ("SGLANG_VERSION=0.5.23", "SGLANG_VERSION is already 0.5.23"),
         ("SGLANG_VERSION", "not KEY=VALUE"),
@@ -157,17 +165,17 @@ def test_a_dry_run_leaves_every_file_byte_identical(
     checkout: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = snapshot(checkout)
-    assert bump(checkout, "NCCL_VERSION=2.32.3", "--dry-run") == 0
+    assert bump(checkout, "NCCL_VERSION=2.33.1", "--dry-run") == 0
     err = capsys.readouterr().err
     assert snapshot(checkout) == before
     assert "--dry-run:" in err
     rows = [tuple(cell.strip() for cell in line.split("│")[1:5]) for line in err.splitlines()]
-    assert ("base", "nvidia-nccl-cu13", "2.30.7", "2.32.3") in rows
-    assert ("sglang", "nvidia-nccl-cu13", "2.30.7", "2.32.3") in rows, "the upper lock follows the base"
+    assert ("base", "nvidia-nccl-cu13", "2.32.6", "2.33.1") in rows
+    assert ("sglang", "nvidia-nccl-cu13", "2.32.6", "2.33.1") in rows, "the upper lock follows the base"
     assert not [row for row in rows if len(row) == 4 and row[3] == "reused"], (
         "a base pin rebuilds every image"
     )
-    assert ("python", "nvidia-nccl-cu13 (NCCL_VERSION)", "2.30.7", "2.32.3") in rows
+    assert ("python", "nvidia-nccl-cu13 (NCCL_VERSION)", "2.32.6", "2.33.1") in rows
     assert any(row[:2] == ("every target", "unknown") for row in rows)
     assert "no build report given; fix: `epstack build TARGET --report FILE`" in " ".join(err.split())
     lock_rows = {row[0]: row[2] for row in rows if len(row) >= 3 and row[1].isdigit()}
@@ -179,7 +187,7 @@ def test_a_base_pin_bump_pulls_the_whole_base_image_and_a_bad_report_is_refused(
     checkout: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report = build_report(checkout)
-    assert bump(checkout, "NCCL_VERSION=2.32.3", "--dry-run", "--build-report", str(report)) == 0
+    assert bump(checkout, "NCCL_VERSION=2.33.1", "--dry-run", "--build-report", str(report)) == 0
     rows = {
         tuple(cell.strip() for cell in line.split("│")[1:4]) for line in capsys.readouterr().err.splitlines()
     }
@@ -187,7 +195,7 @@ def test_a_base_pin_bump_pulls_the_whole_base_image_and_a_bad_report_is_refused(
     assert ("hopper-ib", "a node's pull", "14.50 GB") in rows, "every layer rebuilt: the whole sglang image"
     before = snapshot(checkout)
     report.write_text("{not json")
-    assert bump(checkout, "NCCL_VERSION=2.32.3", "--build-report", str(report)) == 2
+    assert bump(checkout, "NCCL_VERSION=2.33.1", "--build-report", str(report)) == 2
     (line,) = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("+ ")]
     assert f"{report}: not JSON" in line and "fix:" in line, line
     assert snapshot(checkout) == before

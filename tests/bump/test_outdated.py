@@ -28,8 +28,8 @@ from tests.python.loopback import loopback_only
 from tests.registry import local_registry
 
 CLOSED = "127.0.0.1:1"  # nothing listens on port 1
-# sglang 0.5.25 keeps torch 2.14.1 but needs a newer NCCL than the pinned 2.30.7.
-EXTRA = (("sglang", "0.5.25", ("torch==2.14.1", "tinydep>=2", "nvidia-nccl-cu13>=2.32")),)
+# sglang 0.5.25 keeps torch 2.14.1 but needs a newer uv than the pinned 0.13.9.
+EXTRA = (("sglang", "0.5.25", ("torch==2.14.1", "tinydep>=2", "uv>=0.14")),)
 CUDA_IMAGES = {
     "CUDA_DEVEL_IMAGE": f"{CLOSED}/nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:{'b' * 64}",
     "CUDA_RUNTIME_IMAGE": f"{CLOSED}/nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:{'c' * 64}",
@@ -96,9 +96,7 @@ def test_rows_newer_newest_and_a_newer_one_that_does_not_resolve(
 
     sglang = found["SGLANG_VERSION", "index sglang"]
     assert (sglang.status, sglang.newest, sglang.resolves) == ("newer", "0.6.0", "0.5.24")
-    assert [
-        (r.version, "torch==2.15.0" in r.reason, "nvidia-nccl-cu13" in r.reason) for r in sglang.refused
-    ] == [
+    assert [(r.version, "torch==2.15.0" in r.reason, "uv>=0.14" in r.reason) for r in sglang.refused] == [
         ("0.6.0", True, False),
         ("0.5.25", False, True),
     ]
@@ -108,7 +106,16 @@ def test_rows_newer_newest_and_a_newer_one_that_does_not_resolve(
     assert (torch.status, torch.newest, torch.resolves) == ("held back", "2.15.0", "2.14.1")
     assert "sglang" in torch.note and "torch==2.14.1" in torch.note
     nccl = found["NCCL_VERSION", "index nvidia-nccl-cu13"]
-    assert (nccl.status, nccl.newest, nccl.resolves, nccl.refused) == ("newer", "2.32.3", "2.32.3", ())
+    assert (nccl.status, nccl.newest, nccl.resolves) == ("newer", "3.0.0", "2.33.1"), (
+        "NCCL is the base lock's override: movable over torch's exact pin, within its major"
+    )
+    assert [(r.version, r.reason) for r in nccl.refused] == [
+        (
+            "3.0.0",
+            "NCCL 3.0.0 is another major than the 2.30.7 torch 2.14.1 requires: another ABI; "
+            "fix: set NCCL_VERSION to an NCCL 2.x release, 2.30.7 or newer",
+        )
+    ]
     nvshmem = found["NVSHMEM_VERSION", "index nvidia-nvshmem-cu13"]
     assert (nvshmem.status, nvshmem.newest, nvshmem.resolves) == ("current", "3.4.5", "3.4.5")
     assert found["UV_VERSION", "index uv"].resolves == "0.14.0"

@@ -1,4 +1,4 @@
-"""Shared pieces of the cluster tests: an image by digest, pins with GIN-capable NCCL for EFA, render."""
+"""Shared pieces of the cluster tests: an image by digest, locks with or without a transfer engine, render."""
 
 from __future__ import annotations
 
@@ -11,20 +11,13 @@ import yaml
 
 from epstack.cluster import roles
 from epstack.commands.main import main
-from tests.conftest import PINS, REPO, check_golden, pins_variant
+from tests.conftest import REPO, check_golden
 
 REGISTRY = "123456789012.dkr.ecr.us-east-1.amazonaws.com/epstack"
 DIGEST = "sha256:" + "4f" * 32
 IMAGE = f"{REGISTRY}:sglang-0.5.23-test@{DIGEST}"
 ROUTER_IMAGE = "registry.example/smg:1.13.0@sha256:" + "ab" * 32  # --router-image
 GOLDEN = Path(__file__).parent.parent / "golden" / "cluster"
-
-
-def pins_for(tmp_path: Path, fabric: str, nodes: int) -> Path:
-    """pins.env as shipped, except NCCL 2.31.2 where EFA must carry GIN between nodes."""
-    if fabric == "efa" and nodes > 1:
-        return pins_variant(tmp_path, NCCL_VERSION="2.31.2")
-    return PINS
 
 
 def locks_without_engine(tmp_path: Path) -> Path:

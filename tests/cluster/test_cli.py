@@ -14,7 +14,7 @@ from epstack.commands.main import main
 from epstack.image.buildmanifest import BUILD_MANIFEST, BuildManifest, ManifestImage
 from epstack.pins.load import load_pins
 from tests.cluster.conftest import DIGEST, IMAGE, REGISTRY, load_all, render
-from tests.conftest import PINS
+from tests.conftest import PINS, pins_variant
 
 SERVE = ["cluster", "render", "--platform", "k8s", "--job", "serve", "--nodes", "2", "--gpus-per-node", "8"]
 
@@ -54,8 +54,11 @@ def test_parse_image_keeps_registry_port_and_tag() -> None:
 def test_efa_across_nodes_needs_a_gin_capable_nccl(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    line = _bad(capsys, tmp_path, *SERVE, "--fabric", "efa", "--image", IMAGE)
+    """The shipped pins (NCCL 2.32.6) cross nodes over EFA; torch's own 2.30.7 would not."""
+    below = pins_variant(tmp_path, NCCL_VERSION="2.30.7")
+    line = _bad(capsys, tmp_path, *SERVE, "--fabric", "efa", "--image", IMAGE, "--pins", str(below))
     assert "NCCL >= 2.31.2" in line and "NCCL_VERSION=2.30.7" in line
+    assert main([*SERVE, "--fabric", "efa", "--image", IMAGE, "--out", str(tmp_path / "ok.yaml")]) == 0
 
 
 @pytest.mark.parametrize(

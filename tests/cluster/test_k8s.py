@@ -18,20 +18,20 @@ from tests.cluster.conftest import (
     IMAGE,
     check_cluster_golden,
     load_all,
-    pins_for,
     render,
     render_args,
 )
 from tests.cluster.validation import images_of, validate_object
+from tests.conftest import PINS
 
 # Every variable name epstack.smoke.launchenv knows: the launcher reads no other.
 LAUNCHER_NAMES = {value for key, value in vars(V).items() if key.isupper() and isinstance(value, str)}
-CASES = list(itertools.product(("elastic-smoke", "serve"), ("job", "lws"), ("efa", "ib"), (1, 2)))
+CASES = list(itertools.product(("elastic-smoke", "serve"), ("job", "lws"), ("efa", "ib"), (1, 2, 4)))
 GIN_CAPABILITIES = {"ib": ["IPC_LOCK", "SYS_RAWIO"], "efa": ["IPC_LOCK"]}
 
 
 def _objects(tmp_path: Path, job: str, kind: str, fabric: str, nodes: int) -> list[dict[str, Any]]:
-    pins = pins_for(tmp_path, fabric, nodes)
+    pins = PINS
     args = render_args(target="k8s", job=job, nodes=nodes, gpus=8, fabric=fabric, pins=pins)
     return load_all(render(tmp_path, *args, "--k8s-kind", kind))
 
@@ -76,6 +76,8 @@ def test_every_manifest_validates_and_names_the_image_by_digest(
     if nodes > 1:
         assert limits[facts.k8s_resource] >= 1
         assert ("hugepages-2Mi" in limits) == bool(facts.hugepages_2mi)
+        if fabric == "efa":  # every EFA interface of the default p5.48xlarge, and libfabric's huge pages
+            assert (limits["vpc.amazonaws.com/efa"], limits["hugepages-2Mi"]) == (32, "5120Mi")
         assert dict(facts.job_env).items() <= env.items()
         # Pinned GIN types: IB GDAKI (3) maps NIC doorbells, EFA's proxy (2) does not.
         assert container["securityContext"]["capabilities"]["add"] == GIN_CAPABILITIES[fabric]
@@ -156,7 +158,7 @@ def test_serve_readiness_is_health_on_node_0(tmp_path: Path) -> None:
 
 
 def test_smoke_profile_sizes_the_buffer_like_serve(tmp_path: Path) -> None:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     args = render_args(target="k8s", job="elastic-smoke", nodes=2, gpus=8, fabric="ib", pins=pins)
     objects = load_all(render(tmp_path, *args, "--profile", "deepseek-v3"))
     smoke = _container(objects)["args"]
@@ -167,14 +169,12 @@ def test_smoke_profile_sizes_the_buffer_like_serve(tmp_path: Path) -> None:
 
 
 def test_golden_serve_lws_ib(tmp_path: Path) -> None:
-    args = render_args(
-        target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins_for(tmp_path, "ib", 2)
-    )
+    args = render_args(target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=PINS)
     check_cluster_golden(render(tmp_path, *args), "serve-lws-ib-2x8.yaml")
 
 
 def test_golden_smoke_job_efa(tmp_path: Path) -> None:
-    pins = pins_for(tmp_path, "efa", 2)
+    pins = PINS
     args = render_args(target="k8s", job="elastic-smoke", nodes=2, gpus=8, fabric="efa", pins=pins)
     check_cluster_golden(render(tmp_path, *args), "smoke-job-efa-2x8.yaml")
 

@@ -15,9 +15,9 @@ import yaml
 from epstack.cluster import kustomize
 from epstack.cluster.image import parse_image
 from epstack.commands.main import main
-from tests.cluster.conftest import ROUTER_IMAGE, check_cluster_golden, load_all, pins_for, render_args
+from tests.cluster.conftest import ROUTER_IMAGE, check_cluster_golden, load_all, render_args
 from tests.cluster.validation import images_of, validate_object
-from tests.conftest import venv_tool
+from tests.conftest import PINS, venv_tool
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 FLAGS = [
@@ -30,7 +30,7 @@ MIRROR = "mirror.example/site"
 
 def _render_base(tmp_path: Path, kind: str) -> Path:
     base = tmp_path / "base"
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     args = render_args(target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins, extra=FLAGS)
     assert main(["cluster", *args, "--k8s-kind", kind, "--out", str(base / "serve.yaml")]) == 0
     return base
@@ -139,7 +139,7 @@ def test_golden_kustomization_deepseek_v3(tmp_path: Path) -> None:
 
 
 def test_one_node_names_no_rdma_resource(tmp_path: Path) -> None:
-    pins = pins_for(tmp_path, "ib", 1)
+    pins = PINS
     args = render_args(target="k8s", job="serve", nodes=1, gpus=8, fabric="ib", pins=pins)
     assert main(["cluster", *args, "--kustomization", "--out", str(tmp_path / "serve.yaml")]) == 0
     header = (tmp_path / kustomize.FILE).read_text()
@@ -157,7 +157,7 @@ def test_one_node_names_no_rdma_resource(tmp_path: Path) -> None:
 def test_refused_combinations(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, target: str, flags: list[str], text: str
 ) -> None:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     args = render_args(target=target, job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
     out = tmp_path / "serve.yaml"
     assert main(["cluster", *args, *flags, "--kustomization", "--out", str(out)]) == 2
@@ -169,7 +169,7 @@ def test_refused_combinations(
 def test_the_base_goes_beside_a_named_manifest(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, out: str | None
 ) -> None:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     args = render_args(target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
     where = ["--out", str(tmp_path / out)] if out else []
     assert main(["cluster", *args, "--kustomization", *where]) == 2

@@ -21,12 +21,12 @@ from tests.cluster.conftest import (
     ROUTER_IMAGE,
     check_cluster_golden,
     load_all,
-    pins_for,
     render,
     render_args,
 )
 from tests.cluster.test_slurm import _run_sbatch, _steps, _tool_checks
 from tests.cluster.validation import validate_object
+from tests.conftest import PINS
 
 SECRET = "hf_epstackSECRETvalue0123456789"  # recognizable: must appear in no rendered file
 REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -39,7 +39,7 @@ K8S_FLAGS = [
 
 
 def _render(tmp_path: Path, target: str, *extra: str, job: str = "serve", name: str = "out") -> str:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     args = render_args(target=target, job=job, nodes=2, gpus=8, fabric="ib", pins=pins, extra=extra)
     return render(tmp_path, *args, name=name)
 
@@ -108,7 +108,7 @@ def test_golden_deepseek_v3_production_lws(tmp_path: Path) -> None:
 
 
 def test_one_pod_keeps_its_own_disk_and_a_node_directory_fetches_in_each_pod(tmp_path: Path) -> None:
-    pins = pins_for(tmp_path, "ib", 1)
+    pins = PINS
     one = load_all(
         render(tmp_path, *render_args(target="k8s", job="serve", nodes=1, gpus=8, fabric="ib", pins=pins))
     )
@@ -303,7 +303,7 @@ def test_the_fetch_runs_the_pinned_hf_cli_with_arguments_it_takes(tmp_path: Path
 def test_bad_flags_are_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, target: str, args: list[str], text: str
 ) -> None:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     base = render_args(target=target, job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
     out = tmp_path / "never"
     assert main(["cluster", *base, *args, "--out", str(out)]) == 2
@@ -332,7 +332,7 @@ def test_every_new_text_flag_refuses_line_breaks_and_controls(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, case: tuple[str, str, str], breaker: str
 ) -> None:
     target, flag, value = case
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     base = render_args(target=target, job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
     out = tmp_path / "never"
     assert main(["cluster", *base, f"{flag}={value}{breaker}x", "--out", str(out)]) == 2
@@ -348,7 +348,7 @@ def test_a_revision_with_slashes_names_one_marker_file() -> None:
 def test_monitor_and_router_are_for_serve(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: list[str]
 ) -> None:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     base = render_args(target="k8s", job="elastic-smoke", nodes=2, gpus=8, fabric="ib", pins=pins)
     assert main(["cluster", *base, *flags, "--out", str(tmp_path / "x")]) == 2
     assert "fix: use it with --job serve" in capsys.readouterr().err

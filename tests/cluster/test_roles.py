@@ -19,19 +19,18 @@ from tests.cluster.conftest import (
     load_all,
     locks_with,
     locks_without_engine,
-    pins_for,
     render,
     render_args,
 )
 from tests.cluster.validation import validate_object
-from tests.conftest import REPO
+from tests.conftest import PINS, REPO
 
 ROLE_FLAGS = ["--profile", "deepseek-v3", "--disaggregation", "--router-image", ROUTER_IMAGE]
 FLAGS = [*ROLE_FLAGS, "--pod-monitor"]
 
 
 def _args(tmp_path: Path, target: str = "k8s", job: str = "serve") -> list[str]:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     return render_args(target=target, job=job, nodes=2, gpus=8, fabric="ib", pins=pins)
 
 

@@ -20,19 +20,18 @@ from tests.cluster.conftest import (
     ROUTER_IMAGE,
     check_cluster_golden,
     load_all,
-    pins_for,
     render,
     render_args,
 )
 from tests.cluster.test_slurm import _run_sbatch, _tool_checks
-from tests.conftest import REPO
+from tests.conftest import PINS, REPO
 
 FLAGS = ["--profile", "deepseek-v3", "--disaggregation", "--router-image", ROUTER_IMAGE]
 FLAGS += ["--locks", str(REPO / "locks")]
 
 
 def _render(tmp_path: Path, *extra: str, target: str = "slurm", nodes: int = 2) -> str:
-    pins = pins_for(tmp_path, "ib", nodes)
+    pins = PINS
     args = render_args(target=target, job="serve", nodes=nodes, gpus=8, fabric="ib", pins=pins)
     return render(tmp_path, *args, *FLAGS, *extra, name=target)
 

@@ -12,14 +12,15 @@ import pytest
 
 from epstack.cluster import router, servesmoke
 from epstack.commands.main import build_parser, main
-from tests.cluster.conftest import ROUTER_IMAGE, check_cluster_golden, pins_for, render, render_args
+from tests.cluster.conftest import ROUTER_IMAGE, check_cluster_golden, render, render_args
 from tests.cluster.test_slurm import _job_step, _run_sbatch, _steps, _tool_checks
+from tests.conftest import PINS
 
 FLAGS = ["--profile", "deepseek-v3", "--router-image", ROUTER_IMAGE]
 
 
 def _render(tmp_path: Path, *extra: str) -> str:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     args = render_args(target="slurm", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins, extra=extra)
     return render(tmp_path, *args)
 
@@ -76,7 +77,7 @@ def test_golden_sbatch_router_deepseek_v3(tmp_path: Path) -> None:
 
 
 def test_the_router_is_for_serve_jobs(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     base = render_args(target="slurm", job="elastic-smoke", nodes=2, gpus=8, fabric="ib", pins=pins)
     assert main(["cluster", *base, "--router-image", ROUTER_IMAGE, "--out", str(tmp_path / "x")]) == 2
     assert "fix: use it with --job serve" in capsys.readouterr().err

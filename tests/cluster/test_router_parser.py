@@ -17,10 +17,10 @@ import pytest
 
 from epstack.cluster import router
 from tests.cluster import sglang_env, test_roles_slurm
-from tests.cluster.conftest import ROUTER_IMAGE, load_all, pins_for, render, render_args
+from tests.cluster.conftest import ROUTER_IMAGE, load_all, render, render_args
 from tests.cluster.test_slurm import _run_sbatch
 from tests.cluster.validation import validate_object
-from tests.conftest import REPO
+from tests.conftest import PINS, REPO
 
 pytestmark = pytest.mark.network
 
@@ -79,7 +79,7 @@ def _router_command(objects: list[dict[str, Any]], namespace: str) -> list[str]:
 
 @pytest.mark.parametrize("kind", ["lws", "job"])
 def test_the_rendered_router_parses_and_finds_the_leaders(tmp_path: Path, kind: str) -> None:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     args = render_args(target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
     objects = load_all(
         render(
@@ -111,7 +111,7 @@ def test_the_rendered_router_parses_and_finds_the_leaders(tmp_path: Path, kind: 
 
 
 def test_the_slurm_router_parses_and_routes_to_node_0s_server(tmp_path: Path) -> None:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     args = render_args(target="slurm", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
     script = render(tmp_path, *args, "--router-image", ROUTER_IMAGE)
     (line,) = [line for line in script.splitlines() if line.lstrip().startswith("smg launch")]
@@ -126,7 +126,7 @@ def test_the_slurm_router_parses_and_routes_to_node_0s_server(tmp_path: Path) ->
 
 
 def test_the_pd_router_parses_and_finds_each_roles_leaders(tmp_path: Path) -> None:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     args = render_args(target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
     text = render(
         tmp_path, *args, "--disaggregation", "--router-image", ROUTER_IMAGE, "--locks", str(REPO / "locks")

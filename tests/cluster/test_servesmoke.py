@@ -22,18 +22,18 @@ from tests.cluster.conftest import (
     IMAGE,
     check_cluster_golden,
     load_all,
-    pins_for,
     render,
     render_args,
 )
 from tests.cluster.test_slurm import _job_step, _run_sbatch, _steps, _tool_checks
 from tests.cluster.validation import images_of, validate_object
+from tests.conftest import PINS
 
 RESULTS = "/var/lib/epstack/results"
 
 
 def _render(tmp_path: Path, target: str, *extra: str, nodes: int = 2, fabric: str = "ib") -> str:
-    pins = pins_for(tmp_path, fabric, nodes)
+    pins = PINS
     args = render_args(target=target, job="serve", nodes=nodes, gpus=8, fabric=fabric, pins=pins, extra=extra)
     return render(tmp_path, *args)
 
@@ -205,7 +205,7 @@ def test_serve_smoke_modes_that_do_not_apply_are_refused(
 ) -> None:
     target, job, mode = case
     out = tmp_path / "never"
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     args = render_args(target=target, job=job, nodes=2, gpus=8, fabric="ib", pins=pins)
     assert main(["cluster", *args, "--serve-smoke", mode, "--out", str(out)]) == 2
     assert not out.exists()

@@ -17,8 +17,8 @@ from epstack.pins.file import read_pins_file
 from epstack.smoke.serving import server
 from epstack.smoke.serving.command import SGLANG_ENTRY, sglang_command
 from epstack.smoke.serving.profiles import A2A_BACKENDS, PROFILES, ServePlan, serve_plan
-from tests.cluster import sglang_env, test_roles_slurm
-from tests.cluster.conftest import load_all, pins_for, render, render_args
+from tests.cluster import sglang_env, test_roles_slurm, test_slurm
+from tests.cluster.conftest import load_all, render, render_args
 from tests.cluster.test_slurm import _run_sbatch
 from tests.conftest import PINS, REPO
 
@@ -97,14 +97,17 @@ def _expand(args: list[str], values: dict[str, str]) -> list[str]:
 
 
 def _manifest_commands(tmp_path: Path) -> list[dict[str, Any]]:
+    """The serve container's command of each Kubernetes kind and fabric across 2 and 4 nodes (the shipped
+    pins: EFA's GIN too), as the pod's node 1 expands it; then `--print-command`'s lines."""
     commands = []
-    pins = pins_for(tmp_path, "ib", 2)
-    for kind in ("lws", "job"):
+    pins = PINS
+    for kind, fabric, nodes in itertools.product(("lws", "job"), ("efa", "ib"), (2, 4)):
         args = render_args(
-            target="k8s", job="serve", nodes=2, gpus=GPUS, fabric="ib", pins=pins,
+            target="k8s", job="serve", nodes=nodes, gpus=GPUS, fabric=fabric, pins=pins,
             extra=["--model-revision", REVISION],
         )  # fmt: skip
-        for obj in load_all(render(tmp_path, *args, "--k8s-kind", kind, name=kind)):
+        name = f"{kind}-{fabric}-{nodes}"
+        for obj in load_all(render(tmp_path, *args, "--k8s-kind", kind, name=name)):
             if obj["metadata"]["labels"]["app.kubernetes.io/component"] != "serve":
                 continue  # the serve smoke's Job: an HTTP client (tests/cluster/test_servesmoke.py)
             if obj["kind"] in ("Job", "LeaderWorkerSet"):
@@ -115,7 +118,7 @@ def _manifest_commands(tmp_path: Path) -> list[dict[str, Any]]:
                     "LWS_LEADER_ADDRESS": "epstack-serve-0.epstack-serve",
                     "JOB_COMPLETION_INDEX": "1",
                 }
-                commands.append({"id": f"k8s-{kind}", "argv": _argv(_expand(container["args"], values))})
+                commands.append({"id": f"k8s-{name}", "argv": _argv(_expand(container["args"], values))})
     printed = render(tmp_path, *args, "--print-command", name="printed")
     for line in (line for line in printed.splitlines() if not line.startswith("#")):
         words = shlex.split(line)
@@ -124,9 +127,22 @@ def _manifest_commands(tmp_path: Path) -> list[dict[str, Any]]:
     return commands
 
 
+def _slurm_commands(tmp_path: Path) -> list[dict[str, Any]]:
+    """The Slurm serve script over EFA across 2 and 4 nodes, run with the stand-ins: each node's task's
+    command as it expands there."""
+    commands = []
+    for nodes in (2, 4):
+        args = render_args(target="slurm", job="serve", nodes=nodes, gpus=GPUS, fabric="efa", pins=PINS)
+        script = render(tmp_path, *args, name=f"efa-{nodes}.sbatch")
+        (run := tmp_path / f"run-{nodes}").mkdir()
+        for rank, task in enumerate(test_slurm._tasks(run, script, nodes=nodes)):
+            commands.append({"id": f"slurm-efa-{nodes}/node{rank}", "argv": test_slurm.expanded(task)})
+    return commands
+
+
 def _role_commands(tmp_path: Path) -> list[dict[str, Any]]:
     """--disaggregation's printed commands (the shipped lock: nixl): node 0 and 1 of prefill, then decode."""
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     args = render_args(target="k8s", job="serve", nodes=2, gpus=GPUS, fabric="ib", pins=pins)
     locks = REPO / "locks"
     printed = render(tmp_path, *args, "--disaggregation", "--print-command", "--locks", str(locks), name="pd")
@@ -161,6 +177,7 @@ def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
     commands = (
         _profile_commands()
         + _manifest_commands(tmp_path)
+        + _slurm_commands(tmp_path)
         + _smoke_commands()
         + _role_commands(tmp_path)
         + _slurm_role_commands(tmp_path)
@@ -236,13 +253,26 @@ def test_the_serve_smokes_own_servers_parse_as_planned(parsed: dict[str, dict[st
 
 
 def test_manifest_commands_carry_the_expanded_rank(parsed: dict[str, dict[str, Any]]) -> None:
-    for kind in ("k8s-lws", "k8s-job"):
-        assert parsed[kind]["ok"], parsed[kind]["error"]
-        assert parsed[kind]["values"]["node_rank"] == 1
+    for kind, fabric, nodes in itertools.product(("lws", "job"), ("efa", "ib"), (2, 4)):
+        result = parsed[f"k8s-{kind}-{fabric}-{nodes}"]
+        assert result["ok"], result["error"]
+        values = result["values"]
+        assert (values["node_rank"], values["nnodes"], values["ep_size"]) == (1, nodes, nodes * GPUS)
         # The weights' pinned revision, and SGLang's Prometheus metrics on.
-        assert parsed[kind]["values"]["revision"] == REVISION
-        assert parsed[kind]["values"]["enable_metrics"] is True
-    assert parsed["k8s-lws"]["values"]["dist_init_addr"] == "epstack-serve-0.epstack-serve:5000"
+        assert values["revision"] == REVISION
+        assert values["enable_metrics"] is True
+        assert values["moe_a2a_backend"] == "deepep_v2"
+    assert parsed["k8s-lws-efa-2"]["values"]["dist_init_addr"] == "epstack-serve-0.epstack-serve:5000"
+
+
+def test_the_slurm_efa_commands_parse_with_each_nodes_rank(parsed: dict[str, dict[str, Any]]) -> None:
+    for nodes in (2, 4):
+        for rank in range(nodes):
+            result = parsed[f"slurm-efa-{nodes}/node{rank}"]
+            assert result["ok"] and not _deprecations(result), result["error"] or result["warnings"]
+            values = result["values"]
+            assert (values["node_rank"], values["nnodes"], values["ep_size"]) == (rank, nodes, nodes * GPUS)
+            assert values["dist_init_addr"] == "gpu-st-0:5000"
 
 
 def test_the_parser_catches_a_renamed_flag_and_a_deprecated_one(parsed: dict[str, dict[str, Any]]) -> None:

@@ -15,16 +15,17 @@ from epstack.commands.main import main
 from epstack.errors import BadInput
 from epstack.fabric import FABRICS
 from epstack.stack import GIN_EFA_GDA
-from tests.cluster.conftest import check_cluster_golden, load_all, pins_for, render, render_args
+from tests.cluster.conftest import check_cluster_golden, load_all, render, render_args
 from tests.cluster.test_slurm import _steps, _tasks, _tool_checks
 from tests.cluster.validation import validate_object
+from tests.conftest import PINS
 
 # A RoCE site without SR-IOV: its HCAs, GID index and interfaces (NCCL's and Gloo's bootstrap).
 ROCE_ENV = ["NCCL_IB_HCA=mlx5_0,mlx5_1,mlx5_2,mlx5_3", "NCCL_IB_GID_INDEX=3", "NCCL_SOCKET_IFNAME=bond0"]
 
 
 def _render(tmp_path: Path, target: str, job: str, fabric: str, *extra: str) -> str:
-    pins = pins_for(tmp_path, fabric, 2)
+    pins = PINS
     args = render_args(target=target, job=job, nodes=2, gpus=8, fabric=fabric, pins=pins, extra=extra)
     return render(tmp_path, *args)
 
@@ -54,7 +55,7 @@ def _bad(
 ) -> str:
     """The one error line of a render refused with exit 2, nothing written."""
     out = tmp_path / "never"
-    pins = pins_for(tmp_path, fabric, 2)
+    pins = PINS
     base = render_args(target=target, job="serve", nodes=2, gpus=8, fabric=fabric, pins=pins)
     assert main(["cluster", *base, *args, "--out", str(out)]) == 2
     assert not out.exists()
@@ -313,7 +314,7 @@ def test_a_bad_env_file_line_is_named(
 def test_a_bad_env_flag_is_refused_at_the_flag(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, pair: str
 ) -> None:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     base = render_args(target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
     assert main(["cluster", *base, "--env", pair, "--out", str(tmp_path / "x")]) == 2
     assert "--env" in capsys.readouterr().err and not (tmp_path / "x").exists()
@@ -322,7 +323,7 @@ def test_a_bad_env_flag_is_refused_at_the_flag(
 def test_a_newline_in_a_mount_or_annotation_is_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     base = render_args(target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
     for flag, value in (
         ("--model-mount", "/models\n- x"),
@@ -336,7 +337,7 @@ def test_a_newline_in_a_mount_or_annotation_is_refused(
 def test_out_is_never_the_env_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     env_file = tmp_path / "site.env"
     env_file.write_text("NCCL_IB_GID_INDEX=3\n")
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     base = render_args(target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
     assert main(["cluster", *base, "--env-file", str(env_file), "--out", str(env_file)]) == 2
     assert env_file.read_text() == "NCCL_IB_GID_INDEX=3\n" and "--out" in capsys.readouterr().err

@@ -17,8 +17,8 @@ from epstack.cluster.jobs import IMAGE_ENTRYPOINT
 from epstack.cluster.slurm import squashfs_path
 from epstack.smoke import launchenv as V
 from epstack.smoke.launch import detect
-from tests.cluster.conftest import DIGEST, IMAGE, check_cluster_golden, pins_for, render, render_args
-from tests.conftest import REPO, venv_tool
+from tests.cluster.conftest import DIGEST, IMAGE, check_cluster_golden, render, render_args
+from tests.conftest import PINS, REPO, venv_tool
 
 # srun stand-in: for each of --nodes (default: the job's) x --ntasks-per-node tasks, the environment srun
 # would give it (its node: --nodelist, else the job's node --relative + its index in the step, as
@@ -103,6 +103,22 @@ def _tasks(tmp_path: Path, script: str, nodes: int) -> list[dict[str, Any]]:
     return _job_step(_steps(tmp_path, script, nodes))
 
 
+def expanded(task: dict[str, Any]) -> list[str]:
+    """SGLang's arguments as a serve task's `bash -c` runs them, with its own SLURM_NODEID and the
+    exported MASTER_ADDR."""
+    entry, bash, dash_c, inner = task["argv"]
+    assert (entry, bash, dash_c) == (IMAGE_ENTRYPOINT, "bash", "-c")
+    words = subprocess.run(
+        ["bash", "-c", inner.replace("exec ", 'printf "%s\\n" ', 1)],
+        env={"SLURM_NODEID": task["env"]["SLURM_NODEID"], "MASTER_ADDR": task["env"]["MASTER_ADDR"]},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert words[:4] == ["sglang", "serve", "--model-type", "llm"]
+    return words[4:]
+
+
 def _tool_checks(script: str, tmp_path: Path) -> None:
     path = tmp_path / "check.sbatch"
     path.write_text(script)
@@ -115,10 +131,10 @@ def _tool_checks(script: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("job", "fabric", "nodes"),
-    [(j, f, n) for j in ("elastic-smoke", "serve") for f in ("efa", "ib") for n in (1, 2)],
+    [(j, f, n) for j in ("elastic-smoke", "serve") for f in ("efa", "ib") for n in (1, 2, 4)],
 )
 def test_sbatch_passes_bash_n_and_shellcheck(tmp_path: Path, job: str, fabric: str, nodes: int) -> None:
-    pins = pins_for(tmp_path, fabric, nodes)
+    pins = PINS
     script = render(
         tmp_path, *render_args(target="slurm", job=job, nodes=nodes, gpus=8, fabric=fabric, pins=pins)
     )
@@ -128,7 +144,7 @@ def test_sbatch_passes_bash_n_and_shellcheck(tmp_path: Path, job: str, fabric: s
 
 
 def test_smoke_tasks_are_the_ranks_the_launcher_expects(tmp_path: Path) -> None:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     script = render(
         tmp_path, *render_args(target="slurm", job="elastic-smoke", nodes=2, gpus=4, fabric="ib", pins=pins)
     )
@@ -147,31 +163,22 @@ def test_smoke_tasks_are_the_ranks_the_launcher_expects(tmp_path: Path) -> None:
 
 
 def test_serve_task_expands_its_node_rank_inside_the_task(tmp_path: Path) -> None:
-    pins = pins_for(tmp_path, "efa", 2)
+    pins = PINS
     script = render(
         tmp_path, *render_args(target="slurm", job="serve", nodes=2, gpus=8, fabric="efa", pins=pins)
     )
     tasks = _tasks(tmp_path, script, nodes=2)
     assert len(tasks) == 2  # one task per node: SGLang starts a process per GPU
     for node, task in enumerate(tasks):
-        entry, bash, dash_c, inner = task["argv"]
-        assert (entry, bash, dash_c) == (IMAGE_ENTRYPOINT, "bash", "-c")
-        # What bash -c runs in that task, with its own SLURM_NODEID and the exported MASTER_ADDR.
-        expanded = subprocess.run(
-            ["bash", "-c", inner.replace("exec ", 'printf "%s\\n" ', 1)],
-            env={"SLURM_NODEID": task["env"]["SLURM_NODEID"], "MASTER_ADDR": task["env"]["MASTER_ADDR"]},
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.splitlines()
-        assert expanded[expanded.index("--node-rank") + 1] == str(node)
-        assert expanded[expanded.index("--dist-init-addr") + 1] == "gpu-st-0:5000"
+        argv = expanded(task)
+        assert argv[argv.index("--node-rank") + 1] == str(node)
+        assert argv[argv.index("--dist-init-addr") + 1] == "gpu-st-0:5000"
         assert task["env"]["SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK"] == "4096"
         assert task["env"]["FI_EFA_USE_DEVICE_RDMA"] == "1"
 
 
 def test_golden_sbatch_serve(tmp_path: Path) -> None:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     args = render_args(target="slurm", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
     check_cluster_golden(render(tmp_path, *args, "--squashfs-dir", "/scratch/images"), "serve-ib-2x8.sbatch")
 
@@ -194,14 +201,14 @@ def test_pull_script_and_render_agree_on_the_squashfs_file(tmp_path: Path) -> No
     sqsh = squashfs_path("/scratch/images", parse_image(IMAGE))
     assert sqsh == f"/scratch/images/epstack-{DIGEST[7:19]}.sqsh"
     assert shlex.quote(f"docker://{IMAGE}") in pull and sqsh in pull and "#SBATCH --nodes=4" in pull
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     args = render_args(target="slurm", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
     sbatch = render(tmp_path, *args, "--squashfs-dir", "/scratch/images")
     assert f"--container-image={sqsh}" in sbatch
 
 
 def test_sbatch_stops_before_srun_when_memlock_is_limited(tmp_path: Path) -> None:
-    pins = pins_for(tmp_path, "ib", 2)
+    pins = PINS
     script = render(
         tmp_path, *render_args(target="slurm", job="elastic-smoke", nodes=2, gpus=8, fabric="ib", pins=pins)
     )

@@ -21,7 +21,6 @@ from tests.cluster.conftest import (
     ROUTER_IMAGE,
     check_cluster_golden,
     load_all,
-    pins_for,
     render,
     render_args,
 )
@@ -34,9 +33,7 @@ VLLM_IMAGE = f"{REGISTRY}:vllm-0.33.0-test@{DIGEST}"
 
 
 def _args(target: str, nodes: int = 2, *extra: str, tmp_path: Path) -> list[str]:
-    args = render_args(
-        target=target, job="serve", nodes=nodes, gpus=8, fabric="ib", pins=pins_for(tmp_path, "ib", nodes)
-    )
+    args = render_args(target=target, job="serve", nodes=nodes, gpus=8, fabric="ib", pins=PINS)
     args[args.index("--image") + 1] = VLLM_IMAGE
     return [*args, "--engine", "vllm", *extra]
 

@@ -117,7 +117,7 @@ def test_no_gpu_says_so(tmp_path: Path) -> None:
         ("NCCL_P2P_DISABLE", "1", "fail"),
         ("NCCL_NET_GDR_LEVEL", "LOC", "warn"),
         ("EP_DISABLE_GIN", "1", "warn"),
-        ("NCCL_GIN_TYPE", "5", "fail"),  # pins NCCL 2.30.7 < 2.31.2
+        ("NCCL_GIN_TYPE", "5", "fail"),  # pins DeepEP d4f41e4, which needs signals EFA-GDA lacks
         ("FI_PROVIDER", "tcp", "fail"),
     ],
 )
@@ -130,9 +130,29 @@ def test_nccl_environment(
     assert (row["verdict"], row["found"]) == (verdict, f"{name}={value}") and row["fix"]
 
 
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        (
+            {"NCCL_VERSION": "2.30.7", "DEEPEP_REF": "0" * 40},
+            "EFA-GDA needs NCCL >= 2.31.2; pins have 2.30.7",
+        ),
+        ({}, "DeepEP d4f41e4 requires GIN strong and VA signals, which EFA-GDA does not have"),
+    ],
+)
+def test_efa_gda_env_fails_below_its_nccl_or_with_a_deepep_that_cannot_use_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changes: dict[str, str], why: str
+) -> None:
+    monkeypatch.setenv("NCCL_GIN_TYPE", "5")
+    code, report = _doctor(tmp_path, HEALTHY_EFA, pins=pins_variant(tmp_path, **changes))
+    row = _rows(report)["env NCCL_GIN_TYPE"]
+    assert code == 1 and (row["verdict"], row["detail"]) == ("fail", why)
+
+
 def test_efa_gda_env_passes_with_a_new_enough_nccl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NCCL_GIN_TYPE", "5")
-    code, report = _doctor(tmp_path, HEALTHY_EFA, pins=pins_variant(tmp_path, NCCL_VERSION="2.31.2"))
+    pins = pins_variant(tmp_path, NCCL_VERSION="2.31.2", DEEPEP_REF="0" * 40)  # a DeepEP that allows it
+    code, report = _doctor(tmp_path, HEALTHY_EFA, pins=pins)
     assert code == 0 and "NCCL_GIN_TYPE" in _rows(report)["NCCL/EP environment"]["found"]
 
 

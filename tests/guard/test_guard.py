@@ -35,6 +35,7 @@ from epstack.guard.expected import load_expected
 from epstack.guard.libraries import check_nccl_loaded
 from epstack.guard.loaded import nccl_version
 from epstack.guard.report import GUARD_REPORT
+from epstack.pins.load import load_pins
 from tests.conftest import PINS, REPO, pins_variant, write_deepep_manifest, write_dist
 
 FIXTURES = REPO / "tests" / "fixtures" / "guard"
@@ -52,9 +53,12 @@ def compiler(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def fake_nccl(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Two real libnccl.so.2 builds: 2.28.9 (what torch 2.11 pins) and 2.30.7 (what pins.env pins)."""
+    """Real libnccl.so.2 builds, each answering ncclGetVersion: 2.28.9 (what torch 2.11 pins), 2.30.7
+    (what torch 2.14.1 pins) and pins.env's NCCL_VERSION (2.32.6)."""
     libraries = {}
-    for version, code in (("2.28.9", 22809), ("2.30.7", 23007)):
+    for version in dict.fromkeys(("2.28.9", "2.30.7", load_pins(PINS).nccl_version)):
+        major, minor, patch = map(int, version.split("."))
+        code = major * 10000 + minor * 100 + patch  # NCCL_VERSION_CODE since 2.9
         library = tmp_path_factory.mktemp(f"nccl-{version}") / "libnccl.so.2"
         source = FIXTURES / "fake_nccl.c"
         subprocess.run(

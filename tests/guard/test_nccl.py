@@ -4,7 +4,9 @@ inline Python, in epstack, against the pins' NCCL_VERSION."""
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,10 @@ from epstack.commands.main import main
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.guard import nccl
 from epstack.guard.nccl import library_version, loaded_version, source_version
+from epstack.pins.load import load_pins
 from tests.conftest import PINS, REPO
-from tests.guard.test_guard import fake_nccl  # noqa: F401 (fixture: gcc-built libnccl 2.28.9 and 2.30.7)
+from tests.guard.test_guard import fake_nccl  # noqa: F401 (fixture: gcc-built libnccl 2.28.9, 2.30.7, the pin)
+from tests.python.localindex import write_wheel
 
 
 def nccl_tree(root: Path, version: str) -> Path:
@@ -28,8 +32,11 @@ def nccl_tree(root: Path, version: str) -> Path:
     return root / "nccl"
 
 
+PINNED = load_pins(PINS).nccl_version  # 2.32.6; torch 2.14.1's own is 2.30.7
+
+
 def test_a_source_tree_of_the_pinned_version(tmp_path: Path) -> None:
-    assert main(["nccl", "check", "--pins", str(PINS), "--source", str(nccl_tree(tmp_path, "2.30.7"))]) == 0
+    assert main(["nccl", "check", "--pins", str(PINS), "--source", str(nccl_tree(tmp_path, PINNED))]) == 0
 
 
 def test_a_source_tree_of_another_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -38,9 +45,39 @@ def test_a_source_tree_of_another_version(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_built_libraries(fake_nccl: dict[str, Path]) -> None:  # noqa: F811
-    assert main(["nccl", "check", "--pins", str(PINS), "--library", str(fake_nccl["2.30.7"])]) == 0
+    assert main(["nccl", "check", "--pins", str(PINS), "--library", str(fake_nccl[PINNED])]) == 0
     assert main(["nccl", "check", "--version", "2.28.9", "--library", str(fake_nccl["2.28.9"])]) == 0
-    assert main(["nccl", "check", "--pins", str(PINS), "--library", str(fake_nccl["2.28.9"])]) == 1
+    assert main(["nccl", "check", "--pins", str(PINS), "--library", str(fake_nccl["2.30.7"])]) == 1
+
+
+def test_an_older_libnccl_first_on_the_library_path_is_refused_naming_it_and_the_pin(
+    fake_nccl: dict[str, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """`import torch` maps the libnccl.so.2 the loader finds for it. The stand-in torch here needs it
+    by name with no RPATH of its own, so LD_LIBRARY_PATH decides (the real wheel's libtorch_cuda.so has
+    an RPATH to the venv's nvidia/nccl/lib, searched first; a preloaded library wins over both). An
+    older NCCL first on the path is refused, naming the version loaded and the pin; the pinned one
+    first passes."""
+    torch = tmp_path / "site" / "torch"
+    torch.mkdir(parents=True)
+    (torch / "__init__.py").write_text('import ctypes\nctypes.CDLL("libnccl.so.2")  # as libtorch_cuda.so\n')
+    older, pinned = fake_nccl["2.30.7"].parent, fake_nccl[PINNED].parent
+
+    def start(*path: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "epstack", "nccl", "check", "--pins", str(PINS), "--loaded"],
+            env={**os.environ, "PYTHONPATH": f"{tmp_path / 'site'}:{REPO}",
+                 "LD_LIBRARY_PATH": ":".join(map(str, path)), "COLUMNS": "200"},
+            capture_output=True, text=True, check=False, cwd=tmp_path,
+        )  # fmt: skip
+
+    refused = start(older, pinned)
+    assert refused.returncode == 1, refused.stderr
+    assert f"NCCL 2.30.7 (loaded {older}/libnccl.so.2), pinned {PINNED}: mismatch" in refused.stderr
+    passed = start(pinned, older)
+    assert passed.returncode == 0, passed.stderr
+    assert f"NCCL {PINNED} (loaded {pinned}/libnccl.so.2), pinned {PINNED}: ok" in passed.stderr
 
 
 @pytest.mark.parametrize(
@@ -63,6 +100,51 @@ def test_the_install_script_has_no_version_of_its_own() -> None:
     script_path = str(REPO / "scripts/gpu/install-nccl.sh")
     result = subprocess.run(["bash", script_path], capture_output=True, text=True, check=False)
     assert result.returncode == 2 and "--arch SM is required" in result.stderr
+
+
+def test_the_install_script_puts_a_ferried_wheel_over_the_hosts_older_nccl(
+    fake_nccl: dict[str, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A bare host's venv with NCCL 2.28.9 (pip's), and the pinned wheel ferried in: `--wheel` installs
+    it over the old one with pip (files and metadata), then checks the library against the pin; a wheel
+    of another version fails that check."""
+    venv = tmp_path / "host-venv"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    host = venv / "bin" / "python"
+    deps = next(
+        Path(sys.prefix, "lib").glob("python3.*/site-packages")
+    )  # epstack's own, as /opt/epstack-deps
+
+    def wheel(version: str) -> Path:
+        library = fake_nccl[version].read_bytes()
+        files = {"nvidia/nccl/lib/libnccl.so.2": library, "nvidia/nccl/include/nccl.h": version.encode()}
+        folder = tmp_path / f"wheels-{version}"
+        folder.mkdir()
+        return write_wheel(folder, "nvidia-nccl-cu13", version, files=files)
+
+    def install(path: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", str(REPO / "scripts/gpu/install-nccl.sh"), "--pins", str(PINS), "--wheel", str(path)],
+            env={**os.environ, "PYTHON": str(host), "PYTHONPATH": str(deps), "COLUMNS": "200"},
+            capture_output=True, text=True, check=False, cwd=tmp_path,
+        )  # fmt: skip
+
+    subprocess.run(
+        [host, "-m", "pip", "install", "-q", "--no-index", "--no-deps", wheel("2.28.9")], check=True
+    )
+    installed = install(wheel(PINNED))
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    site = next(venv.glob("lib/python3.*/site-packages"))
+    assert (site / "nvidia/nccl/include/nccl.h").read_text() == PINNED
+    assert (site / "nvidia_nccl_cu13-2.28.9.dist-info").exists() is False, "pip replaced the old one"
+    assert f"NCCL {PINNED} (library {site}/nvidia/nccl/lib/libnccl.so.2), pinned {PINNED}: ok" in (
+        installed.stdout + installed.stderr
+    )
+    other = install(wheel("2.30.7"))
+    assert other.returncode == 1 and f"NCCL 2.30.7 (library {site}" in other.stdout + other.stderr
+    missing = install(tmp_path / "nowhere.whl")
+    assert missing.returncode == 2 and "no such file" in missing.stderr
 
 
 # ---- each reading on its own --------------------------------------------------------------------

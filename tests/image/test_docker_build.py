@@ -27,7 +27,7 @@ from epstack.image import cdx
 from epstack.image.build import BuildReport, build_target, export_sboms, standin_ref
 from epstack.image.engine import DockerEngine
 from epstack.image.render import plan_render, source_date, write_plan
-from epstack.image.standin import STANDIN_LABEL, standin_for
+from epstack.image.standin import STANDIN_LABEL, SYSTEM_NCCL_VERSION, standin_for
 from epstack.jit import deepgemm
 from epstack.jit import flashinfer as flashinfer_jit
 from epstack.jit.deepep import CacheKey, pack
@@ -664,6 +664,24 @@ def test_a_user_layer_that_installs_something_or_preloads_gets_the_full_guard(
     preloaded = docker(engine, "run", "--rm", "-e", f"LD_PRELOAD={libc}", ref(built, "base"), "true")
     assert f"guard: LD_PRELOAD={libc}, the build had (unset): full guard" in preloaded.stderr
     assert PROVEN not in preloaded.stderr and "guard: ok" in preloaded.stderr
+
+
+def test_an_older_nccl_loaded_at_start_is_refused_naming_it_and_the_pin(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    """The devel image keeps the system NCCL NVIDIA's devel images ship (SYSTEM_NCCL_VERSION, 2.28.9),
+    older than the pin. First on LD_LIBRARY_PATH it is not what torch maps: libtorch_cuda.so finds the
+    wheel's libnccl.so.2 through its RPATH, which the loader searches first, so the full guard (the
+    variable changed) passes. Preloaded, it is the libnccl.so.2 torch gets: the start is refused with
+    the row naming the version loaded and the pin."""
+    pins, devel, system = load_pins(BUILD_PINS), ref(built, "devel"), "/usr/lib/x86_64-linux-gnu"
+    first = docker(engine, "run", "--rm", "-e", f"LD_LIBRARY_PATH={system}", devel, "echo", "started")
+    assert first.stdout == "started\n" and "full guard" in first.stderr and "guard: ok" in first.stderr
+    preload = f"LD_PRELOAD={system}/libnccl.so.2"
+    preloaded = docker(engine, "run", "--rm", "-e", preload, devel, "echo", "started", check=False)
+    assert (preloaded.returncode, preloaded.stdout) == (1, "")
+    row = next(line for line in preloaded.stderr.splitlines() if "│ NCCL (loaded)" in line)
+    assert pins.nccl_version in row and SYSTEM_NCCL_VERSION in row and "mismatch" in row
 
 
 # Changes made inside a running container before the entrypoint (issue 29), each of which the record's

@@ -57,7 +57,7 @@ BAD_VALUES = [
     ("UBUNTU_SNAPSHOT", "2026-11-15", ["20261115T000000Z"]),
     ("EFA_GIN_TYPE", "3", ["not a GIN type for AWS EFA", "2, 5"]),
     ("IB_GIN_TYPE", "5", ["not a GIN type for InfiniBand/RoCE", "2, 3"]),
-    ("EFA_GIN_TYPE", "5", ["EFA-GDA) needs NCCL 2.31.2", "types 0, 2, 3 and 4", "EFA_GIN_TYPE=2"]),
+    ("EFA_GIN_TYPE", "5", ["requires GIN strong and VA signals, which EFA-GDA", "EFA_GIN_TYPE=2"]),
     ("DEEPEP_FMT_REF", "11.0.2", ["branch or tag", "40-hex"]),
     ("DEEPEP_PATCHES_EFA", "https://x/a.patch", ["not a pinned patch", "#sha256=<64 hex>"]),
     ("DEEPEP_PATCHES_EFA", "http://x/a.patch#sha256=" + "0" * 64, ["not a pinned patch"]),
@@ -211,7 +211,9 @@ def test_efa_gda_with_a_new_enough_nccl_still_needs_a_deepep_that_allows_it(tmp_
 
 
 def test_the_efa_proxy_below_the_guides_floor_is_a_caveat(tmp_path: Path) -> None:
-    assert "with NCCL 2.30.7, below NCCL 2.31.2 (aws-ofi-nccl 1.21" in load_pins(PINS).caveats[0]
+    below = load_pins(pins_variant(tmp_path, NCCL_VERSION="2.30.7")).caveats
+    assert "with NCCL 2.30.7, below NCCL 2.31.2 (aws-ofi-nccl 1.21" in below[0]
+    assert load_pins(PINS).caveats == (), "the shipped NCCL is at or above the GIN guide's floor"
     assert load_pins(pins_variant(tmp_path, NCCL_VERSION="2.31.2")).caveats == ()
     assert load_pins(pins_variant(tmp_path, FABRICS="ib", DEFAULT_TARGET="hopper-ib")).caveats == ()
 

@@ -171,7 +171,7 @@ def test_a_rendered_layer_pins_file_loads(tmp_path: Path) -> None:
     assert main(["render", "--pins", str(PINS), "--out", str(tmp_path / "out")]) == 0
     for layer in ("base", "deepep", "sglang"):
         values = read_layer_pins(tmp_path / "out" / "targets" / "blackwell-efa" / f"{layer}.pins.env")
-        assert values["NCCL_VERSION"] == "2.30.7"
+        assert values["NCCL_VERSION"] == load_pins(PINS).nccl_version
 
 
 def cuda12(tmp_path: Path) -> Path:
@@ -604,5 +604,17 @@ def test_only_the_first_tag_too_long_is_reported(tmp_path: Path) -> None:
             f"ARCH_{name}",
             f"the deepep image of target {target} would be tagged {tag}: the tag is {len(tag)} characters, "
             f"over the 128 a registry accepts; fix: shorten the name in ARCH_{name}",
+        )
+    ]
+
+
+def test_nccl_of_another_major_is_another_abi(tmp_path: Path) -> None:
+    path = pins_variant(tmp_path, NCCL_VERSION="3.0.1")
+    assert report(path) == [
+        at(
+            path,
+            "NCCL_VERSION",
+            "NCCL 3.0.1 is NCCL 3, another ABI than the libnccl.so.2 torch and DeepEP link; "
+            "fix: set NCCL_VERSION to an NCCL 2.x release",
         )
     ]

@@ -9,7 +9,7 @@ import hashlib
 import http.server
 import threading
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,11 +17,15 @@ import pytest
 from packaging.utils import canonicalize_name
 
 # What the shipped pins.env needs, and the releases the tests move to: (name, version, requirements).
+# torch pins its NCCL exactly, as on PyPI (torch 2.14.1: nvidia-nccl-cu13==2.30.7); pins.env installs
+# a newer one over it (the base lock's override). NCCL 3.0.0 is another major, which no rule allows.
 RELEASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("torch", "2.14.1", ("nvidia-nccl-cu13>=2.28", "nvidia-nvshmem-cu13==3.4.5")),
-    ("torch", "2.15.0", ("nvidia-nccl-cu13>=2.28", "nvidia-nvshmem-cu13==3.4.5")),
+    ("torch", "2.14.1", ("nvidia-nccl-cu13==2.30.7", "nvidia-nvshmem-cu13==3.4.5")),
+    ("torch", "2.15.0", ("nvidia-nccl-cu13==2.33.1", "nvidia-nvshmem-cu13==3.4.5")),
     ("nvidia-nccl-cu13", "2.30.7", ()),
-    ("nvidia-nccl-cu13", "2.32.3", ()),
+    ("nvidia-nccl-cu13", "2.32.6", ()),
+    ("nvidia-nccl-cu13", "2.33.1", ()),
+    ("nvidia-nccl-cu13", "3.0.0", ()),
     ("nvidia-nvshmem-cu13", "3.4.5", ()),
     ("uv", "0.13.9", ()),
     ("uv", "0.14.0", ()),
@@ -41,28 +45,34 @@ RELEASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 
 
-def write_wheel(folder: Path, name: str, version: str, requires: Sequence[str] = ()) -> Path:
-    """A py3-none-any wheel holding only its dist-info (METADATA, WHEEL, RECORD)."""
+def write_wheel(
+    folder: Path, name: str, version: str, requires: Sequence[str] = (), files: Mapping[str, bytes] = {}
+) -> Path:
+    """A py3-none-any wheel holding `files` (path in the wheel -> bytes) and its dist-info (METADATA,
+    WHEEL, RECORD)."""
     stem = f"{str(canonicalize_name(name)).replace('-', '_')}-{version}"
     info = f"{stem}.dist-info"
-    files = {
-        f"{info}/METADATA": "\n".join(
-            ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
-            + [f"Requires-Dist: {r}" for r in requires]
-        )
-        + "\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: epstack-tests\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
+    contents: dict[str, bytes] = {
+        **files,
+        f"{info}/METADATA": (
+            "\n".join(
+                ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+                + [f"Requires-Dist: {r}" for r in requires]
+            )
+            + "\n"
+        ).encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: epstack-tests\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
     }
     record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
+    for path, data in contents.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    contents[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
     wheel = folder / f"{stem}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
-        for path, text in files.items():
-            archive.writestr(path, text)
+        for path, data in contents.items():
+            archive.writestr(path, data)
     return wheel
 
 

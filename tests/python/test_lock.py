@@ -21,6 +21,7 @@ from epstack.python.lockfile import entry_text, parse_lock, read_lock, render_lo
 from epstack.python.resolve import Pinned, Resolution, Unresolvable
 from epstack.stack import CUDA_RELEASE_WHEELS, DEEP_EP_PROVIDERS, ImageTarget
 from tests.conftest import PINS, REPO, pins_variant
+from tests.pins.test_pins import line_of
 
 LOCKS = REPO / "locks"
 NIXL = "nixl==1.5.1 nixl-cu13==1.5.1"  # the sglang lock's requirements beside SGLang (pins.env NIXL_VERSION)
@@ -146,18 +147,33 @@ def test_an_unreadable_lock_is_one_line_of_bad_input(
     assert "a FIFO" in capsys.readouterr().err
 
 
-class RecordedUv:
-    """Answers as uv answered (the committed locks are its output) and records every call."""
+def torch_alone(nccl: str = "2.30.7", wheel: str = "nvidia-nccl-cu13") -> Resolution:
+    """uv's answer for torch==2.14.1 alone: the NCCL it pins itself (PyPI's torch 2.14.1: 2.30.7)."""
+    return Resolution(
+        packages=(
+            Pinned(name="torch", version="2.14.1", via=(), hashes=()),
+            Pinned(name=wheel, version=nccl, via=("torch",), hashes=()),
+        ),
+        text="",
+    )
 
-    def __init__(self, fail: str = "") -> None:
+
+class RecordedUv:
+    """Answers as uv answered (the committed locks are its output; torch alone, torch_alone's) and
+    records every call."""
+
+    def __init__(self, fail: str = "", alone: Resolution | None = None) -> None:
         self.calls: list[dict[str, object]] = []
         self.fail = fail
+        self.alone = alone or torch_alone()
 
     def __call__(self, requirements: Sequence[str], target: ImageTarget, **options: object) -> Resolution:
         self.calls.append({"requirements": list(requirements), "target": target, **options})
         name = str(options["name"])
         if name == self.fail:
             raise Unresolvable(f"Because {name} cannot hold")
+        if name == "torch-alone":
+            return self.alone
         return committed("base" if name == "stack" else name)
 
 
@@ -190,8 +206,11 @@ def test_the_base_lock_is_resolved_with_the_stack_in_view(tmp_path: Path) -> Non
     that base with it, then the rest."""
     uv = RecordedUv()
     run = relock(load_pins(PINS), tmp_path / "empty", resolver=uv, installable=no_install_check)
-    assert [call["name"] for call in uv.calls] == ["stack", "base", "stack", "deepep-build", "sglang", "vllm"]
-    stack, base, other, build = uv.calls[:4]
+    names = ["torch-alone", "stack", "base", "stack", "deepep-build", "sglang", "vllm"]
+    assert [call["name"] for call in uv.calls] == names
+    alone, stack, base, other, build = uv.calls[:5]
+    assert (alone["requirements"], alone.get("overrides")) == (["torch==2.14.1"], None), "torch's own NCCL"
+    assert run.torch_nccl is not None and run.torch_nccl.pin == "nvidia-nccl-cu13==2.30.7"
     spec = lock_specs(load_pins(PINS))[0]
     assert stack["requirements"] == [*spec.requirements, "sglang==0.5.23", *NIXL.split()]
     assert base["constraints"] == [p.pin for p in committed("base").packages]
@@ -201,6 +220,53 @@ def test_the_base_lock_is_resolved_with_the_stack_in_view(tmp_path: Path) -> Non
         "the build lock pins its own setuptools"
     )
     assert {m.lock for m in run.moves} == {"base", "deepep-build", "sglang", "vllm"}, "every package is new"
+
+
+@pytest.mark.parametrize(
+    ("alone", "nccl", "message"),
+    [
+        (
+            torch_alone("2.32.9"),
+            "2.32.6",
+            "NCCL 2.32.6 is below the 2.32.9 torch 2.14.1 requires and is built against; "
+            "fix: set NCCL_VERSION=2.32.9 or newer",
+        ),
+        (
+            torch_alone("2.30.7", wheel="nvidia-nccl-cu12"),
+            "2.32.6",
+            "torch 2.14.1 requires nvidia-nccl-cu12, a CUDA major other than the images' nvidia-nccl-cu13; "
+            "fix: pin a torch built for CUDA 13 (TORCH_CUDA_TAG=cu130)",
+        ),
+        (
+            torch_alone("3.0.1"),
+            "2.32.6",
+            "NCCL 2.32.6 is another major than the 3.0.1 torch 2.14.1 requires: another ABI; "
+            "fix: set NCCL_VERSION to an NCCL 3.x release, 3.0.1 or newer",
+        ),
+    ],
+)
+def test_nccl_over_torchs_own_pin_is_refused_below_it_or_across_a_major(
+    tmp_path: Path, alone: Resolution, nccl: str, message: str
+) -> None:
+    """Above torch's own NCCL in the same major is the base lock's override (the shipped pins: 2.32.6 over
+    2.30.7); below it, another CUDA major's wheel or another NCCL major is bad input naming the pin's
+    line, before anything is resolved or written."""
+    path = pins_variant(tmp_path, NCCL_VERSION=nccl)
+    uv = RecordedUv(alone=alone)
+    with pytest.raises(BadInput) as refused:
+        relock(load_pins(path), tmp_path / "empty", resolver=uv, installable=no_install_check, pins_path=path)
+    key = "TORCH_VERSION" if "nvidia-nccl-cu12" in message else "NCCL_VERSION"
+    assert str(refused.value) == f"{path}:{line_of(path, key)}: {message}"
+    assert [call["name"] for call in uv.calls] == ["torch-alone"], "refused before any lock is resolved"
+    assert not (tmp_path / "empty").exists()
+
+
+def test_nccl_at_or_above_torchs_own_pin_is_the_base_locks_override(tmp_path: Path) -> None:
+    for nccl in ("2.30.7", "2.32.6"):
+        pins = load_pins(pins_variant(tmp_path, NCCL_VERSION=nccl))
+        run = relock(pins, tmp_path / nccl, resolver=RecordedUv(), installable=no_install_check)
+        assert run.torch_nccl is not None and run.torch_nccl.version == "2.30.7"
+        assert f"nvidia-nccl-cu13=={nccl}" in lock_specs(pins)[0].overrides, "declared in the base lock"
 
 
 def test_upgrade_relocks_the_locks_that_hold_it_and_nothing_else_is_written_on_failure(
@@ -389,8 +455,8 @@ def test_a_base_relock_prefers_every_locked_version_of_the_stack(tmp_path: Path)
     uv = RecordedUv()
     relock(load_pins(pins_variant(tmp_path, TORCH_VERSION="2.13.0")), locks, resolver=uv,
            installable=no_install_check)  # fmt: skip
-    stack, base = uv.calls[0], uv.calls[1]
-    assert (stack["name"], base["name"]) == ("stack", "base")
+    alone, stack, base = uv.calls[0], uv.calls[1], uv.calls[2]
+    assert (alone["name"], stack["name"], base["name"]) == ("torch-alone", "stack", "base")
     preferred = str(stack["preferences"]).splitlines()
     pins = [p.pin for name in ("base", "sglang") for p in committed(name).packages]
     assert len(preferred) == len(set(preferred)) and set(preferred) == set(pins)
@@ -399,14 +465,14 @@ def test_a_base_relock_prefers_every_locked_version_of_the_stack(tmp_path: Path)
     spec = lock_specs(load_pins(pins_variant(tmp_path, TORCH_VERSION="2.13.0")))
     assert stack["constraints"] == spec[0].constraints and stack["overrides"] == spec[0].overrides
     assert stack["excludes"] == spec[-1].excludes and stack["upgrade"] == ()
-    assert [call["name"] for call in uv.calls[1:]] == ["base", "stack", "deepep-build", "sglang", "vllm"]
-    assert [call["overrides"] for call in uv.calls[1:]] == [
+    assert [call["name"] for call in uv.calls[2:]] == ["base", "stack", "deepep-build", "sglang", "vllm"]
+    assert [call["overrides"] for call in uv.calls[2:]] == [
         spec[0].overrides,
         spec[0].overrides,
         *(each.overrides for each in spec[1:]),
     ]
     target = load_pins(PINS).image_target
-    assert [call["target"] for call in uv.calls] == [target] * 6
+    assert [call["target"] for call in uv.calls] == [target] * 7
 
 
 def test_upgrade_relocks_its_holders_and_every_stale_lock(tmp_path: Path) -> None:
@@ -450,6 +516,8 @@ class SetuptoolsUv(RecordedUv):
         constraints = list(options["constraints"])  # type: ignore[call-overload]
         if options["name"] == "stack" and vllm and "setuptools==84.2.1" in constraints:
             raise Unresolvable("Because vllm==0.33.0 depends on setuptools<81.0.0 and setuptools==84.2.1 ...")
+        if options["name"] == "torch-alone":
+            return self.alone
         answer = committed("base" if options["name"] == "stack" else str(options["name"]))
         if options["name"] in ("stack", "base") and not vllm:
             packages = tuple(
@@ -487,7 +555,7 @@ def test_an_engine_that_cannot_hold_the_base_goes_first_and_the_base_holds_both(
     ("package", "moved", "says"),
     [
         ("torch", "2.14.0", "torch==2.14.0, but torch==2.14.1 (overridden)"),
-        ("nvidia-nccl-cu13", "2.28.9", "but base.txt holds nvidia-nccl-cu13==2.30.7"),
+        ("nvidia-nccl-cu13", "2.30.7", "but base.txt holds nvidia-nccl-cu13==2.32.6"),
     ],
 )
 def test_a_vllm_lock_that_moves_torch_or_nccl_is_refused(

@@ -1,9 +1,9 @@
 """A stand-in for `sglang serve` (standard library only) speaking the HTTP API the serve smoke uses:
 /health_generate, /server_info, /generate by token ids, streamed as SGLang streams it (what
 sglang.benchmark.serving reads). STANDIN names a behaviour: ok, die, hang, wrong-backend, malformed,
-slow, short, diverge-none, tie-none. It forks a child (as SGLang forks its scheduler) and appends both
-pids as one line to STANDIN_PIDS (one line per server started), so a test can check that nothing is
-left running.
+slow, short, diverge-none, tie-none. It forks a child (as SGLang forks its scheduler; it maps the
+libnccl STANDIN_NCCL names) and appends both pids as one line to STANDIN_PIDS (one line per server
+started), so a test can check that nothing is left running.
 
 die exits before it is healthy with SGLang 0.5.23's own refusal of the DeepEP V2 token budget, the
 traceback as a real H200 run printed it (benchmarks/serve/results/serve-budget-fail.console).
@@ -166,8 +166,20 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"data: [DONE]\n\n")
 
 
+# The forked child stands in for SGLang's scheduler: it maps the libnccl.so.2 STANDIN_NCCL names (as
+# torch does at import), then says so before the server answers.
+CHILD = """
+import ctypes, os, time
+if os.environ.get("STANDIN_NCCL"):
+    ctypes.CDLL(os.environ["STANDIN_NCCL"])
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
 def main() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline() == "ready\n"
     if os.environ.get("STANDIN_PIDS"):
         with open(os.environ["STANDIN_PIDS"], "a") as f:
             f.write(f"{os.getpid()} {child.pid}\n")

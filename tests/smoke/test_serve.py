@@ -23,6 +23,9 @@ import pytest
 
 from epstack.commands.main import main as epstack_main
 from epstack.errors import BAD_INPUT, CHECK_FAILED, ENVIRONMENT, INTERRUPTED, OK
+from epstack.pins.load import load_pins
+from tests.conftest import PINS
+from tests.guard.test_guard import fake_nccl  # noqa: F401 (fixture: gcc-built libnccl 2.28.9, 2.30.7, the pin)
 from tests.smoke.processes import dead, gone
 
 REPO = Path(__file__).resolve().parents[2]
@@ -205,6 +208,33 @@ def test_a_good_server_passes_and_matches_the_one_without_deepep(smoke: Smoke) -
     assert comparison["control_close"] == 0
     assert len(served.servers) == 2 and served.all_gone()
     assert "deepep-v2-vs-none: ok" in served.err
+
+
+@pytest.mark.parametrize(
+    ("version", "verdict"), [(load_pins(PINS).nccl_version, "ok"), ("2.28.9", "mismatch")]
+)
+def test_the_report_names_the_nccl_each_server_process_loaded(
+    smoke: Smoke,
+    fake_nccl: dict[str, Path],  # noqa: F811
+    version: str,
+    verdict: str,
+) -> None:
+    """The stand-in's scheduler maps a gcc-built libnccl.so.2: each server's report names that library's
+    own ncclGetVersion and the process; one below DeepEP V2's floor fails the smoke."""
+    served = smoke.run("ok", "--no-sweep", env={"STANDIN_NCCL": str(fake_nccl[version])})
+    for n, run in enumerate(served.report["runs"]):
+        scheduler = served.servers[n][1]
+        assert [(p["pid"], p["version"], p["path"]) for p in run["nccl"]] == [
+            (scheduler, version, str(fake_nccl[version]))
+        ]
+        row = served.check(f"NCCL ({run['a2a']} server)")
+        assert (row["found"], row["verdict"]) == (f"{version} in 1 process", verdict)
+    if verdict == "ok":
+        assert served.code == OK, served.err
+    else:
+        assert served.code == CHECK_FAILED
+        assert served.report["failure"]["message"].startswith("NCCL (deepep_v2 server)")
+    assert served.all_gone()
 
 
 def test_a_near_tie_without_deepep_still_passes(smoke: Smoke) -> None:

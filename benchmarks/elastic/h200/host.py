@@ -69,6 +69,11 @@ class Host:
     def setting(self, name: str, default: str) -> str:
         return self.env.get(name) or default
 
+    @property
+    def ferry(self) -> Path:
+        """Where the ferried stack's chunks arrive (FERRY, else /opt/ferry): benchmarks/serve/ferry-*.sh."""
+        return Path(self.env.get("FERRY") or self.at("/opt/ferry"))
+
     def environ(self, changes: Mapping[str, str | None] | None = None) -> dict[str, str]:
         """The phase's environment: the run's, each change set, or unset where None."""
         env = dict(self.env)

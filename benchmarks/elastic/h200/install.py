@@ -7,6 +7,7 @@ from pathlib import Path
 
 from benchmarks.elastic.h200.host import DEPS, Host, matches
 from epstack import cmd, imagepaths
+from epstack.stack import NCCL_WHEEL_STEM
 
 
 def epstack_dependencies(host: Host) -> None:
@@ -25,6 +26,10 @@ def _nccl_loaded(host: Host) -> bool:
                         env=host.env)  # fmt: skip
 
 
+# The NCCL wheels the stack phase sets aside for the install phase (every CUDA major's name).
+NCCL_WHEELS = f"{NCCL_WHEEL_STEM.replace('-', '_')}_cu*.whl"
+
+
 def install(host: Host) -> None:
     if _nccl_loaded(host) and cmd.succeeds(host.python, "-c", "import deep_ep", env=host.env):
         host.note("install: already there")
@@ -32,10 +37,15 @@ def install(host: Host) -> None:
     if (host.sources / "wheels").is_dir():
         epstack_dependencies(host)
     log = host.out / "install.log"
+    ferried = sorted((host.ferry / "nccl").glob(NCCL_WHEELS))
     if _nccl_loaded(host):
         host.note("install: NCCL already there")
+    elif ferried:
+        host.note(f"install: NCCL from the ferried wheel {ferried[-1].name}")
+        host.run(["bash", "scripts/gpu/install-nccl.sh", "--pins", "pins.env", "--wheel", ferried[-1]],
+                 console=log, append=True, tail=3)  # fmt: skip
     else:
-        host.note("install: NCCL")
+        host.note("install: NCCL from source")
         host.run(
             ["bash", "scripts/gpu/install-nccl.sh", "--pins", "pins.env", "--src",
              *matches(host.sources, "nccl-*.tar.gz"), "--arch", "90", "--prefix", host.at("/opt/nccl")],
@@ -57,13 +67,18 @@ def install(host: Host) -> None:
 
 
 def stack(host: Host) -> None:
-    """The ferried SGLang stack (benchmarks/serve/ferry-pack.sh's chunks) installed into /opt/sgl."""
+    """The ferried SGLang stack (benchmarks/serve/ferry-pack.sh's chunks) installed into /opt/sgl; the
+    pinned NCCL wheel among them set aside in $FERRY/nccl for the install phase, which puts it into the
+    host's venv (the nvidia/ folder /opt/sgl links to)."""
     target, unpacked = host.at("/opt/sgl"), host.at("/tmp/ferry-w")
-    ferry = Path(host.env.get("FERRY") or host.at("/opt/ferry"))
+    ferry = host.ferry
     if not (target / "sglang").is_dir():
         host.remove(unpacked)
         unpacked.mkdir(parents=True)
         cmd.pipe(["cat", *map(str, matches(ferry / "c", "c*"))], ["tar", "-xf", "-", "-C", str(unpacked)])
+        (ferry / "nccl").mkdir(parents=True, exist_ok=True)
+        for wheel in unpacked.glob(NCCL_WHEELS):
+            wheel.replace(ferry / "nccl" / wheel.name)
         pip = host.output([host.python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
                            "--target", target, *matches(unpacked, "*.whl")])  # fmt: skip
         print("\n".join([line for line in pip.splitlines() if "WARNING" not in line][-3:]))

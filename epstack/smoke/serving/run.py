@@ -1,5 +1,6 @@
 """One `epstack smoke serve`: start SGLang with the serve plan's flags (or attach to --url), wait until
-it is healthy, check it, sweep the load, and again without DeepEP for the comparison; one JSON report.
+it is healthy, check it (and the NCCL each of its processes loaded), sweep the load, and again without
+DeepEP for the comparison; one JSON report.
 
 Failures end the run with a named reason and the report says which (the server exited before it was
 healthy, with the known failure its log shows; a health timeout; a request that failed or timed out; a
@@ -22,6 +23,7 @@ from epstack.checkrow import Check
 from epstack.document import Schema
 from epstack.errors import CHECK_FAILED, OK, EpstackError
 from epstack.output import check_writable, write_file
+from epstack.smoke.nccl import ProcessNccl, processes_check, session_nccl
 from epstack.smoke.serving import checks, server, startup, sweep, tinymodel
 from epstack.smoke.serving.checks import Asked
 from epstack.smoke.serving.client import Endpoint, RequestFailed
@@ -72,6 +74,9 @@ class ServedRun:
     info: dict[str, Any]
     log: str | None
     startup: Startup | None = None  # read from its log when it stopped (servers this run started)
+    # The libnccl each of its processes mapped once it was healthy, by that library's own ncclGetVersion
+    # (servers this run started: the session they run in).
+    nccl: list[ProcessNccl] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,9 +180,13 @@ def _served(
         with server.serving(argv, env, log) as started:
             healthy = started.wait_healthy(settings.health_timeout_s)
             out.say(f"healthy after {healthy:.0f} s")
+            loaded = session_nccl(started.proc.pid)  # SGLang's schedulers run in the server's session
             probed = checks.probe(started.endpoint, a2a=plan.a2a, log=log, asked=settings.asked)
-            state.runs[-1] = dataclasses.replace(run, launch_to_healthy_s=round(healthy, 1), info=probed.info)
+            state.runs[-1] = dataclasses.replace(
+                run, launch_to_healthy_s=round(healthy, 1), info=probed.info, nccl=loaded
+            )
             _keep(state, probed.checks, out)
+            _keep(state, [processes_check(loaded, f"{plan.a2a} server")], out)
             if sweep_it:
                 _sweep(settings, started.endpoint, plan.model_path, work=work, state=state, out=out)
     finally:  # where the start-up went, on failure too

@@ -25,7 +25,7 @@ RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
       "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" "python${PYTHON_VERSION}-dev" \
       build-essential ca-certificates curl git libibverbs-dev libnuma-dev pkg-config
 
-# ---- devel: the venv (NCCL 2.30.7, NVSHMEM 3.4.5, torch 2.14.1 cu130) and epstack's guard ----------
+# ---- devel: the venv (NCCL 2.32.6, NVSHMEM 3.4.5, torch 2.14.1 cu130) and epstack's guard ----------
 FROM os AS devel
 COPY scripts/image/install-python-packages.sh /opt/epstack/scripts/
 COPY targets/blackwell-ib/locks/uv-bootstrap.txt targets/blackwell-ib/locks/base.txt /opt/epstack/locks/
@@ -41,12 +41,12 @@ ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/blackwell-ib/base.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh base && \
-    epstack sbom --target blackwell-ib --image-tag base-cu13.0-nccl2.30.7-ib-ccf6364eaceb \
+    epstack sbom --target blackwell-ib --image-tag base-cu13.0-nccl2.32.6-ib-a0fba3ea47d2 \
       --base-image nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266
 LABEL \
     org.opencontainers.image.title="epstack base (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-ib-ccf6364eaceb" \
+    org.opencontainers.image.version="base-cu13.0-nccl2.32.6-ib-a0fba3ea47d2" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-devel-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
     io.epstack.target="blackwell-ib" \
@@ -58,7 +58,7 @@ LABEL \
     io.epstack.pin.cuda_version="13.0.3" \
     io.epstack.pin.fabric="ib" \
     io.epstack.pin.ib_gin_type="3" \
-    io.epstack.pin.nccl_version="2.30.7" \
+    io.epstack.pin.nccl_version="2.32.6" \
     io.epstack.pin.nvshmem_version="3.4.5" \
     io.epstack.pin.python_version="3.12" \
     io.epstack.pin.rdma_core_version="50.0-2ubuntu0.2" \
@@ -131,12 +131,12 @@ ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/blackwell-ib/base.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh base && \
-    epstack sbom --target blackwell-ib --image-tag base-cu13.0-nccl2.30.7-ib-ccf6364eaceb \
+    epstack sbom --target blackwell-ib --image-tag base-cu13.0-nccl2.32.6-ib-a0fba3ea47d2 \
       --base-image nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
 LABEL \
     org.opencontainers.image.title="epstack base (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-ib-ccf6364eaceb" \
+    org.opencontainers.image.version="base-cu13.0-nccl2.32.6-ib-a0fba3ea47d2" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-base-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1" \
     io.epstack.target="blackwell-ib" \
@@ -148,7 +148,7 @@ LABEL \
     io.epstack.pin.cuda_version="13.0.3" \
     io.epstack.pin.fabric="ib" \
     io.epstack.pin.ib_gin_type="3" \
-    io.epstack.pin.nccl_version="2.30.7" \
+    io.epstack.pin.nccl_version="2.32.6" \
     io.epstack.pin.nvshmem_version="3.4.5" \
     io.epstack.pin.python_version="3.12" \
     io.epstack.pin.rdma_core_version="50.0-2ubuntu0.2" \

@@ -3,8 +3,8 @@
 # Stages: build (on the devel image: GDRCopy and DeepEP from their pinned commits, from the sources
 #                folder's `git archive` tarballs when there, else cloned; both checked against pins)
 #         deepep (base image + libgdrapi + the deep_ep wheel; the build trees stay behind)
-ARG DEVEL_IMAGE=epstack:devel-cu13.0-nccl2.30.7-ib-ccf6364eaceb
-ARG BASE_IMAGE=epstack:base-cu13.0-nccl2.30.7-ib-ccf6364eaceb
+ARG DEVEL_IMAGE=epstack:devel-cu13.0-nccl2.32.6-ib-a0fba3ea47d2
+ARG BASE_IMAGE=epstack:base-cu13.0-nccl2.32.6-ib-a0fba3ea47d2
 
 FROM ${DEVEL_IMAGE} AS build
 COPY sources/deepep/ /opt/epstack/sources/
@@ -32,12 +32,12 @@ ENV EPSTACK_PINS=/opt/epstack/pins/deepep.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/blackwell-ib/deepep.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh deepep && \
-    epstack sbom --target blackwell-ib --image-tag deepep-d4f41e4-cu13.0-blackwell-ib-5ee6e008ccc0 \
+    epstack sbom --target blackwell-ib --image-tag deepep-d4f41e4-cu13.0-blackwell-ib-309d1639da42 \
       --base-image nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
 LABEL \
     org.opencontainers.image.title="epstack deepep (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-blackwell-ib-5ee6e008ccc0" \
+    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-blackwell-ib-309d1639da42" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-base-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1" \
     io.epstack.target="blackwell-ib" \
@@ -55,7 +55,7 @@ LABEL \
     io.epstack.pin.gdrcopy_ref="c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9" \
     io.epstack.pin.gdrcopy_version="2.5.2" \
     io.epstack.pin.ib_gin_type="3" \
-    io.epstack.pin.nccl_version="2.30.7" \
+    io.epstack.pin.nccl_version="2.32.6" \
     io.epstack.pin.nvshmem_version="3.4.5" \
     io.epstack.pin.python_version="3.12" \
     io.epstack.pin.rdma_core_version="50.0-2ubuntu0.2" \

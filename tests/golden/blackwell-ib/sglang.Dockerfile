@@ -5,7 +5,7 @@
 # CUDA's toolkit wheels at 13.0, neither another deep_ep nor another CUDA major
 # (sgl-deep-ep, deep-ep, nvidia-cutlass-dsl-libs-cu12, nixl-cu12);
 # installed with hashes and nothing resolved here.
-ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-blackwell-ib-5ee6e008ccc0
+ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-blackwell-ib-309d1639da42
 
 FROM ${DEEPEP_IMAGE} AS sglang
 # Two layers: SGLang's closure, then the distributions that move with every SGLang release (sglang,
@@ -35,12 +35,12 @@ ENV EPSTACK_PINS=/opt/epstack/pins/sglang.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/blackwell-ib/sglang.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh sglang && \
-    epstack sbom --target blackwell-ib --image-tag sglang-0.5.23-deepep-d4f41e4-cu13.0-blackwell-ib-72cd6f7d2b5f \
+    epstack sbom --target blackwell-ib --image-tag sglang-0.5.23-deepep-d4f41e4-cu13.0-blackwell-ib-6da7fd67cc47 \
       --base-image nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
 LABEL \
     org.opencontainers.image.title="epstack sglang (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="sglang-0.5.23-deepep-d4f41e4-cu13.0-blackwell-ib-72cd6f7d2b5f" \
+    org.opencontainers.image.version="sglang-0.5.23-deepep-d4f41e4-cu13.0-blackwell-ib-6da7fd67cc47" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-base-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1" \
     io.epstack.target="blackwell-ib" \
@@ -60,7 +60,7 @@ LABEL \
     io.epstack.pin.gdrcopy_ref="c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9" \
     io.epstack.pin.gdrcopy_version="2.5.2" \
     io.epstack.pin.ib_gin_type="3" \
-    io.epstack.pin.nccl_version="2.30.7" \
+    io.epstack.pin.nccl_version="2.32.6" \
     io.epstack.pin.nixl_version="1.5.1" \
     io.epstack.pin.nvshmem_version="3.4.5" \
     io.epstack.pin.python_version="3.12" \

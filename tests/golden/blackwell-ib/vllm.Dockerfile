@@ -7,7 +7,7 @@
 # installed with hashes and nothing resolved here.
 # vLLM asks for another torch than the pinned one; its native libraries import only torch's stable C ABI
 # (docs/explanation/vllm.md), so it runs over the torch every layer below holds.
-ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-blackwell-ib-5ee6e008ccc0
+ARG DEEPEP_IMAGE=epstack:deepep-d4f41e4-cu13.0-blackwell-ib-309d1639da42
 
 FROM ${DEEPEP_IMAGE} AS vllm
 # Two layers: vLLM's closure, then the distributions that move with every vLLM release (vllm,
@@ -35,12 +35,12 @@ ENV EPSTACK_PINS=/opt/epstack/pins/vllm.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/blackwell-ib/vllm.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh vllm && \
-    epstack sbom --target blackwell-ib --image-tag vllm-0.33.0-deepep-d4f41e4-cu13.0-blackwell-ib-27e0c3a5b095 \
+    epstack sbom --target blackwell-ib --image-tag vllm-0.33.0-deepep-d4f41e4-cu13.0-blackwell-ib-cad8091b3611 \
       --base-image nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
 LABEL \
     org.opencontainers.image.title="epstack vllm (blackwell-ib)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="vllm-0.33.0-deepep-d4f41e4-cu13.0-blackwell-ib-27e0c3a5b095" \
+    org.opencontainers.image.version="vllm-0.33.0-deepep-d4f41e4-cu13.0-blackwell-ib-cad8091b3611" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-base-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1" \
     io.epstack.target="blackwell-ib" \
@@ -60,7 +60,7 @@ LABEL \
     io.epstack.pin.gdrcopy_ref="c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9" \
     io.epstack.pin.gdrcopy_version="2.5.2" \
     io.epstack.pin.ib_gin_type="3" \
-    io.epstack.pin.nccl_version="2.30.7" \
+    io.epstack.pin.nccl_version="2.32.6" \
     io.epstack.pin.nvshmem_version="3.4.5" \
     io.epstack.pin.python_version="3.12" \
     io.epstack.pin.rdma_core_version="50.0-2ubuntu0.2" \

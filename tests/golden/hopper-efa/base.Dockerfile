@@ -25,7 +25,7 @@ RUN /opt/epstack/scripts/install-os-packages.sh "${UBUNTU_SNAPSHOT}" \
       "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" "python${PYTHON_VERSION}-dev" \
       build-essential ca-certificates curl git libibverbs-dev libnuma-dev pkg-config
 
-# ---- devel: the venv (NCCL 2.30.7, NVSHMEM 3.4.5, torch 2.14.1 cu130) and epstack's guard ----------
+# ---- devel: the venv (NCCL 2.32.6, NVSHMEM 3.4.5, torch 2.14.1 cu130) and epstack's guard ----------
 FROM os AS devel
 COPY scripts/image/install-python-packages.sh /opt/epstack/scripts/
 COPY targets/hopper-efa/locks/uv-bootstrap.txt targets/hopper-efa/locks/base.txt /opt/epstack/locks/
@@ -41,12 +41,12 @@ ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/hopper-efa/base.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh base && \
-    epstack sbom --target hopper-efa --image-tag base-cu13.0-nccl2.30.7-efa-850ce48f7fe1 \
+    epstack sbom --target hopper-efa --image-tag base-cu13.0-nccl2.32.6-efa-f803a15fc166 \
       --base-image nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266
 LABEL \
     org.opencontainers.image.title="epstack base (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-efa-850ce48f7fe1" \
+    org.opencontainers.image.version="base-cu13.0-nccl2.32.6-efa-f803a15fc166" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-devel-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266" \
     io.epstack.target="hopper-efa" \
@@ -61,7 +61,7 @@ LABEL \
     io.epstack.pin.efa_installer_sha256="fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841" \
     io.epstack.pin.efa_installer_version="1.50.0" \
     io.epstack.pin.fabric="efa" \
-    io.epstack.pin.nccl_version="2.30.7" \
+    io.epstack.pin.nccl_version="2.32.6" \
     io.epstack.pin.nvshmem_version="3.4.5" \
     io.epstack.pin.python_version="3.12" \
     io.epstack.pin.torch_cuda_tag="cu130" \
@@ -135,12 +135,12 @@ ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/hopper-efa/base.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh base && \
-    epstack sbom --target hopper-efa --image-tag base-cu13.0-nccl2.30.7-efa-850ce48f7fe1 \
+    epstack sbom --target hopper-efa --image-tag base-cu13.0-nccl2.32.6-efa-f803a15fc166 \
       --base-image nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
 LABEL \
     org.opencontainers.image.title="epstack base (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="base-cu13.0-nccl2.30.7-efa-850ce48f7fe1" \
+    org.opencontainers.image.version="base-cu13.0-nccl2.32.6-efa-f803a15fc166" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-base-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1" \
     io.epstack.target="hopper-efa" \
@@ -155,7 +155,7 @@ LABEL \
     io.epstack.pin.efa_installer_sha256="fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841" \
     io.epstack.pin.efa_installer_version="1.50.0" \
     io.epstack.pin.fabric="efa" \
-    io.epstack.pin.nccl_version="2.30.7" \
+    io.epstack.pin.nccl_version="2.32.6" \
     io.epstack.pin.nvshmem_version="3.4.5" \
     io.epstack.pin.python_version="3.12" \
     io.epstack.pin.torch_cuda_tag="cu130" \

@@ -3,8 +3,8 @@
 # Stages: build (on the devel image: GDRCopy and DeepEP from their pinned commits, from the sources
 #                folder's `git archive` tarballs when there, else cloned; both checked against pins)
 #         deepep (base image + libgdrapi + the deep_ep wheel; the build trees stay behind)
-ARG DEVEL_IMAGE=epstack:devel-cu13.0-nccl2.30.7-efa-850ce48f7fe1
-ARG BASE_IMAGE=epstack:base-cu13.0-nccl2.30.7-efa-850ce48f7fe1
+ARG DEVEL_IMAGE=epstack:devel-cu13.0-nccl2.32.6-efa-f803a15fc166
+ARG BASE_IMAGE=epstack:base-cu13.0-nccl2.32.6-efa-f803a15fc166
 
 FROM ${DEVEL_IMAGE} AS build
 COPY sources/deepep/ /opt/epstack/sources/
@@ -32,12 +32,12 @@ ENV EPSTACK_PINS=/opt/epstack/pins/deepep.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/hopper-efa/deepep.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh deepep && \
-    epstack sbom --target hopper-efa --image-tag deepep-d4f41e4-cu13.0-hopper-efa-88315d35ed6a \
+    epstack sbom --target hopper-efa --image-tag deepep-d4f41e4-cu13.0-hopper-efa-9919eb46bd8e \
       --base-image nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
 LABEL \
     org.opencontainers.image.title="epstack deepep (hopper-efa)" \
     org.opencontainers.image.vendor="epstack" \
-    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-hopper-efa-88315d35ed6a" \
+    org.opencontainers.image.version="deepep-d4f41e4-cu13.0-hopper-efa-9919eb46bd8e" \
     org.opencontainers.image.base.name="nvidia/cuda:13.0.3-base-ubuntu24.04" \
     org.opencontainers.image.base.digest="sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1" \
     io.epstack.target="hopper-efa" \
@@ -58,7 +58,7 @@ LABEL \
     io.epstack.pin.fabric="efa" \
     io.epstack.pin.gdrcopy_ref="c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9" \
     io.epstack.pin.gdrcopy_version="2.5.2" \
-    io.epstack.pin.nccl_version="2.30.7" \
+    io.epstack.pin.nccl_version="2.32.6" \
     io.epstack.pin.nvshmem_version="3.4.5" \
     io.epstack.pin.python_version="3.12" \
     io.epstack.pin.torch_cuda_arch_list="9.0a" \
