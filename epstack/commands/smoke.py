@@ -41,6 +41,8 @@ from epstack.smoke.result import RankResult
 from epstack.smoke.serving import plot as serving_plot
 from epstack.smoke.serving import run as serving_run
 from epstack.smoke.serving.checks import Asked
+from epstack.smoke.serving.engines import DEFAULT as DEFAULT_ENGINE
+from epstack.smoke.serving.engines import ENGINES, check_backend, engine_named
 from epstack.smoke.serving.profiles import A2A_BACKENDS, PROFILES, serve_plan
 from epstack.smoke.serving.sweep import CONCURRENCIES
 from epstack.smoke.supervise import Supervised
@@ -191,6 +193,12 @@ def sglang_flag(text: str) -> str:
     return text
 
 
+def vllm_flag(text: str) -> str:
+    if not text.startswith("--"):
+        raise argparse.ArgumentTypeError(f"{text!r}: fix: a vLLM flag, e.g. --vllm-arg=--enforce-eager")
+    return text
+
+
 def http_url(text: str) -> str:
     parts = urllib.parse.urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
@@ -212,6 +220,12 @@ def _register_serve(smoke: Any) -> None:
         help="tiny: 2 layers of Qwen3-30B-A3B, dummy weights, nothing downloaded (default)",
     )
     what.add_argument("--model-path", help="weights for the profile (default: the profile's)")
+    what.add_argument(
+        "--engine",
+        choices=tuple(ENGINES),
+        default=DEFAULT_ENGINE,
+        help=f"the server: SGLang, or vLLM (--gpus N: --data-parallel-size N) (default {DEFAULT_ENGINE})",
+    )
     what.add_argument("--gpus", type=positive_int, default=1, help="GPUs of this node: TP = EP = GPUs")
     what.add_argument("--a2a", choices=A2A_BACKENDS, default="deepep_v2", help="MoE all-to-all backend")
     what.add_argument(
@@ -222,6 +236,15 @@ def _register_serve(smoke: Any) -> None:
         default=[],
         metavar="FLAG",
         help="an SGLang flag added after the plan's, e.g. --sglang-arg=--attention-backend=triton (repeat)",
+    )
+    what.add_argument(
+        "--vllm-arg",
+        dest="vllm_args",
+        action="append",
+        type=vllm_flag,
+        default=[],
+        metavar="FLAG",
+        help="with --engine vllm: a vLLM flag after the plan's, e.g. --vllm-arg=--enforce-eager (repeat)",
     )
     what.add_argument(
         "--url",
@@ -421,6 +444,13 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
             "--server-log: only with --url (a server this command starts logs into --run-dir); "
             "fix: drop it or add --url"
         )
+    other = args.sglang_args if args.engine == "vllm" else args.vllm_args
+    if other:
+        raise BadInput(
+            f"{other[0]}: a flag for the other engine than --engine {args.engine}; "
+            f"fix: --{args.engine}-arg=FLAG, or drop it"
+        )
+    check_backend(engine_named(args.engine), args.a2a)
     plan = serve_plan(
         args.profile, nodes=1, gpus_per_node=args.gpus, a2a=args.a2a, model_path=args.model_path
     )
@@ -428,7 +458,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         serving_run.Settings,
         args,
         plan=plan,
-        extra_args=args.sglang_args,
+        extra_args=args.vllm_args if args.engine == "vllm" else args.sglang_args,
         compare=args.compare and not args.url,
         asked=from_args(Asked, args, timeout_s=args.request_timeout),
         concurrencies=args.concurrency if args.sweep else (),

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from epstack.pins.file import read_pins_file
+from epstack.smoke.serving import server
 from epstack.smoke.serving.profiles import PROFILES, serve_plan
 from epstack.smoke.serving.vllmcommand import HEADLESS, VLLM_ENTRY, vllm_command
 from tests.cluster import vllm_env
@@ -49,6 +50,20 @@ def _profile_commands() -> list[dict[str, Any]]:
     return commands
 
 
+def _smoke_commands() -> list[dict[str, Any]]:
+    """What `epstack smoke serve --engine vllm` launches on one node (server.vllm_command): the plan for
+    --gpus N, and with a user's --vllm-arg."""
+    commands = []
+    for profile, gpus in itertools.product(PROFILES, (1, 2, 8)):
+        plan = serve_plan(profile, nodes=1, gpus_per_node=gpus)
+        argv = server.vllm_command(plan, ["--enforce-eager"] if gpus == 1 else [])
+        serve = argv.index(VLLM_ENTRY[1])
+        commands.append(
+            {"id": f"smoke-serve/{profile}/{gpus}", "argv": argv[serve + 1 :], "plan": plan, "rank": 0}
+        )
+    return commands
+
+
 def _expand(args: list[str], values: dict[str, str]) -> list[str]:
     """Kubernetes' $(VAR) expansion of container args."""
     return [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], arg) for arg in args]
@@ -77,7 +92,7 @@ def _rendered_commands(tmp_path: Path) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     tmp_path = tmp_path_factory.mktemp("vllm")
-    commands = _profile_commands() + _rendered_commands(tmp_path)
+    commands = _profile_commands() + _rendered_commands(tmp_path) + _smoke_commands()
     # A renamed flag (the DP size under a name this vLLM does not have) must fail.
     negative = [{"id": "renamed", "argv": ["m", "--data-parallel-world-size", "2"]}]
     results = vllm_env.parse([{"id": c["id"], "argv": c["argv"]} for c in commands + negative])
@@ -97,7 +112,7 @@ def test_requirements_pin_the_vllm_of_pins_env() -> None:
 
 def test_every_emitted_command_parses_without_deprecation(parsed: dict[str, dict[str, Any]]) -> None:
     emitted = {key: value for key, value in parsed.items() if key != "renamed"}
-    assert len(emitted) == len(PROFILES) * (1 + 2 + 2) + 6
+    assert len(emitted) == len(PROFILES) * (1 + 2 + 2 + 3) + 6
     failures = {
         key: r["error"] or _deprecations(r) for key, r in emitted.items() if not r["ok"] or _deprecations(r)
     }

@@ -145,6 +145,12 @@ def probe(endpoint: Endpoint, *, a2a: str, log: Path | None, asked: Asked) -> Pr
     return Probed(checks=checks, alone=alone, info=kept)
 
 
+def not_compared(why: str) -> Check:
+    """The comparison's row where serving without DeepEP would run the same kernels: skipped, said why."""
+    return Check(component="deepep-v2-vs-none", expected="as without DeepEP", found="-", verdict="skipped",
+                 detail=why)  # fmt: skip
+
+
 def without_deepep(through: list[Generation], reference: list[Generation]) -> tuple[Check, dict[str, Any]]:
     """The DeepEP V2 server's greedy outputs against the same prompts served with --moe-a2a-backend none."""
     agreements = [generation.compare(a, b) for a, b in zip(through, reference, strict=True)]

@@ -18,9 +18,13 @@ class RequestFailed(EpstackError):
     """A request to the server failed or its answer was not what SGLang sends."""
 
 
+HEALTH = "/health_generate"  # SGLang's: 200 once it generated one token
+
+
 @dataclass(frozen=True, kw_only=True)
 class Endpoint:
     url: str  # http://host:port, no trailing slash
+    health: str = HEALTH  # the path that answers 200 once the server serves (vLLM's: /health)
 
     def _call(self, path: str, body: object | None, timeout: float) -> tuple[int, bytes]:
         data = None if body is None else json.dumps(body).encode()
@@ -41,9 +45,9 @@ class Endpoint:
             raise RequestFailed(f"{path}: {self.url} did not answer ({reason})") from None
 
     def healthy(self, timeout: float) -> bool:
-        """True when /health_generate answers 200 (SGLang generated one token)."""
+        """True when the health path answers 200 (SGLang's /health_generate: it generated one token)."""
         try:
-            status, _ = self._call("/health_generate", None, timeout)
+            status, _ = self._call(self.health, None, timeout)
         except RequestFailed:
             return False
         return status == 200

@@ -1,17 +1,24 @@
 """The serving engines a serve plan can run, one record each: the served layer whose image holds it, its
-command and environment for one node, and what its server offers that another does not. The serve
-smoke and the cluster jobs take an engine's name (`--engine`) and read the rest here.
+command and environment for one node (the cluster jobs'), how the serve smoke starts, asks and loads
+it, and what its server offers that another does not. The serve smoke and the cluster jobs take an
+engine's name (`--engine`) and read the rest here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 
 from epstack.errors import BadInput
 from epstack.layers import TOP
+from epstack.smoke.serving import checks, server, startup, vllmapi, vllmchecks
+from epstack.smoke.serving.checks import Asked, Probed
+from epstack.smoke.serving.client import HEALTH, Endpoint
 from epstack.smoke.serving.command import serve_env, sglang_command
 from epstack.smoke.serving.profiles import ServePlan
+from epstack.smoke.serving.startup import Startup
 from epstack.smoke.serving.vllmcommand import HEADLESS, all_to_all_ran, vllm_command, vllm_env
 
 
@@ -28,6 +35,17 @@ class Engine:
     backends: tuple[str, ...]  # the --a2a backends it runs (epstack.smoke.serving.profiles.A2A_BACKENDS)
     router: bool  # SGLang's router and prefill/decode roles (epstack.cluster.router, .roles)
     layout: Callable[[ServePlan], str]  # its parallel layout of a plan, in words
+    # The serve smoke: the server's command on this host (the plan's, then the user's flags) and its
+    # environment, the path that answers once it serves, the checks against it, its start-up read from
+    # its log, and the program of its load generator ("": SGLang's module, in this Python).
+    launch: Callable[[ServePlan, list[str]], list[str]]
+    environment: Callable[[ServePlan, Mapping[str, str]], dict[str, str]]
+    health: str
+    probe: Callable[[Endpoint, ServePlan, Path | None, Asked], Probed]
+    startup: Callable[[str, datetime], Startup]
+    bench: str
+    # Why the plan's server without DeepEP would prove nothing against it ("": it would)
+    no_comparison: Callable[[ServePlan], str]
     # Cache variables only it reads and their folders under a job's cache mount, besides the shared
     # ones (epstack.cluster.site.JIT_CACHE_DIRS); the image points each at imagepaths.JIT_CACHES/<folder>.
     caches: tuple[tuple[str, str], ...] = ()
@@ -38,6 +56,20 @@ def _sglang_layout(plan: ServePlan) -> str:
         f"tp {plan.tp_size}, attn-dp {plan.attn_dp_size}, ep {plan.ep_size}; "
         f"prefill {plan.prefill_tokens_per_rank} and decode {plan.decode_tokens_per_rank} tokens per rank"
     )
+
+
+def _sglang_probe(endpoint: Endpoint, plan: ServePlan, log: Path | None, asked: Asked) -> Probed:
+    return checks.probe(endpoint, a2a=plan.a2a, log=log, asked=asked)
+
+
+def _vllm_probe(endpoint: Endpoint, plan: ServePlan, log: Path | None, asked: Asked) -> Probed:
+    return vllmchecks.probe(endpoint, plan=plan, log=log, asked=asked)
+
+
+def _vllm_no_comparison(plan: ServePlan) -> str:
+    if all_to_all_ran(plan):
+        return ""
+    return "data parallel 1: with and without expert parallel vLLM runs the same kernels, no all-to-all"
 
 
 def _vllm_layout(plan: ServePlan) -> str:
@@ -60,6 +92,13 @@ ENGINES: dict[str, Engine] = {
         backends=("deepep_v2", "deepep"),
         router=True,
         layout=_sglang_layout,
+        launch=server.command,
+        environment=server.environment,
+        health=HEALTH,
+        probe=_sglang_probe,
+        startup=startup.read,
+        bench="",
+        no_comparison=lambda plan: "",
     ),
     "vllm": Engine(
         name="vllm",
@@ -71,6 +110,13 @@ ENGINES: dict[str, Engine] = {
         backends=("deepep_v2",),
         router=False,
         layout=_vllm_layout,
+        launch=server.vllm_command,
+        environment=server.vllm_environment,
+        health=vllmapi.HEALTH,
+        probe=_vllm_probe,
+        startup=startup.read_vllm,
+        bench="vllm",
+        no_comparison=_vllm_no_comparison,
         caches=(("VLLM_CACHE_ROOT", "vllm"),),  # torch.compile's artifacts (images/vllm)
     ),
 }

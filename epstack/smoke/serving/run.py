@@ -1,6 +1,7 @@
-"""One `epstack smoke serve`: start SGLang with the serve plan's flags (or attach to --url), wait until
-it is healthy, check it (and the NCCL each of its processes loaded), sweep the load, and again without
-DeepEP for the comparison; one JSON report.
+"""One `epstack smoke serve`: start SGLang (or vLLM, `--engine vllm`) with the serve plan's flags (or
+attach to --url), wait until it is healthy, check it (and the NCCL each of its processes loaded), sweep
+the load, and again without DeepEP for the comparison (where that compares two kernels: not vLLM at data
+parallel 1); one JSON report.
 
 Failures end the run with a named reason and the report says which (the server exited before it was
 healthy, with the known failure its log shows; a health timeout; a request that failed or timed out; a
@@ -24,10 +25,10 @@ from epstack.document import Schema
 from epstack.errors import CHECK_FAILED, OK, EpstackError
 from epstack.output import check_writable, write_file
 from epstack.smoke.nccl import ProcessNccl, processes_check, session_nccl
-from epstack.smoke.serving import checks, server, startup, sweep, tinymodel
+from epstack.smoke.serving import checks, server, sweep, tinymodel
 from epstack.smoke.serving.checks import Asked
 from epstack.smoke.serving.client import Endpoint, RequestFailed
-from epstack.smoke.serving.command import serve_env
+from epstack.smoke.serving.engines import DEFAULT, ENGINES, Engine
 from epstack.smoke.serving.generation import Generation
 from epstack.smoke.serving.profiles import ServePlan
 from epstack.smoke.serving.server import ServerFailed
@@ -40,7 +41,7 @@ FailureKind = Literal["server-exited", "health-timeout", "request", "wrong-backe
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     plan: ServePlan
-    extra_args: list[str]  # SGLang flags after the plan's (site specifics: --attention-backend ...)
+    extra_args: list[str]  # the engine's flags after the plan's (site specifics: --attention-backend ...)
     url: str | None  # attach to a running server instead of starting one
     server_log: Path | None  # with url: the server's log, for the DeepEP V2 buffer line
     compare: bool  # also serve with --moe-a2a-backend none and compare
@@ -53,6 +54,11 @@ class Settings:
     level_timeout_s: float
     run_dir: Path | None
     report: Path
+    engine: str = DEFAULT  # epstack.smoke.serving.engines
+
+    @property
+    def server(self) -> Engine:
+        return ENGINES[self.engine]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +100,7 @@ class ServeReport:
     sweep: list[Level]
     failure: Failure | None
     elapsed_s: float
+    engine: str = DEFAULT
 
 
 SERVE_REPORT = Schema(
@@ -145,6 +152,7 @@ def _sweep(
             seed=settings.asked.seed,
             work=work,
             timeout_s=settings.level_timeout_s,
+            vllm=server.entry(settings.server.bench) if settings.server.bench else None,
         )
         state.sweep.append(level)
         out.say(
@@ -167,21 +175,22 @@ def _served(
     settings: Settings, plan: ServePlan, work: Path, state: _State, out: Printer, *, sweep_it: bool
 ) -> list[Generation]:
     """Start one server for `plan`, check it (and sweep), stop it; returns its alone generations."""
-    argv = server.command(plan, settings.extra_args)
-    env = server.environment(plan, os.environ)
+    engine = settings.server
+    argv = engine.launch(plan, settings.extra_args)
+    env = engine.environment(plan, os.environ)
     log = work / f"server-{plan.a2a}.log"
-    out.say(f"starting SGLang ({plan.a2a}): {' '.join(argv)}; log {log}")
+    out.say(f"starting {engine.title} ({plan.a2a}): {' '.join(argv)}; log {log}")
     run = ServedRun(
-        a2a=plan.a2a, argv=argv, env=serve_env(plan), launch_to_healthy_s=None, info={}, log=str(log)
+        a2a=plan.a2a, argv=argv, env=engine.env(plan), launch_to_healthy_s=None, info={}, log=str(log)
     )
     state.runs.append(run)
-    launched = datetime.now()  # SGLang stamps its log in local time
+    launched = datetime.now()  # SGLang and vLLM stamp their logs in local time
     try:
-        with server.serving(argv, env, log) as started:
+        with server.serving(argv, env, log, health=engine.health) as started:
             healthy = started.wait_healthy(settings.health_timeout_s)
             out.say(f"healthy after {healthy:.0f} s")
-            loaded = session_nccl(started.proc.pid)  # SGLang's schedulers run in the server's session
-            probed = checks.probe(started.endpoint, a2a=plan.a2a, log=log, asked=settings.asked)
+            loaded = session_nccl(started.proc.pid)  # the engine's workers run in the server's session
+            probed = engine.probe(started.endpoint, plan, log, settings.asked)
             state.runs[-1] = dataclasses.replace(
                 run, launch_to_healthy_s=round(healthy, 1), info=probed.info, nccl=loaded
             )
@@ -191,7 +200,7 @@ def _served(
                 _sweep(settings, started.endpoint, plan.model_path, work=work, state=state, out=out)
     finally:  # where the start-up went, on failure too
         text = log.read_text(errors="replace") if log.exists() else ""
-        read = startup.read(text, launched)
+        read = engine.startup(text, launched)
         state.runs[-1] = dataclasses.replace(state.runs[-1], startup=read)
         if read.deepgemm:
             out.say(f"DeepGEMM's JIT: {len(read.deepgemm)} sessions, {read.deepgemm_s} s of the start-up")
@@ -202,14 +211,17 @@ def _keep(state: _State, rows: list[Check], out: Printer) -> None:
     state.checks.extend(rows)
     for row in rows:
         out.say(f"{row.component}: {row.verdict} ({row.found})")
-    wrong = next((r for r in rows if r.component == "moe-a2a-backend" and r.failed), None)
+    wrong = next((r for r in rows if r.component in BACKEND_ROWS and r.failed), None)
     if wrong is not None:
         raise _Stop(
             Failure(
                 kind="wrong-backend",
-                message=f"the server reports --moe-a2a-backend {wrong.found}, not {wrong.expected}",
+                message=f"the server reports --{wrong.component} {wrong.found}, not {wrong.expected}",
             )
         )
+
+
+BACKEND_ROWS = ("moe-a2a-backend", "all2all-backend")  # SGLang's, vLLM's: a wrong one stops the run
 
 
 class _Stop(Exception):
@@ -220,19 +232,19 @@ class _Stop(Exception):
 
 def _attached(settings: Settings, work: Path, state: _State, out: Printer) -> None:
     assert settings.url is not None
-    endpoint = Endpoint(url=settings.url.rstrip("/"))
+    endpoint = Endpoint(url=settings.url.rstrip("/"), health=settings.server.health)
     deadline = time.monotonic() + settings.health_timeout_s
     while not endpoint.healthy(timeout=10):
         if time.monotonic() >= deadline:
             raise _Stop(
                 Failure(
                     kind="health-timeout",
-                    message=f"{settings.url}/health_generate did not "
+                    message=f"{settings.url}{endpoint.health} did not "
                     f"answer 200 within {settings.health_timeout_s:g} s",
                 )
             )
         time.sleep(2)
-    probed = checks.probe(endpoint, a2a=settings.plan.a2a, log=settings.server_log, asked=settings.asked)
+    probed = settings.server.probe(endpoint, settings.plan, settings.server_log, settings.asked)
     state.runs.append(
         ServedRun(
             a2a=settings.plan.a2a,
@@ -282,7 +294,10 @@ def run(settings: Settings, out: Printer, *, clock: Callable[[], float] = time.m
             _attached(settings, work, state, out)
         else:
             through = _served(settings, plan, work, state, out, sweep_it=True)
-            if settings.compare:
+            skip = settings.server.no_comparison(plan)
+            if settings.compare and skip:
+                _keep(state, [checks.not_compared(skip)], out)
+            elif settings.compare:
                 reference = _served(settings, plan.without_deepep(), work, state, out, sweep_it=False)
                 row, summary = checks.without_deepep(through, reference)
                 _keep(state, [row], out)
@@ -309,6 +324,7 @@ def run(settings: Settings, out: Printer, *, clock: Callable[[], float] = time.m
         sweep=state.sweep,
         failure=failure,
         elapsed_s=round(clock() - start, 1),
+        engine=settings.engine,
     )
     write_file(settings.report, SERVE_REPORT.dumps(report), what="the serve smoke's --json report")
     if failure is not None:
