@@ -47,7 +47,7 @@ LIBRARIES = (
 )  # fmt: skip
 LOAD = """
 import importlib, json, sys, torch
-found = {"torch": torch.__version__, "libraries": {}}
+found = {"torch_version": torch.__version__, "libraries": {}}
 for name in sys.argv[2:]:
     try:
         importlib.import_module(name)
@@ -182,7 +182,7 @@ def start(host: Host) -> None:
         ["bash", "-c", f"tar --exclude=./.ferry --exclude=./.ferry-vllm -cf - . | tar -xf - -C {source}"]
     )
     env = host.environ({"PYTHONPATH": python_path(host, str(source)), "WORK": str(WORK)})
-    folder = host.at(WORK)
+    folder = host.at(str(WORK))
     folder.mkdir(parents=True, exist_ok=True)
     argv = ["bash", "-c", f'cd {source} && exec "$0" -m benchmarks.vllm.gpu_session run', host.python]
     pid = host.detach(argv, env=env, console=folder / "console", pid_file=folder / "pid")
@@ -190,7 +190,7 @@ def start(host: Host) -> None:
 
 
 def wait(host: Host) -> None:
-    folder = host.at(WORK)
+    folder = host.at(str(WORK))
     pid = int((folder / "pid").read_text())
     ended = host.wait_for(pid, limit_s=int(host.setting("WAIT_S", "560")))
     host.note(f"wait: {'ended' if ended else f'still running after {host.seconds()} s'}")

@@ -131,6 +131,8 @@ MEANINGS: dict[str, Meaning] = {
     "--gpus": Meaning(text="GPUs of this node"),
     "--a2a": _choice("the MoE all-to-all backend"),
     "--sglang-arg": Meaning(text="an SGLang flag to add", metavar="FLAG"),
+    "--vllm-arg": Meaning(text="a vLLM flag to add", metavar="FLAG"),
+    "--engine": _choice("the serving engine: sglang or vllm (build: all, every engine's image)"),
     "--url": Meaning(text="a running server's URL"),
     "--no-compare": _flag("skip the comparison run without DeepEP"),
     "--tokens": Meaning(text="new tokens per request"),
