@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from epstack.errors import CommandFailed, EnvironmentProblem
+from epstack.errors import CommandFailed, EnvironmentProblem, printable
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,8 +112,8 @@ def call(
     result = run(*args, env=env, cwd=cwd, capture=capture, echo=echo, timeout=timeout, stdin=stdin)
     if result.returncode != 0:
         detail = result.stderr.strip().splitlines()[-1:]
-        raise CommandFailed(
-            f"`{result.command}` exited {result.returncode}" + (f": {detail[0]}" if detail else "")
+        raise CommandFailed(  # its last line may be a server's (git's "remote: ..."): printed literally
+            f"`{result.command}` exited {result.returncode}" + (f": {printable(detail[0])}" if detail else "")
         )
     return result.stdout
 

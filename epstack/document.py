@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from epstack.errors import BadInput, shown
-from epstack.inputs import read_text
+from epstack.inputs import parse_json, read_text
 
 T = TypeVar("T")
 SCHEMA_KEY = "schema"
@@ -68,11 +68,9 @@ class Schema(Generic[T]):
 
     def _json(self, text: str, source: Path | str) -> object:
         try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise BadInput(
-                f"{source}: not JSON ({exc.msg}, line {exc.lineno}), so not {self.what}; fix: {self.fix}"
-            ) from None
+            return parse_json(text)
+        except ValueError as exc:
+            raise BadInput(f"{source}: {exc}, so not {self.what}; fix: {self.fix}") from None
 
     def loads(self, text: str, source: Path | str) -> T:
         return self.parse(self._json(text, source), source)

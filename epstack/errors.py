@@ -4,6 +4,8 @@ value in a message goes through `shown`."""
 
 from __future__ import annotations
 
+import unicodedata
+
 # The exit codes of every epstack command; docs/reference/exit-codes.md is written from this table.
 OK = 0
 CHECK_FAILED = 1
@@ -25,13 +27,32 @@ SHOWN_WHOLE = 160  # a value up to this long is shown whole (an image reference 
 SHOWN_HEAD = 60  # of a longer one, its first characters
 
 
+# Characters that end or hide in a line of text, or that a terminal acts on: controls (newline, carriage
+# return, ESC, NEL), invisible format characters (bidi overrides, zero widths), line and paragraph
+# separators, and the surrogates that stand for bytes that are not UTF-8.
+NOT_TEXT = {
+    "Cc": "a control character",
+    "Cf": "an invisible format character",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+    "Cs": "a byte that is not UTF-8",
+}
+
+
+def printable(text: str) -> str:
+    """`text` with each character of NOT_TEXT written as its escape (ESC as \\x1b, U+202E as \\u202e):
+    what a server or a file says is printed literally, never acted on by the terminal."""
+    return "".join(repr(char)[1:-1] if unicodedata.category(char) in NOT_TEXT else char for char in text)
+
+
 def shown(value: str, *, quote: bool = True) -> str:
-    """`value` as a message shows it, repr()'d (`quote`) or as it is: whole up to SHOWN_WHOLE
-    characters, else its first SHOWN_HEAD, "..." and its length: 'xxx'... (100000 chars)."""
+    """`value` as a message shows it, repr()'d (`quote`) or as it is with its controls escaped
+    (`printable`): whole up to SHOWN_WHOLE characters, else its first SHOWN_HEAD, "..." and its length:
+    'xxx'... (100000 chars)."""
     if len(value) <= SHOWN_WHOLE:
-        return repr(value) if quote else value
+        return repr(value) if quote else printable(value)
     head = value[:SHOWN_HEAD]
-    return f"{repr(head) if quote else head}... ({len(value)} chars)"
+    return f"{repr(head) if quote else printable(head)}... ({len(value)} chars)"
 
 
 class EpstackError(Exception):

@@ -11,7 +11,8 @@ from pathlib import PurePosixPath
 EPSTACK_HOME = PurePosixPath("/opt/epstack")
 VENV = EPSTACK_HOME / "venv"  # the application's venv ($VIRTUAL_ENV)
 TOOL = EPSTACK_HOME / "tool"  # epstack itself, apart from the venv (install-epstack.sh)
-BIN = EPSTACK_HOME / "bin"  # the `epstack` command
+BIN = EPSTACK_HOME / "bin"
+COMMAND = BIN / "epstack"  # the `epstack` command
 SCRIPTS = EPSTACK_HOME / "scripts"  # scripts/image/
 SRC = EPSTACK_HOME / "src"  # the project the tool is installed from, removed once installed
 PINS = EPSTACK_HOME / "pins"  # <layer>.pins.env ($EPSTACK_PINS)

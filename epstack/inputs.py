@@ -1,13 +1,21 @@
-"""Files a user names (pins files, manifests, build reports): read whole, as UTF-8, only when they are
-regular files of a sane size. A FIFO, /dev/zero, a directory, a 2 GB file or bytes that are not
-UTF-8 become one BadInput line, never a hang, a MemoryError or a traceback. Standard library only.
+"""Untrusted input, read within bounds. Files a user names (pins files, manifests, build reports): read
+whole, as UTF-8, only when they are regular files of a sane size; a log searched line by line, up to a
+cap. A FIFO, /dev/zero, a directory, a 2 GB file or bytes that are not UTF-8 become one BadInput line,
+never a hang, a MemoryError or a traceback. JSON from a file or a server (`parse_json`): at most
+MAX_JSON_DEPTH deep, every number finite and of at most MAX_NUMBER_CHARS characters. Standard library
+only.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 from epstack.errors import BadInput
 
@@ -25,8 +33,8 @@ def _kind(mode: int) -> str:
     return "a device"
 
 
-def read_bytes(path: Path, *, what: str, limit: int = MAX_BYTES) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes; BadInput naming `what` otherwise."""
+def _open_regular(path: Path, *, what: str) -> IO[bytes]:
+    """`path` opened for reading when it is a regular file; BadInput naming `what` otherwise."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
         fd = os.open(path, flags)
@@ -39,7 +47,12 @@ def read_bytes(path: Path, *, what: str, limit: int = MAX_BYTES) -> bytes:
     if not stat.S_ISREG(mode):
         os.close(fd)
         raise BadInput(f"{path}: {_kind(mode)}, not {what}; fix: pass a regular file")
-    with os.fdopen(fd, "rb") as file:
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path: Path, *, what: str, limit: int = MAX_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; BadInput naming `what` otherwise."""
+    with _open_regular(path, what=what) as file:
         try:
             data = file.read(limit + 1)
         except OSError as exc:
@@ -60,3 +73,90 @@ def read_text(path: Path, *, what: str, limit: int = MAX_BYTES) -> str:
         raise BadInput(
             f"{path}: not UTF-8 text (byte {exc.start}), so not {what}; fix: save it as UTF-8"
         ) from None
+
+
+# A log line longer than this is read as several; a log is searched up to MAX_LOG_BYTES.
+MAX_LINE_BYTES = 64 << 10
+MAX_LOG_BYTES = 256 << 20
+
+
+def search_log(path: Path, pattern: re.Pattern[str], *, what: str, limit: int = MAX_LOG_BYTES) -> str | None:
+    """The first match of `pattern` in a line of the regular file `path` within its first `limit` bytes,
+    read line by line (at most MAX_LINE_BYTES at a time, so /dev/zero or a 50 GB log costs no memory);
+    None when there is none. BadInput naming `what` for a path that is no regular file."""
+    with _open_regular(path, what=what) as file:
+        for line in _lines(file, limit):
+            found = pattern.search(line)
+            if found:
+                return found.group(0)
+    return None
+
+
+def _lines(file: IO[bytes], limit: int) -> Iterator[str]:
+    read = 0
+    while read < limit and (line := file.readline(MAX_LINE_BYTES)):
+        read += len(line)
+        yield line.decode("utf-8", errors="replace")
+
+
+# JSON epstack reads (its own documents, a server's answers) is a few levels deep and its numbers are
+# counts, sizes and versions: anything past these bounds is refused, before it can cost time or memory.
+MAX_JSON_DEPTH = 64
+MAX_NUMBER_CHARS = 40
+
+
+class _Refused(ValueError):
+    """Why parse_json refused a document, in words."""
+
+
+def _number(text: str) -> str:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _Refused(f"a number of {len(text):,} characters (at most {MAX_NUMBER_CHARS})")
+    return text
+
+
+def _float(text: str) -> float:
+    value = float(_number(text))
+    if not math.isfinite(value):
+        raise _Refused(f"{text}, a number past what a float holds")
+    return value
+
+
+def _constant(name: str) -> float:
+    raise _Refused(f"{name}, which JSON does not allow for a number")
+
+
+def _depth(value: object) -> int:
+    """How deep containers nest in `value` (a scalar is 0), walked without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def parse_json(text: str | bytes) -> Any:
+    """`text` as JSON within the bounds: at most MAX_JSON_DEPTH deep, numbers of at most MAX_NUMBER_CHARS
+    characters and finite (no NaN, Infinity or 1e999). ValueError saying what is wrong in words
+    ("not JSON (Expecting value, line 1)", "nested deeper than 64"): the caller adds where and the fix."""
+    try:
+        value = json.loads(
+            text.decode("utf-8") if isinstance(text, bytes) else text,
+            parse_int=lambda s: int(_number(s)),
+            parse_float=_float,
+            parse_constant=_constant,
+        )
+    except _Refused as exc:
+        raise ValueError(f"JSON with {exc}") from None
+    except RecursionError:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg}, line {exc.lineno})") from None
+    except UnicodeDecodeError:
+        raise ValueError("not JSON (not UTF-8 text)") from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH}")
+    return value

@@ -1,4 +1,5 @@
-"""Several files replaced as one commit (the pins file and its locks): a kill leaves the old set or the new.
+"""Several files replaced as one commit (the pins file and its locks): a kill leaves the old set or the new;
+and one run at a time from reading them to that commit (`exclusive`).
 
 A run stages in a folder of its own beside one of the files (`staging`), held (flock) while it runs.
 To commit, it writes a journal there naming every file, then each new text as a sibling of the file it
@@ -22,7 +23,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from epstack.errors import BadInput
+from epstack.errors import BadInput, printable
 from epstack.output import cannot_write, parent_lock, replacement_mode
 
 _JOURNAL = "journal.json"
@@ -134,3 +135,51 @@ def commit(folder: Path, texts: Mapping[Path, str]) -> list[Path]:
     except OSError as exc:
         raise cannot_write(target, exc) from None
     return list(texts)
+
+
+def _holder(fd: int) -> str:
+    """Who holds the flock on `fd`'s file, as /proc/locks and /proc/PID/cmdline say: "pid N: COMMAND"."""
+    info = os.fstat(fd)
+    key = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    try:
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == key:
+                words = Path(f"/proc/{fields[4]}/cmdline").read_bytes().split(b"\0")
+                command = printable(" ".join(word.decode(errors="replace") for word in words if word))
+                return f"pid {fields[4]}: {command[:200]}"
+    except OSError:
+        pass
+    return "another process"
+
+
+@contextlib.contextmanager
+def exclusive(path: Path, *, what: str) -> Iterator[None]:
+    """`path` held by this run alone while the block runs (flock on the file itself): a second run is
+    refused, naming the first. A commit that replaces `path` ends the hold for the next run, which then
+    reads the new file. A path that cannot be opened is left to whoever reads it to report."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise BadInput(
+                f"{path}: another {what} is moving it ({holder}); fix: wait for it to end, then run again"
+            ) from None
+        try:  # the file locked is still the one at `path` (not replaced between the open and the lock)
+            held = os.path.samestat(os.fstat(fd), os.stat(path))
+        except OSError:
+            held = False
+        if held:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        os.close(fd)

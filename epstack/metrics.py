@@ -8,14 +8,13 @@ tests/test_metrics.py reads the output back with prometheus_client's OpenMetrics
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from epstack.errors import BadInput
-from epstack.inputs import read_text
+from epstack.inputs import parse_json, read_text
 
 PREFIX = "epstack_report"
 
@@ -56,11 +55,9 @@ def verdict_of(data: object, source: Path) -> Verdict:
 def read_verdict(path: Path) -> Verdict:
     text = read_text(path, what="a report")
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(
-            f"{path}: not JSON ({exc.msg}, line {exc.lineno}); fix: pass a --json report"
-        ) from None
+        data = parse_json(text)
+    except ValueError as exc:
+        raise BadInput(f"{path}: {exc}; fix: pass a --json report") from None
     return verdict_of(data, path)
 
 

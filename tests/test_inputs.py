@@ -1,17 +1,21 @@
 """Files a user names are read whole, as UTF-8, only when they are regular files of a sane size: anything
-else is one BadInput line naming the path, what it is and the fix, never a hang or a traceback."""
+else is one BadInput line naming the path, what it is and the fix, never a hang or a traceback. A log is
+searched line by line up to a cap; JSON is parsed within its bounds."""
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from epstack.errors import BadInput
-from epstack.inputs import MAX_BYTES, read_bytes, read_text
+from epstack.inputs import MAX_BYTES, MAX_LOG_BYTES, parse_json, read_bytes, read_text, search_log
 
 WHAT = "a pins file"
 
@@ -140,3 +144,56 @@ def test_bytes_that_are_not_utf8(tmp_path: Path, data: bytes, start: int) -> Non
         f"{path}: not UTF-8 text (byte {start}), so not a pins file; fix: save it as UTF-8"
     )
     assert read_bytes(path, what=WHAT) == data
+
+
+LINE = re.compile(r"Initialized DeepEP v2 ElasticBuffer: .*")
+
+
+def test_a_log_is_searched_line_by_line_within_its_cap(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_bytes(b"start\nInitialized DeepEP v2 ElasticBuffer: early\n")
+    assert search_log(log, LINE, what="a log") == "Initialized DeepEP v2 ElasticBuffer: early"
+    log.write_bytes(b"")
+    with log.open("r+b") as out:  # 128 MiB without a line break (sparse), then the line past the cap
+        out.truncate(128 << 20)
+        out.seek(128 << 20)
+        out.write(b"\nInitialized DeepEP v2 ElasticBuffer: too late\n")
+    assert search_log(log, LINE, what="a log", limit=64 << 20) is None, "only the first 64 MiB are read"
+    assert MAX_LOG_BYTES == 256 << 20
+    search = (  # VmHWM: this process's peak alone (ru_maxrss keeps the forking pytest's across exec)
+        "import re, sys; from pathlib import Path; from epstack.inputs import search_log; "
+        "search_log(Path(sys.argv[1]), re.compile('x'), what='a log', limit=64 << 20); "
+        "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))"
+    )
+    done = subprocess.run([sys.executable, "-c", search, log], capture_output=True, check=True)
+    assert int(done.stdout) < 40 << 10, "a line at a time, not the first 64 MiB whole"
+
+
+def test_a_log_that_is_a_device_is_refused() -> None:
+    with pytest.raises(BadInput, match=r"^/dev/zero: a device, not a log; fix: pass a regular file$"):
+        search_log(Path("/dev/zero"), LINE, what="a log")
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "JSON nested deeper than 64"),
+        ('{"a":' * 65 + "1" + "}" * 65, "JSON nested deeper than 64"),
+        ('{"size": NaN}', "JSON with NaN, which JSON does not allow for a number"),
+        ('{"size": -Infinity}', "JSON with -Infinity, which JSON does not allow for a number"),
+        ('{"size": 2e308}', "JSON with 2e308, a number past what a float holds"),
+        ('{"size": ' + "1" * 5000 + "}", "JSON with a number of 5,000 characters (at most 40)"),
+        ("{'single': 1}", "not JSON (Expecting property name enclosed in double quotes, line 1)"),
+        (b"\xff\xfe", "not JSON (not UTF-8 text)"),
+    ],
+)
+def test_json_past_its_bounds_is_refused_in_words(text: str | bytes, problem: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        parse_json(text)
+    assert str(raised.value) == problem
+
+
+def test_json_within_its_bounds_is_read() -> None:
+    deep = '{"a":' * 63 + "[1.5e3, -7, 123456789012345678901234567890]" + "}" * 63
+    assert parse_json(deep) is not None
+    assert parse_json('{"n": 18446744073709551616, "x": null}') == {"n": 2**64, "x": None}

@@ -27,7 +27,7 @@ from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.reader import ReaderError
 
 from epstack.aws.retry import Retry, parse_retry
-from epstack.errors import BadInput, shown
+from epstack.errors import BadInput, printable, shown
 from epstack.inputs import read_text
 
 SCHEMA_PATH = Path(__file__).with_name("buildspec.schema.json")
@@ -40,6 +40,10 @@ MAX_BYTES = 256 << 10
 MAX_DEPTH = 64
 MAX_NODES = 10_000  # counted with every alias expanded, as every walk over the document sees them
 MAX_SCALAR = 8 << 10  # characters in one key or value (lint's rules read each one whole)
+# Characters of every key and value with aliases expanded: lint scans each string it meets (secrets by
+# value and entropy), so 9000 aliases of an 8 KiB command were 72 MB to scan (87 s). Without aliases a
+# buildspec holds at most MAX_BYTES.
+MAX_TEXT = 1 << 20
 # aws: what CodeBuild's documentation asks of any buildspec; epstack: this project's own rules.
 RuleSet = Literal["aws", "epstack"]
 
@@ -54,7 +58,8 @@ class Finding:
     rules: RuleSet = "aws"
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: [{self.rules}] {self.message}"
+        """The finding as printed: a buildspec's keys and values in it with their controls escaped."""
+        return printable(f"{self.file}:{self.line}: [{self.rules}] {self.message}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,12 +70,13 @@ class Document:
     root: CommentedMap
 
     def line(self, path: Sequence[str | int]) -> int:
-        """1-based line of the deepest key or item of `path` that exists."""
+        """1-based line of the deepest key or item of `path` that exists (a key a merge (<<) brought in:
+        where its anchor's mapping writes it)."""
         node: Any = self.root
         line = node.lc.line
         for key in path:
             if isinstance(node, CommentedMap) and key in node:
-                line = node.lc.key(key)[0]
+                line = _key_line(node, key, line)
             elif isinstance(node, CommentedSeq) and isinstance(key, int) and 0 <= key < len(node):
                 line = node.lc.item(key)[0]
             else:
@@ -84,6 +90,18 @@ class Document:
     def strings(self) -> Iterator[tuple[tuple[str | int, ...], str]]:
         """Every key and string value with its path (keys too: report groups are named by ARN)."""
         yield from _strings(self.root, ())
+
+
+def _key_line(mapping: CommentedMap, key: Any, default: int) -> int:
+    """The 0-based line of `key` in `mapping`, or in the mapping a merge key brought it from; `default`
+    (the line reached so far) when neither knows it."""
+    position = (mapping.lc.data or {}).get(key)
+    if position is not None:
+        return int(position[0])
+    for merged in mapping.merge:  # ruamel 0.19: the mappings merged in, first wins
+        if isinstance(merged, CommentedMap) and key in merged:
+            return _key_line(merged, key, default)
+    return default
 
 
 def _plain(node: Any) -> Any:
@@ -122,20 +140,20 @@ class _Refused(MarkedYAMLError):
 
 class _BoundedComposer(Composer):
     """ruamel's composer, also sizing each node as a walk over the loaded document meets it (every
-    alias expanded): a document past MAX_NODES, a scalar past MAX_SCALAR or an alias inside its own
-    anchor (a cycle) is refused at its line. Depth is ruamel's own bound (YAML.max_depth)."""
+    alias expanded): a document past MAX_NODES or MAX_TEXT, a scalar past MAX_SCALAR or an alias inside
+    its own anchor (a cycle) is refused at its line. Depth is ruamel's own bound (YAML.max_depth)."""
 
     def __init__(self, loader: Any = None) -> None:
         super().__init__(loader)
         self.warn_double_anchors = False  # YAML lets an anchor be redefined; an alias takes the last
-        self._sizes: dict[int, int] = {}  # id of each finished node: its size, aliases expanded
-        self._open: list[int] = []  # the size so far of each node being composed, outermost first
+        self._sizes: dict[int, tuple[int, int]] = {}  # id of each finished node: (nodes, characters)
+        self._open: list[list[int]] = []  # [nodes, characters] so far of each node being composed
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.parser.peek_event()
-        self._open.append(1)
+        self._open.append([1, 0])
         node = super().compose_node(parent, index)
-        size = self._open.pop()
+        nodes, chars = self._open.pop()
         if isinstance(event, AliasEvent):
             if id(node) not in self._sizes:
                 raise _Refused(
@@ -143,21 +161,31 @@ class _BoundedComposer(Composer):
                     event.start_mark,
                     "write the values out instead of the alias",
                 )
-            size = self._sizes[id(node)]
-        elif isinstance(node, ScalarNode) and len(node.value) > MAX_SCALAR:
-            raise _Refused(
-                f"a value of {len(node.value)} characters, over {MAX_SCALAR}",
-                event.start_mark,
-                "put a long script in a file in the source and run that",
-            )
-        self._sizes.setdefault(id(node), size)
+            nodes, chars = self._sizes[id(node)]
+        elif isinstance(node, ScalarNode):
+            if len(node.value) > MAX_SCALAR:
+                raise _Refused(
+                    f"a value of {len(node.value)} characters, over {MAX_SCALAR}",
+                    event.start_mark,
+                    "put a long script in a file in the source and run that",
+                )
+            chars += len(node.value)
+        self._sizes.setdefault(id(node), (nodes, chars))
         if self._open:
-            self._open[-1] += size
-        if size > MAX_NODES or (self._open and self._open[-1] > MAX_NODES):
+            self._open[-1][0] += nodes
+            self._open[-1][1] += chars
+        total = self._open[-1] if self._open else [nodes, chars]
+        if max(nodes, total[0]) > MAX_NODES:
             raise _Refused(
                 f"over {MAX_NODES} nodes with aliases expanded",
                 event.start_mark,
                 "use fewer aliases (a buildspec needs a few hundred nodes)",
+            )
+        if max(chars, total[1]) > MAX_TEXT:
+            raise _Refused(
+                f"over {MAX_TEXT:,} characters of keys and values with aliases expanded",
+                event.start_mark,
+                "use fewer aliases of long values (put a long script in a file in the source)",
             )
         return node
 

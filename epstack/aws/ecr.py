@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from epstack.aws.clients import Backoff, ecr_client, error_code, region
 from epstack.errors import BadInput, EnvironmentProblem
-from epstack.image.registry import ECR_HOST, MANIFEST_TYPES, config_of, is_loopback
+from epstack.httpclient import is_loopback
+from epstack.image.registry import ECR_HOST, MANIFEST_TYPES, config_of
 
 if TYPE_CHECKING:
     from mypy_boto3_ecr import ECRClient

@@ -30,10 +30,11 @@ from epstack.aws.ecr import EcrRegistry
 from epstack.checkrow import Check
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
 from epstack.guard.report import GUARD_REPORT
+from epstack.httpclient import is_loopback
 from epstack.image.build import BUILD_REPORT
 from epstack.image.buildmanifest import BUILD_MANIFEST, BuildManifest, ManifestImage
 from epstack.image.engine import DockerEngine
-from epstack.image.registry import ECR_HOST, LoopbackRegistry, Registry, is_loopback, split_registry
+from epstack.image.registry import ECR_HOST, LoopbackRegistry, Registry, split_registry
 from epstack.image.render import source_revision
 from epstack.image.standin import STANDIN_LABEL
 from epstack.layers import LAYER_NAMES

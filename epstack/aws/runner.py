@@ -49,7 +49,8 @@ from epstack.aws.outputs import Report, copy_artifacts, read_report
 from epstack.aws.retry import Retry
 from epstack.aws.shell import KEPT_OUTPUT, Shell
 from epstack.errors import BadInput, CommandFailed
-from epstack.image.registry import LoopbackRegistry, is_loopback
+from epstack.httpclient import is_loopback
+from epstack.image.registry import LoopbackRegistry
 from epstack.output import install_output, staging_beside
 
 DEFAULT_TIMEOUT = 60 * 60.0  # seconds: CodeBuild's default build timeout (timeoutInMinutes 5 to 2160)

@@ -62,10 +62,12 @@ NOT_A_SECRET = re.compile(
     re.IGNORECASE,
 )
 # NAME=VALUE in a command: `export NAME=VALUE`, `NAME=VALUE cmd`, `--build-arg NAME=VALUE`; an unquoted
-# VALUE is one word, command substitutions (spaces and all) included.
+# VALUE is one word, command substitutions (spaces and all) included; a double-quoted one may hold command
+# substitutions with quotes of their own (TOKEN="$(aws ... --query "SecretString" --output text)"). A `$`
+# or a backtick starts a substitution or is a lone `$`, never both: no two ways to read one character.
 ASSIGNMENT = re.compile(
     r"(?:^|[\s;&|(])([A-Za-z_][A-Za-z0-9_]*)="
-    rf"(\"(?:[^\"\\]|\\.)*\"|'[^']*'|(?:{SUBSTITUTION}|[^\s;&|()`])+)"
+    rf"(\"(?:{SUBSTITUTION}|\$(?!\()|[^\"\\$`]|\\.)*\"|'[^']*'|(?:{SUBSTITUTION}|[^\s;&|()`])+)"
 )
 ENTROPY_LIMIT = 4.5  # detect-secrets' default for Base64HighEntropyString
 ENTROPY_LENGTH = 20

@@ -12,18 +12,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from epstack.errors import BadInput, EnvironmentProblem, EpstackError, shown
+from epstack import httpclient
+from epstack.errors import BadInput, EnvironmentProblem, shown
 
 GITHUB_API = "https://api.github.com"
 TOKEN_VARIABLE = "GITHUB_TOKEN"
 FORGE_TIMEOUT_S = 30.0
+_TOKEN = re.compile(r"[\x21-\x7e]+", re.ASCII)  # what a token is made of: printable ASCII, no space
+_MAX_NUMBER = 2**31  # a pull request's number is a positive int32 on GitHub
 _REMOTE = re.compile(  # https://github.com/O/R(.git), git@github.com:O/R.git, ssh://git@github.com/O/R
     r"^(?:https://(?:[^@/]+@)?|ssh://git@|git@)github\.com[:/](?P<owner>[\w.-]+)/(?P<repo>[\w.-]+?)(?:\.git)?/?$"
 )
@@ -66,6 +67,11 @@ class GitHub:
                 f"--open-pr: {TOKEN_VARIABLE} is not set; fix: export {TOKEN_VARIABLE} with a token that may "
                 "write pull requests and contents of the repository"
             )
+        if not _TOKEN.fullmatch(token):
+            raise BadInput(
+                f"--open-pr: {TOKEN_VARIABLE} holds a character no token has (a control character, a space "
+                f"or non-ASCII; the token is not shown); fix: export {TOKEN_VARIABLE} with the token alone"
+            )
         named = env.get("GITHUB_REPOSITORY", "")
         match = (
             re.fullmatch(r"(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+)", named) if named else _REMOTE.match(remote)
@@ -76,6 +82,7 @@ class GitHub:
                 f"--open-pr: {where} names no GitHub repository; fix: set GITHUB_REPOSITORY=OWNER/REPO"
             )
         api = (env.get("GITHUB_API_URL") or GITHUB_API).rstrip("/")
+        httpclient.check_url(api, what="--open-pr: GITHUB_API_URL")
         return cls(api=api, owner=match["owner"], repo=match["repo"], token=token)
 
     def find(self, head: str) -> PullRequest | None:
@@ -90,57 +97,69 @@ class GitHub:
         return _pull(self._call("PATCH", f"pulls/{number}", {"title": title, "body": body}))
 
     def _call(self, method: str, path: str, payload: dict[str, str] | None = None) -> Any:
-        url = f"{self.api}/repos/{self.owner}/{self.repo}/{path}"
+        """The JSON answer of one call; the token goes to the API's origin only (httpclient)."""
         headers = {
             "Accept": "application/vnd.github+json",
-            "Authorization": f"Bearer {self.token}",
             "X-GitHub-Api-Version": "2022-11-28",
             "User-Agent": "epstack",
         }
         data = json.dumps(payload).encode() if payload is not None else None
         if data is not None:
             headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(url, data=data, headers=headers, method=method)
-        shown_url = url.split("?", maxsplit=1)[0]
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            message = _message(exc)
-            if exc.code in (401, 403):
-                raise BadInput(
-                    f"--open-pr: {method} {shown_url} answered HTTP {exc.code} ({message}): {TOKEN_VARIABLE} "
-                    f"was refused; fix: a token of {self.owner}/{self.repo} with pull requests and "
-                    "contents write access"
-                ) from None
-            raise EpstackError(
-                f"--open-pr: {method} {shown_url} answered HTTP {exc.code} ({message})"
-            ) from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+            answer = httpclient.request(
+                method,
+                f"{self.api}/repos/{self.owner}/{self.repo}/{path}",
+                headers=headers,
+                credentials={"Authorization": f"Bearer {self.token}"},
+                data=data,
+                timeout=self.timeout,
+            )
+        except EnvironmentProblem as exc:
             raise EnvironmentProblem(
-                f"--open-pr: cannot reach {self.api}: {getattr(exc, 'reason', exc)}; fix: run where it is "
-                "reachable, or set GITHUB_API_URL"
+                f"--open-pr: {exc}; fix: run where the forge is reachable, or set GITHUB_API_URL"
             ) from None
+        if answer.status in (401, 403):
+            raise BadInput(
+                f"--open-pr: {answer.where()} answered HTTP {answer.status} ({_message(answer)}): "
+                f"{TOKEN_VARIABLE} was refused; fix: a token of {self.owner}/{self.repo} with pull requests "
+                "and contents write access"
+            )
+        if not answer.ok:
+            raise EnvironmentProblem(
+                f"--open-pr: {answer.where()} answered HTTP {answer.status} ({_message(answer)})"
+            )
+        try:
+            return answer.json() if answer.body else None
+        except EnvironmentProblem as exc:
+            raise EnvironmentProblem(f"--open-pr: {exc}") from None
 
 
-def _message(error: urllib.error.HTTPError) -> str:
-    """GitHub's one-line reason ({"message": ...}), shown literally and bounded."""
+def _message(answer: httpclient.Answer) -> str:
+    """GitHub's one-line reason ({"message": ...}), else the body's start; shown literally and bounded."""
     try:
-        return shown(str(json.loads(error.read()).get("message", "")), quote=False).splitlines()[0]
-    except (ValueError, AttributeError, IndexError, OSError):
-        return error.reason or "no reason given"
+        message = answer.json().get("message")
+    except (EnvironmentProblem, AttributeError):
+        message = None
+    return shown(message, quote=False) if isinstance(message, str) and message else answer.snippet()
 
 
 def _pull(answer: Any) -> PullRequest:
-    try:
-        return PullRequest(
-            number=int(answer["number"]),
-            url=str(answer["html_url"]),
-            title=str(answer.get("title") or ""),
-            body=str(answer.get("body") or ""),
+    """A pull request from the forge's answer: a positive int32 number and strings, else EnvironmentProblem
+    (the forge answered something else)."""
+    fields = answer if isinstance(answer, dict) else {}
+    number = fields.get("number")
+    url, title, body = (fields.get(key) or "" for key in ("html_url", "title", "body"))
+    if (
+        type(number) is not int
+        or not 0 < number < _MAX_NUMBER
+        or not all(isinstance(text, str) for text in (url, title, body))
+        or not (url.startswith("https://") and url.isprintable())
+    ):
+        raise EnvironmentProblem(
+            f"--open-pr: the forge answered no pull request: {shown(json.dumps(answer), quote=False)}"
         )
-    except (KeyError, TypeError, ValueError):
-        raise EpstackError(f"--open-pr: the forge answered no pull request: {shown(str(answer))}") from None
+    return PullRequest(number=number, url=url, title=title, body=body)
 
 
 def open_pull_request(

@@ -297,7 +297,12 @@ def _lock_rows(moves: Sequence[Move]) -> tuple[LockRows, ...]:
     return tuple(rows)
 
 
+def bump_texts(bump: Bump) -> dict[Path, str]:
+    """What applying the bump writes: each relocked lock's text, and the pins file's."""
+    locks = {lock_path(bump.locks_dir, name): lock.text for name, lock in bump.locks.items()}
+    return {**locks, bump.path: bump.text}
+
+
 def apply_bump(bump: Bump, staging: Path) -> list[Path]:
     """The relocked locks and the pins file, replaced as one commit through `staging`; the files."""
-    locks = {lock_path(bump.locks_dir, name): lock.text for name, lock in bump.locks.items()}
-    return commit(staging, {**locks, bump.path: bump.text})
+    return commit(staging, bump_texts(bump))

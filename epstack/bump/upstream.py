@@ -7,20 +7,19 @@ failed as an EnvironmentProblem; the caller turns that into a row, or the comman
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
+from epstack import httpclient
 from epstack.cmd import run
-from epstack.errors import EnvironmentProblem, EpstackError
-from epstack.image.registry import MANIFEST_TYPES, is_loopback
+from epstack.errors import EnvironmentProblem, EpstackError, printable, shown
+from epstack.httpclient import is_loopback
+from epstack.image.registry import MANIFEST_TYPES
 from epstack.oci import parse_reference
 from epstack.pins.deepepsources import git_sources
 
@@ -35,7 +34,10 @@ RELEASE_NOTES = {
     "TORCH_VERSION": "https://github.com/pytorch/pytorch/releases/tag/v{version}",
     "NCCL_VERSION": "https://github.com/NVIDIA/nccl/releases/tag/v{version}-1",
 }
-_RELEASE_TAG = re.compile(r"^v?(?P<version>\d+(?:\.\d+)+)(?:-1)?$")  # v2.5.2, 12.1.0, v2.30.7-1
+# v2.5.2, 12.1.0, v2.30.7-1: ASCII digits, a few parts of a few digits each (a tag is a server's text).
+_NUMBERS = r"[0-9]{1,12}(?:\.[0-9]{1,12}){1,5}"
+_RELEASE_TAG = re.compile(rf"v?(?P<version>{_NUMBERS})(?:-1)?", re.ASCII)
+_TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]{1,8192}", re.ASCII)  # RFC 6750's b64token, bounded
 
 
 def ls_remote_command(repo: str, *refs: str) -> tuple[str, ...]:
@@ -54,7 +56,7 @@ def ls_remote(repo: str, *refs: str, timeout: float = GIT_TIMEOUT_S) -> dict[str
         raise EnvironmentProblem(str(exc)) from None
     if result.returncode != 0:
         detail = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
-        raise EnvironmentProblem(f"git ls-remote {repo}: {detail}")
+        raise EnvironmentProblem(f"git ls-remote {repo}: {printable(detail)}")
     refs_found: dict[str, str] = {}
     for line in result.stdout.splitlines():
         commit, _, ref = line.partition("\t")
@@ -70,7 +72,7 @@ def newest_release_tag(tags: dict[str, str]) -> tuple[str, str] | None:
     releases = {}
     for ref, commit in tags.items():
         name = ref.removeprefix("refs/tags/")
-        match = _RELEASE_TAG.match(name)
+        match = _RELEASE_TAG.fullmatch(name)
         if match:
             releases[Version(match["version"])] = (name, commit)
     return releases[max(releases)] if releases else None
@@ -100,45 +102,57 @@ class ImageRepository:
         for _ in range(_MAX_TAG_PAGES):
             if path is None:
                 break
-            body, headers = self._get(path, "application/json")
-            tags += json.loads(body).get("tags") or []
-            next_link = re.match(r'\s*<([^>]+)>\s*;\s*rel="?next"?', headers.get("Link", ""))
+            answer = self._get(path, "application/json")
+            listed = answer.json()
+            page = listed.get("tags") if isinstance(listed, dict) else None
+            if not isinstance(page, list | None) or not all(isinstance(tag, str) for tag in page or []):
+                raise answer.failed("answered no tag list ({'tags': [...]})")
+            tags += page or []
+            next_link = re.match(r'\s*<([^>]+)>\s*;\s*rel="?next"?', answer.headers.get("Link", ""))
             path = next_link[1] if next_link else None
         return tags
 
     def digest(self, tag: str) -> str:
         """The digest `tag` points at now (the index's, for a multi-platform image)."""
-        _, headers = self._get(f"/v2/{self.name}/manifests/{tag}", ", ".join(MANIFEST_TYPES), method="HEAD")
-        return headers.get("Docker-Content-Digest", "")
+        answer = self._get(f"/v2/{self.name}/manifests/{tag}", ", ".join(MANIFEST_TYPES), method="HEAD")
+        return str(answer.headers.get("Docker-Content-Digest", ""))
 
-    def _get(
-        self, path: str, accept: str, *, method: str = "GET", token: str = ""
-    ) -> tuple[bytes, dict[str, str]]:
-        headers = {"Accept": accept} | ({"Authorization": f"Bearer {token}"} if token else {})
-        request = urllib.request.Request(urllib.parse.urljoin(self.api, path), headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return response.read(), dict(response.headers)
-        except urllib.error.HTTPError as exc:
-            challenge = exc.headers.get("WWW-Authenticate", "")
-            if exc.code == 401 and not token and challenge.startswith("Bearer "):
-                return self._get(path, accept, method=method, token=self._token(challenge))
-            raise EnvironmentProblem(f"{self.api}: {method} {path} answered HTTP {exc.code}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise EnvironmentProblem(f"cannot reach {self.api}: {getattr(exc, 'reason', exc)}") from None
+    def _get(self, path: str, accept: str, *, method: str = "GET", token: str = "") -> httpclient.Answer:
+        """The answer of `path` on the registry, with the anonymous pull token a 401 asks for."""
+        url = httpclient.check_url(urllib.parse.urljoin(self.api + "/", path), error=EnvironmentProblem)
+        if url.origin != httpclient.check_url(self.api).origin:
+            raise EnvironmentProblem(f"{self.api}: its next page {shown(path)} is on another server")
+        credentials = {"Authorization": f"Bearer {token}"} if token else {}
+        answer = httpclient.request(
+            method, url, headers={"Accept": accept}, credentials=credentials, timeout=self.timeout
+        )
+        challenge = answer.headers.get("WWW-Authenticate", "")
+        if answer.status == 401 and not token and challenge.startswith("Bearer "):
+            return self._get(path, accept, method=method, token=self._token(challenge))
+        if not answer.ok:
+            raise answer.failed(f"answered HTTP {answer.status}")
+        return answer
 
     def _token(self, challenge: str) -> str:
-        """An anonymous pull token from the realm the registry's challenge names."""
+        """An anonymous pull token from the realm the registry's challenge names: an https URL (http only
+        where the registry too is on this machine), asked with no credentials, answering a bearer token."""
         fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         query = urllib.parse.urlencode({k: v for k, v in fields.items() if k in ("service", "scope")})
-        try:
-            with urllib.request.urlopen(
-                f"{fields.get('realm', '')}?{query}", timeout=self.timeout
-            ) as response:
-                answer = json.loads(response.read())
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise EnvironmentProblem(f"no pull token from {fields.get('realm')}: {exc}") from None
-        return str(answer.get("token") or answer.get("access_token") or "")
+        realm = fields.get("realm", "")
+        what = f"{self.api}'s token realm"
+        url = httpclient.check_url(realm, error=EnvironmentProblem, what=what, fix="fix: ask its operator")
+        if url.scheme == "http" and not is_loopback(urllib.parse.urlsplit(self.api).netloc):
+            raise EnvironmentProblem(f"{what} {url.shown} is plain http for a registry on another machine")
+        answer = httpclient.request(
+            "GET", f"{url.text}{'&' if '?' in url.rest else '?'}{query}", timeout=self.timeout
+        )
+        if not answer.ok:
+            raise answer.failed(f"answered HTTP {answer.status}: no pull token")
+        found = answer.json()
+        token = (found.get("token") or found.get("access_token")) if isinstance(found, dict) else None
+        if not isinstance(token, str) or not _TOKEN.fullmatch(token):
+            raise answer.failed("answered no bearer token")
+        return token
 
 
 def current_digest(key: str, pinned: str, *, hub: str = DOCKER_HUB_API) -> str:
@@ -152,7 +166,7 @@ def current_digest(key: str, pinned: str, *, hub: str = DOCKER_HUB_API) -> str:
         digest = repository.digest(reference.tag)
     except EnvironmentProblem as exc:
         raise EnvironmentProblem(f"{key}: {exc}; {fix}") from None
-    if not digest.startswith("sha256:"):
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest, re.ASCII):
         raise EnvironmentProblem(
             f"{key}: {repository.api} answered for {reference.repository}:{reference.tag} without a sha256 "
             f"Docker-Content-Digest; {fix}"
@@ -169,7 +183,7 @@ def newest_image_tag(tags: list[str], pinned: str, *, minor: str = "") -> str | 
     found: dict[Version, str] = {}
     for tag in tags:
         head, _, tail = tag.partition("-")
-        if tail != suffix or not re.fullmatch(r"\d+(?:\.\d+)+", head):
+        if tail != suffix or not re.fullmatch(_NUMBERS, head, re.ASCII):
             continue
         if minor and not (head == minor or head.startswith(f"{minor}.")):
             continue

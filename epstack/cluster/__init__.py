@@ -6,7 +6,8 @@ One concept a module:
   servesmoke  the serve smoke a serve job runs against its own endpoint (`epstack smoke serve --url`)
   site      a site's settings: storage, secrets by reference, environment, network, scheduling,
             privileges (flag values)
-  modelfetch  the model's one download into a kept volume, under a lock file, before the servers start
+  modelfetch  the model's one download (or the tiny one's write) into its volume, under a lock file, before
+              the servers start
   k8s       Kubernetes objects: indexed Job + headless Service, LeaderWorkerSet, the serve smoke's Job,
             PodMonitor, pre-pull DaemonSet
   k8smodel  the model's shared claim, its fetch Job and the serve pods' init containers (Kubernetes)

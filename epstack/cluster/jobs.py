@@ -256,6 +256,7 @@ def make_job(
         if kind == "serve"
         else None
     )
+    fetch_of(plan, (site or Site()).model)  # a generated model with nowhere to write it: BadInput now
     job_name = name or f"epstack-{'smoke' if kind == 'elastic-smoke' else 'serve'}"
     if not re.match(r"^[a-z][a-z0-9-]{0,39}$", job_name) or job_name.endswith("-"):
         raise BadInput(f"--name {job_name}: fix: lowercase letters, digits and '-', starting with a letter")

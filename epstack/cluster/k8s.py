@@ -375,7 +375,7 @@ def job_objects(
     objects = []
     if job.site.model is not None and job.site.model.kind == "shared":
         objects.append(model_claim(job, settings.storage_class))
-    if job.fetch and job.site.model is not None and job.site.model.kind != "host":
+    if job.fetch and job.site.model is not None and not modelfetch.in_each_pod(job.fetch, job.site.model):
         objects.append(fetch_job(job))
     workloads = role_jobs or (job,)
     for workload in workloads:
@@ -411,8 +411,10 @@ def notes(
             "offers it: EFS, FSx for Lustre, Filestore, NFS); every pod mounts it; it outlives the job "
             "until deleted (`kubectl delete -f` deletes it, and the weights)."
         )
-    if job.fetch and model is not None and model.kind == "host":
-        lines.append("Model fetch: each serve pod's init container, under the lock in its node's directory.")
+    if job.fetch and model is not None and modelfetch.in_each_pod(job.fetch, model):
+        where = "its node's directory" if model.kind == "host" else "its own disk"
+        what = "write" if job.fetch.generated else "fetch"
+        lines.append(f"Model {what}: each serve pod's init container, under the lock in {where}.")
     elif job.fetch:
         lines.append(
             f"Model fetch: Job {modelfetch.name(job.name)} (no GPU); each serve pod's init container waits "

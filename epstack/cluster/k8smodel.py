@@ -38,8 +38,8 @@ def model_init(job: Job) -> Obj:
     marker."""
     fetch, model = job.fetch, job.site.model
     assert fetch is not None and model is not None
-    if model.kind == "host":
-        return fetch_container(job, "fetch-model")
+    if modelfetch.in_each_pod(fetch, model):
+        return fetch_container(job, "write-model" if fetch.generated else "fetch-model")
     return {
         "name": "wait-for-model",
         "image": job.image.ref,

@@ -27,7 +27,7 @@ from epstack import imagepaths
 from epstack.cluster.jobs import Job, platform_words
 from epstack.smoke.serving.engines import DEFAULT
 
-PROGRAM = str(imagepaths.BIN / "epstack")
+PROGRAM = str(imagepaths.COMMAND)
 SUFFIX = "-smoke"  # the Kubernetes Job's name and the report's, after the serve job's
 FALLBACK_REPORT = "/tmp/epstack-smoke-serve.json"  # without a results volume: lost with the container
 # The smoke starts with the job: the server's scheduling, image pull and (Kubernetes) its Service's

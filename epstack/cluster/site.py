@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from epstack import imagepaths
+from epstack.credentials import credential
 from epstack.errors import BadInput
 from epstack.inputs import read_text
 from epstack.smoke import launchenv as V
@@ -55,6 +56,12 @@ _SIZE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
 _DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # a Secret's data key
 _LAUNCHER_NAMES = frozenset(v for k, v in vars(V).items() if k.isupper() and isinstance(v, str))
+# Variables that choose which program, library or Python module runs in the container: the image's own
+# (its guard vouches for what they pick); a site's value would run something the guard never checked.
+IMAGE_OWNED = frozenset(
+    {"PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP",
+     "BASH_ENV", "ENV"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,6 +196,11 @@ def env_pair(line: str) -> tuple[str, str]:
         raise ValueError("not KEY=VALUE with KEY a variable name ([A-Za-z_][A-Za-z0-9_]*)")
     if key in _LAUNCHER_NAMES:
         raise ValueError(f"{key} is set by the job's launcher (epstack.smoke.launchenv), not the site")
+    if key in IMAGE_OWNED:
+        raise ValueError(
+            f"{key} picks which programs or libraries run, and the image's guard vouches for its own; a "
+            "site's must not replace it (build an image with what you need)"
+        )
     return key, value
 
 
@@ -211,6 +223,26 @@ def read_env_file(path: Path) -> list[EnvLine]:
             raise env_file_error(path, number, str(exc)) from None
         lines.append(EnvLine(number=number, key=key, value=value))
     return lines
+
+
+# Where a credential a job needs goes instead of a value a rendered file carries, per platform.
+SECRET_FIX = {
+    "k8s": "put it in a Secret and give --secret-env NAME=SECRET:KEY (or --secret-env-from SECRET)",
+    "slurm": "put it in a file on the nodes and give --secret-file NAME=/PATH (read when the job runs)",
+}
+
+
+def screen(values: Iterable[tuple[str, str]], *, platform: str) -> None:
+    """BadInput for the first (where, value) that holds a credential (epstack.credentials, the screen of
+    pins and buildspecs): a rendered manifest or script is read by whoever can list the cluster's objects
+    or the batch scripts. The value is never shown, only where it was given and its kind."""
+    for where, value in values:
+        kind = credential(value)
+        if kind:
+            raise BadInput(
+                f"{where}: holds {kind} (not shown), which the rendered file would carry in plain text; "
+                f"fix: {SECRET_FIX[platform]}"
+            )
 
 
 def env_file_error(path: Path, number: int, why: str) -> BadInput:

@@ -105,8 +105,9 @@ def _notes(job: Job, router_image: ImageRef | None, role_jobs: tuple[Job, ...]) 
 
 
 def _secret_reads(job: Job) -> list[str]:
-    """Each --secret-file read when the job runs, on the batch script's node; a missing file stops the
-    job before any step. The script holds the path only."""
+    """Each --secret-file read when the job runs, on the batch script's node, into a shell variable that
+    is not exported (_with_secrets passes it to the steps that need it); a missing file stops the job
+    before any step. The script holds the path only."""
     lines = []
     if job.site.secrets:
         lines.append(
@@ -125,6 +126,13 @@ def _secret_reads(job: Job) -> list[str]:
     return lines
 
 
+def _with_secrets(job: Job, srun: str) -> str:
+    """`srun` with the --secret-file variables in its environment alone: the fetch and server steps get
+    them, and no other step (the router, the serve smoke, mkdir) inherits them from the script's."""
+    given = " ".join(f'{secret.env}="${secret.env}"' for secret in job.site.secrets)
+    return f"{given} {srun}" if given else srun
+
+
 def _fetch_step(job: Job, squashfs_dir: str | None, exported: list[str]) -> list[str]:
     """The model's one download, a task on every node before the server step (epstack.cluster.modelfetch):
     a node's own directory is filled on each node, a shared one once (the others wait on its lock)."""
@@ -140,9 +148,10 @@ def _fetch_step(job: Job, squashfs_dir: str | None, exported: list[str]) -> list
         f"--container-mounts={model.source}:{model.mount}",
     ]
     return [
-        "# The model, fetched once into the model directory before the servers start.",
+        f"# The model, {'written' if fetch.generated else 'fetched'} once into the model directory before "
+        "the servers start.",
         "# shellcheck disable=SC2016",
-        " \\\n    ".join([shlex.join(srun), shlex.join(fetch.command())]),
+        _with_secrets(job, " \\\n    ".join([shlex.join(srun), shlex.join(fetch.command())])),
         "",
     ]
 
@@ -166,7 +175,7 @@ def _server_step(workload: Job, squashfs_dir: str | None, exported: list[str]) -
     logs = slurmserve.server_logs(workload)
     if logs is not None:
         srun.append(f"--output={logs[0]}")
-    return " \\\n    ".join([shlex.join(srun), _task_command(workload)])
+    return _with_secrets(workload, " \\\n    ".join([shlex.join(srun), _task_command(workload)]))
 
 
 def sbatch_script(
@@ -184,7 +193,8 @@ def sbatch_script(
     nodes = job.nodes * len(workloads)
     env = job.env() | {V.MASTER_PORT: str(job.rendezvous_port)}
     leaders = [roles.leader_variable(role) for role in role_jobs]
-    exported = [V.MASTER_ADDR, *leaders, *env, *(secret.env for secret in job.site.secrets)]
+    exported = [V.MASTER_ADDR, *leaders, *env]
+    container_env = [*exported, *(secret.env for secret in job.site.secrets)]
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={job.name}",
@@ -219,11 +229,11 @@ def sbatch_script(
         lines.append("# The node directories the container mounts, on every node.")
         lines.append(shlex.join(["srun", "--ntasks-per-node=1", "mkdir", "-p", "--", *host_dirs]))
         lines.append("")
-    lines += _fetch_step(job, squashfs_dir, exported)
+    lines += _fetch_step(job, squashfs_dir, container_env)
     if job.kind != "serve":
-        return "\n".join([*lines, _server_step(job, squashfs_dir, exported)]) + "\n"
+        return "\n".join([*lines, _server_step(job, squashfs_dir, container_env)]) + "\n"
     lines += slurmserve.metrics_lines(workloads, router_image)
-    steps = [_server_step(workload, squashfs_dir, exported) for workload in workloads]
+    steps = [_server_step(workload, squashfs_dir, container_env) for workload in workloads]
     server = slurmserve.role_steps(*steps) if role_jobs else steps[0]
     image = _container_image(job, squashfs_dir)
     lines += slurmserve.serve_steps(job, server, image, router_image, role_jobs)

@@ -123,9 +123,13 @@ def _secrets(args: argparse.Namespace, env: dict[str, str]) -> tuple[site.Secret
 
 
 def _site_env(args: argparse.Namespace) -> dict[str, str]:
-    """--env-file's variables, then --env's (the later wins); a bad value names file:line."""
+    """--env-file's variables, then --env's (the later wins); a bad value or a credential names file:line."""
     env = {}
-    for line in site.read_env_file(args.env_file) if args.env_file else []:
+    lines = site.read_env_file(args.env_file) if args.env_file else []
+    site.screen(
+        ((f"{args.env_file}:{line.number}: {line.key}", line.value) for line in lines), platform=args.target
+    )
+    for line in lines:
         try:
             if line.value:
                 one_line(line.value)
@@ -133,6 +137,19 @@ def _site_env(args: argparse.Namespace) -> dict[str, str]:
             raise site.env_file_error(args.env_file, line.number, str(exc).split("; fix:")[0]) from None
         env[line.key] = line.value
     return env | dict(site.env_pair(pair) for pair in args.env)
+
+
+def _flag_values(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """Every text a flag gave, named by its flag (and its KEY, for a repeated KEY=VALUE flag): what a
+    render may write into the manifest or script."""
+    values = []
+    for dest, given in vars(args).items():
+        flag = "--" + dest.replace("_", "-")
+        if isinstance(given, str):
+            values.append((flag, given))
+        elif isinstance(given, list):
+            values += [(f"{flag} {item.partition('=')[0]}", item) for item in given if isinstance(item, str)]
+    return values
 
 
 def _storage(args: argparse.Namespace, name: str, default: str) -> site.Storage | None:
@@ -178,7 +195,7 @@ def _site(args: argparse.Namespace) -> site.Site:
         # Several pods of a hub model: one shared volume, filled once (epstack.cluster.modelfetch);
         # one pod, or weights named by path: the pod's own disk.
         profile = PROFILES[args.profile or "deepseek-v3"]
-        hub_model = not profile.dummy_weights and not (args.model_path or profile.model_path).startswith("/")
+        hub_model = not profile.generated and not (args.model_path or profile.model_path).startswith("/")
         model_default = f"{'shared' if args.nodes > 1 and hub_model else 'ephemeral'}:{profile.disk}"
     else:
         model_default = "host:" + node_dir.format("hf")
@@ -207,6 +224,7 @@ def _site(args: argparse.Namespace) -> site.Site:
 
 def cmd_render(args: argparse.Namespace, console: Console) -> int:
     _check_out(args)
+    site.screen(_flag_values(args), platform=args.target)
     pins = load_pins(pins_path(args.pins))
     target, fabric = pins_target(pins, arch=args.arch, fabric=args.fabric)
     if args.print_command and args.job != "serve":
@@ -349,6 +367,7 @@ def _k8s_render(args: argparse.Namespace, job: Job, role_jobs: tuple[Job, ...]) 
 
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     _check_out(args)
+    site.screen(_flag_values(args), platform=args.target)
     pins = load_pins(pins_path(args.pins))
     target, _ = pins_target(pins, arch=args.arch, fabric=args.fabric)
     image = chosen_image(pins, target, image=args.image, manifest=args.manifest, layer=args.engine)

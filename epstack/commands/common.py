@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # the stdlib-only `python3 -m epstack.doctor` imports this mo
     from _typeshed import DataclassInstance
     from rich.console import Console
 
-from epstack.errors import INTERRUPTED, OK, BadInput, EpstackError, shown
+from epstack.errors import INTERRUPTED, NOT_TEXT, OK, BadInput, EpstackError, shown
+from epstack.httpclient import MAX_TIMEOUT_S
 
 # What add_subparsers() returns: each module's register() adds its commands to it.
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -48,24 +49,12 @@ def path_arg(text: str) -> Path:
     return Path(text)
 
 
-# Characters that end or hide in a line of generated text: controls (newline, carriage return, ESC,
-# NEL), invisible format characters (bidi overrides, zero widths), line and paragraph separators, and
-# the surrogates that stand for bytes that are not UTF-8.
-_NOT_TEXT = {
-    "Cc": "a control character",
-    "Cf": "an invisible format character",
-    "Zl": "a line separator",
-    "Zp": "a paragraph separator",
-    "Cs": "a byte that is not UTF-8",
-}
-
-
 def one_line(text: str) -> str:
     """A value epstack writes into a script or manifest it generates: one line of printable text."""
     if not text.strip():
         raise argparse.ArgumentTypeError("empty value; fix: give a value")
     for char in text:
-        kind = _NOT_TEXT.get(unicodedata.category(char))
+        kind = NOT_TEXT.get(unicodedata.category(char))
         if kind:
             raise argparse.ArgumentTypeError(
                 f"{shown(text)} holds {kind} (U+{ord(char):04X}), which would break the generated "
@@ -109,10 +98,13 @@ def port(text: str) -> int:
 
 
 def seconds(text: str) -> float:
-    """A duration: finite and above zero (NaN, inf, 0 and negatives refused)."""
+    """A duration: above zero and at most a day (NaN, inf, 1e300, 0 and negatives refused): the longest
+    wait a timeout of epstack's can ask of a socket or a process."""
     value = _number(text, float)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be more than 0 seconds")
+    if not 0 < value <= MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} seconds: fix: give more than 0 and at most {MAX_TIMEOUT_S:g} (a day)"
+        )
     return value
 
 

@@ -33,7 +33,7 @@ def _image_versions(pins: Path | None, cuda: str | None) -> tuple[str, str]:
             raise BadInput(f"{path}: no {key}; fix: pass pins.env or the image's layer pins file")
     where = f"--cuda {cuda}" if cuda is not None else f"{path}: CUDA_VERSION {entries['CUDA_VERSION'].value}"
     cuda = cuda if cuda is not None else entries["CUDA_VERSION"].value
-    if not re.fullmatch(r"\d+(\.\d+){0,2}", cuda):
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+){0,2}", cuda):
         raise BadInput(f"{where}: not a CUDA version; fix: write e.g. 13.0")
     return cuda, entries["NCCL_VERSION"].value
 

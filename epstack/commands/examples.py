@@ -38,6 +38,7 @@ EXAMPLES: dict[str, str] = {
     "smoke elastic": "epstack smoke elastic --nproc-per-node 8 --profile deepseek-v3 --json smoke.json",
     "smoke serve": "epstack smoke serve --profile tiny --gpus 2 --json serve.json\n"
     "epstack smoke serve --url http://10.0.0.1:30000 --no-sweep",
+    "smoke tiny-model": "epstack smoke tiny-model --out /models/tiny-qwen3-moe",
     "smoke plot": "epstack smoke plot serve.json --out sweep.png",
     "cluster render": "epstack cluster render --platform k8s --job serve --nodes 2 --gpus-per-node 8 "
     "--manifest build/manifest.json --out serve.yaml",

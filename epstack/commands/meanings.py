@@ -58,6 +58,7 @@ MEANINGS: dict[str, Meaning] = {
     "--sources": Meaning(text="a folder of `git archive` tarballs and installers (no network)"),
     "--source": Meaning(text="a source tree"),
     "--run-dir": Meaning(text="a folder for the run's own files and logs (default: a temporary one)"),
+    "--model-cache": Meaning(text="a folder a generated model is written into once and reused from"),
     "--wheel-dir": Meaning(text="the folder a wheel and its manifest go to"),
     "--into": Meaning(text="the folder to unpack into"),
     "--root": Meaning(text="read /proc and /sys under this folder"),

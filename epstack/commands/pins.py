@@ -16,11 +16,21 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack.bump.branch import branch_name, checkout_of, commit_files, push, remote_url
+from epstack.bump.branch import (
+    Pending,
+    branch_name,
+    checkout_of,
+    commit_files,
+    made,
+    pending,
+    push,
+    record_pending,
+    remote_url,
+)
 from epstack.bump.forge import GitHub, PullRequest, open_pull_request
 from epstack.bump.groups import GROUPS, Group, group_named, propose
 from epstack.bump.outdated import OUTDATED, Outdated, Sources, outdated
-from epstack.bump.plan import Bump, apply_bump, plan_bump
+from epstack.bump.plan import apply_bump, bump_texts, plan_bump
 from epstack.bump.report import Section, markdown, sections, short, title, verdict
 from epstack.bump.upstream import IMAGE_KEYS, current_digest
 from epstack.commands.common import (
@@ -35,7 +45,7 @@ from epstack.commands.common import (
 )
 from epstack.commands.lock import moves_table
 from epstack.errors import BadInput, EnvironmentProblem
-from epstack.journal import staging
+from epstack.journal import exclusive, staging
 from epstack.layers import LAYER_NAMES
 from epstack.output import check_writable, write_file
 from epstack.pins.load import load_pins
@@ -161,6 +171,12 @@ class _Request:
         group = [self.group.name] if self.group else []
         return "-".join([*group, *(["digests"] if self.digests else []), *keys])
 
+    @property
+    def words(self) -> str:
+        """The request as arguments: a rerun of the same words resumes a pull request not made."""
+        group = ["--group", self.group.name] if self.group else []
+        return " ".join([*self.assignments, *(f"--digest {key}" for key in self.digests), *group])
+
 
 def _request(args: argparse.Namespace) -> _Request:
     """BadInput when nothing was asked, a --digest key is not an image pin or --group no group."""
@@ -232,28 +248,39 @@ def _pull_request_target(
     )
 
 
-def _open_pr(
-    console: Console, target: _PullRequestTarget, bump: Bump, written: list[Path], base: str
-) -> None:
-    """The written files as one commit on the bump's branch, pushed, and its pull request."""
-    commit = commit_files(target.root, written, message=title(bump))
+def _open_pr(console: Console, target: _PullRequestTarget, wanted: Pending, base: str) -> None:
+    """The bump's files as one commit on its branch, pushed, and its pull request; then nothing pending."""
+    files = [target.root / name for name in wanted.files]
+    commit = commit_files(target.root, files, message=wanted.title)
     pushed = push(target.root, commit, remote=target.remote, branch=target.branch)
     state = "pushed" if pushed.moved else "already there"
     console.print(f"branch {escape(pushed.branch)}: {pushed.commit[:12]} {state}")
     action, pull = open_pull_request(
-        target.forge, target.found, head=target.branch, base=base, title=title(bump), body=markdown(bump)
+        target.forge, target.found, head=target.branch, base=base, title=wanted.title, body=wanted.body
     )
     console.print(f"pull request #{pull.number} {action}: {escape(pull.url)}")
+    made(target.root, target.branch)
 
 
 def cmd_pins_bump(args: argparse.Namespace, console: Console) -> int:
+    """One bump at a time per pins file, from reading it to the commit (journal.exclusive)."""
     path, directory = pins_path(args.pins), locks_dir(args.locks)
     if args.summary:
         reads = [path, directory, *([args.build_report] if args.build_report else [])]
         check_writable(args.summary, what="the summary", inputs=reads)
+    with exclusive(path, what="pins bump"):
+        return _bump(args, console, path, directory)
+
+
+def _bump(args: argparse.Namespace, console: Console, path: Path, directory: Path) -> int:
     pins = load_pins(path)
     request = _request(args)
     target = _pull_request_target(args, (path, directory), request.label) if args.open_pr else None
+    resumed = pending(target.root, target.branch, request.words) if target else None
+    if target and resumed:
+        _print(console, f"{path} and {directory} already hold this bump: resuming its pull request", "green")
+        _open_pr(console, target, resumed, args.base)
+        return 0
     assignments = _proposed(request, pins, args.candidates, console)
     if not assignments:
         _print(console, f"{path}: nothing to bump; untouched", "green")
@@ -282,11 +309,13 @@ def cmd_pins_bump(args: argparse.Namespace, console: Console) -> int:
         if args.dry_run:
             _print(console, f"--dry-run: {path} and {directory} untouched", "green")
             return 0
-        written = apply_bump(bump, folder)
-        for each in written:
+        if target:  # recorded first: should the push or the forge fail, a rerun resumes from here
+            resumed = record_pending(target.root, target.branch, request=request.words, title=title(bump),
+                                     body=markdown(bump), texts=bump_texts(bump))  # fmt: skip
+        for each in apply_bump(bump, folder):
             console.print(f"{escape(str(each))}: written")
-    if target:
-        _open_pr(console, target, bump, written, args.base)
+    if target and resumed:
+        _open_pr(console, target, resumed, args.base)
     return 0
 
 

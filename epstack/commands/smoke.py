@@ -10,8 +10,8 @@ failure of the stack, classified in words); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from epstack import httpclient
 from epstack.commands.common import (
     SubParsers,
     fraction,
@@ -30,7 +31,7 @@ from epstack.commands.common import (
     rename,
     seconds,
 )
-from epstack.errors import OK, BadInput
+from epstack.errors import OK, BadInput, shown
 from epstack.output import check_writable
 from epstack.smoke import elastic
 from epstack.smoke.config import DEFAULT_NUM_TOKENS, PRESETS, SmokeConfig, resolve_shape
@@ -40,6 +41,7 @@ from epstack.smoke.report import OPS
 from epstack.smoke.result import RankResult
 from epstack.smoke.serving import plot as serving_plot
 from epstack.smoke.serving import run as serving_run
+from epstack.smoke.serving import tinymodel
 from epstack.smoke.serving.checks import Asked
 from epstack.smoke.serving.engines import DEFAULT as DEFAULT_ENGINE
 from epstack.smoke.serving.engines import ENGINES, check_backend, engine_named
@@ -172,6 +174,7 @@ def register(subparsers: SubParsers) -> None:
     )
     p.set_defaults(func=cmd_elastic)
     _register_serve(smoke)
+    _register_tiny_model(smoke)
     _register_plot(smoke)
 
 
@@ -200,10 +203,15 @@ def vllm_flag(text: str) -> str:
 
 
 def http_url(text: str) -> str:
-    parts = urllib.parse.urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
-        raise argparse.ArgumentTypeError(f"{text!r}: fix: the server's base URL, e.g. http://10.0.0.5:30000")
-    return text.rstrip("/")
+    """--url: a server's base URL, no user, password, path or query (the report keeps it)."""
+    fix = "fix: the server's base URL, e.g. http://10.0.0.5:30000"
+    try:
+        url = httpclient.check_url(text, what="", fix=fix, plain_http=True)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc).strip()) from None
+    if url.userinfo or url.rest not in ("", "/") or "?" in text or "#" in text:
+        raise argparse.ArgumentTypeError(f"{shown(url.shown)}: no user, password, path or query; {fix}")
+    return f"{url.scheme}://{url.netloc}"
 
 
 def _register_serve(smoke: Any) -> None:
@@ -217,7 +225,8 @@ def _register_serve(smoke: Any) -> None:
         "--profile",
         choices=sorted(PROFILES),
         default="tiny",
-        help="tiny: 2 layers of Qwen3-30B-A3B, dummy weights, nothing downloaded (default)",
+        help="tiny: 2 layers of Qwen3-30B-A3B, weights epstack draws from a seed, nothing downloaded "
+        "(default)",
     )
     what.add_argument("--model-path", help="weights for the profile (default: the profile's)")
     what.add_argument(
@@ -293,13 +302,47 @@ def _register_serve(smoke: Any) -> None:
     )
     limits.add_argument("--request-timeout", type=seconds, default=300.0, help="seconds per check request")
     limits.add_argument("--level-timeout", type=seconds, default=600.0, help="seconds per sweep level")
+    limits.add_argument("--run-dir", type=path_arg, help="server logs and sweep files (default: temp)")
     limits.add_argument(
-        "--run-dir", type=path_arg, help="server logs, the tiny model, sweep files (default: temp)"
+        "--model-cache",
+        type=path_arg,
+        help="where the tiny profile's model (3.5 GiB) is written once and reused "
+        "(default $XDG_CACHE_HOME/epstack, else ~/.cache/epstack)",
     )
     limits.add_argument(
         "--json", type=path_arg, metavar="FILE", default=Path("epstack-smoke-serve.json"), help="report path"
     )
     p.set_defaults(func=cmd_serve)
+
+
+def default_model_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "epstack"
+
+
+def _register_tiny_model(smoke: Any) -> None:
+    p = smoke.add_parser(
+        "tiny-model",
+        help="write the tiny profile's model folder (config, tokenizer, seeded weights), or find it written",
+        description=tinymodel.__doc__,
+    )
+    p.add_argument(
+        "--out", type=path_arg, required=True, help="the model folder, e.g. /models/tiny-qwen3-moe"
+    )
+    p.add_argument(
+        "--seed", type=non_negative_int, default=tinymodel.SEED, help="the weights' seed (default 0)"
+    )
+    p.set_defaults(func=cmd_tiny_model)
+
+
+def cmd_tiny_model(args: argparse.Namespace, console: Console) -> int:
+    prepared = tinymodel.ensure(args.out, seed=args.seed)
+    how = "found written" if prepared.reused else f"written in {prepared.seconds:.1f} s"
+    console.print(
+        f"tiny model {escape(str(prepared.path))}: {prepared.bytes:,} bytes in {len(prepared.files)} files, "
+        f"key {prepared.key}, {how}",
+        highlight=False,
+    )
+    return OK
 
 
 class _Printer:
@@ -444,6 +487,11 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
             "--server-log: only with --url (a server this command starts logs into --run-dir); "
             "fix: drop it or add --url"
         )
+    if args.server_log and args.server_log.exists() and not args.server_log.is_file():
+        raise BadInput(
+            f"--server-log {args.server_log}: not a regular file (a device, FIFO or folder); fix: pass the "
+            "file the server logs to (it may not exist yet)"
+        )
     other = args.sglang_args if args.engine == "vllm" else args.vllm_args
     if other:
         raise BadInput(
@@ -464,6 +512,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         concurrencies=args.concurrency if args.sweep else (),
         health_timeout_s=args.health_timeout,
         level_timeout_s=args.level_timeout,
+        model_cache=args.model_cache or default_model_cache(),
         report=args.json,
     )
     code = serving_run.run(settings, _ServePrinter(console))

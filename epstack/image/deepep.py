@@ -20,11 +20,11 @@ import shutil
 import sys
 import tarfile
 import tempfile
-import urllib.request
 import zipfile
 from importlib import metadata
 from pathlib import Path
 
+from epstack import httpclient
 from epstack.cmd import call, run
 from epstack.deepepmanifest import DEEPEP_MANIFEST, MANIFEST_NAME, DeepepManifest, LinkedLibrary
 from epstack.errors import BadInput, CommandFailed, EnvironmentProblem
@@ -92,13 +92,14 @@ def _clone(deepep: GitSource, fmt: GitSource, tree: Path) -> Path:
 
 def _fetch_patch(patch: Patch) -> bytes:
     try:
-        with urllib.request.urlopen(patch.url, timeout=60) as response:
-            data: bytes = response.read()
-    except OSError as exc:
+        answer = httpclient.request("GET", patch.url, timeout=60)
+        if not answer.ok:
+            raise answer.failed(f"answered HTTP {answer.status}")
+    except EnvironmentProblem as exc:
         raise EnvironmentProblem(
             f"cannot fetch {patch.url} ({exc}); fix: put {patch.file} in the sources folder"
         ) from None
-    return data
+    return answer.body
 
 
 def apply_patches(tree: Path, patches: tuple[Patch, ...], sources: Path | None, work: Path) -> None:

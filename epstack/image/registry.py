@@ -7,18 +7,16 @@ host is refused: epstack publishes to ECR, and tests and run-local use a loopbac
 
 from __future__ import annotations
 
-import ipaddress
-import json
 import re
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Protocol
 
+from epstack import httpclient
 from epstack.errors import BadInput, EnvironmentProblem
+from epstack.inputs import parse_json
 
 ECR_HOST = re.compile(
-    r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$"
+    r"^(?P<account>[0-9]{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$"
 )
 # The manifest media types epstack reads (OCI and Docker, single and multi-platform).
 MANIFEST_TYPES = (
@@ -35,22 +33,6 @@ def split_registry(registry: str) -> tuple[str, str]:
     if not host:
         raise BadInput("the registry is empty; fix: --registry HOST[:PORT][/NAMESPACE]")
     return host, namespace
-
-
-def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 or localhost, with or without a port ([::1]:5000 for IPv6 with one)."""
-    if host.startswith("[") and "]" in host:
-        name = host[1 : host.index("]")]
-    elif host.count(":") == 1:
-        name = host.rsplit(":", 1)[0]
-    else:
-        name = host
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 class Registry(Protocol):
@@ -79,41 +61,40 @@ class LoopbackRegistry:
     host: str
     timeout: float = 10.0
 
-    def _request(self, method: str, path: str) -> urllib.request.Request:
-        return urllib.request.Request(
-            f"http://{self.host}{path}", method=method, headers={"Accept": ", ".join(MANIFEST_TYPES)}
+    def _request(self, method: str, path: str) -> httpclient.Answer:
+        return httpclient.request(
+            method,
+            f"http://{self.host}{path}",
+            headers={"Accept": ", ".join(MANIFEST_TYPES)},
+            timeout=self.timeout,
         )
 
     def ping(self) -> None:
         try:
-            with urllib.request.urlopen(self._request("GET", "/v2/"), timeout=self.timeout):
-                return
-        except (urllib.error.URLError, OSError) as exc:
+            answer = self._request("GET", "/v2/")
+            if not answer.ok:
+                raise answer.failed(f"answered HTTP {answer.status}")
+        except EnvironmentProblem as exc:
             raise EnvironmentProblem(
-                f"no registry at http://{self.host}/v2/ ({getattr(exc, 'reason', exc)}); fix: start one, "
-                "e.g. docker-registry serve CONFIG with http.addr 127.0.0.1:PORT"
+                f"no registry at http://{self.host}/v2/ ({exc}); fix: start one, e.g. docker-registry serve "
+                "CONFIG with http.addr 127.0.0.1:PORT"
             ) from None
 
     def digest(self, repository: str, tag: str) -> str | None:
-        try:
-            with urllib.request.urlopen(
-                self._request("HEAD", f"/v2/{repository}/manifests/{tag}"), timeout=self.timeout
-            ) as response:
-                return str(response.headers["Docker-Content-Digest"])
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            raise EnvironmentProblem(f"{self.host}: HEAD {repository}:{tag} answered {exc.code}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise EnvironmentProblem(f"{self.host}: cannot reach the registry ({exc})") from None
+        answer = self._request("HEAD", f"/v2/{repository}/manifests/{tag}")
+        if answer.status == 404:
+            return None
+        digest = answer.headers.get("Docker-Content-Digest", "")
+        if not answer.ok or not digest:
+            raise answer.failed(f"answered HTTP {answer.status} without a Docker-Content-Digest")
+        return str(digest)
 
     def manifest(self, repository: str, reference: str) -> bytes:
         """The manifest bytes by tag or digest (what a pull by digest verifies)."""
-        with urllib.request.urlopen(
-            self._request("GET", f"/v2/{repository}/manifests/{reference}"), timeout=self.timeout
-        ) as response:
-            data: bytes = response.read()
-            return data
+        answer = self._request("GET", f"/v2/{repository}/manifests/{reference}")
+        if not answer.ok:
+            raise answer.failed(f"answered HTTP {answer.status}")
+        return answer.body
 
     def tag_immutable(self, repository: str) -> bool:
         return False
@@ -125,6 +106,6 @@ class LoopbackRegistry:
 def config_of(manifest: bytes | str) -> str | None:
     """config.digest of an image manifest (None for an index, which names no single image)."""
     try:
-        return str(json.loads(manifest)["config"]["digest"])
+        return str(parse_json(manifest)["config"]["digest"])
     except (ValueError, KeyError, TypeError):
         return None

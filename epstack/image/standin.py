@@ -15,10 +15,10 @@ import hashlib
 import json
 import shutil
 import tempfile
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from epstack import httpclient
 from epstack.cmd import call
 from epstack.errors import EnvironmentProblem
 from epstack.image.engine import DockerEngine
@@ -105,13 +105,13 @@ def render_files(pins: Pins) -> dict[str, str]:
 def _ubuntu_keyring(work: Path) -> Path:
     """The Ubuntu archive keyring, from the archive itself, checked against the pinned sha256."""
     deb = work / "ubuntu-keyring.deb"
-    try:
-        with urllib.request.urlopen(UBUNTU_KEYRING_DEB, timeout=60) as response:
-            deb.write_bytes(response.read())
-    except OSError as exc:
-        raise EnvironmentProblem(
-            f"cannot download {UBUNTU_KEYRING_DEB} ({exc}); is the Ubuntu archive reachable?"
-        ) from None
+    try:  # plain http, as apt reads the archive: the bytes are checked against the pinned sha256
+        answer = httpclient.request("GET", UBUNTU_KEYRING_DEB, timeout=60, plain_http=True)
+        if not answer.ok:
+            raise answer.failed(f"answered HTTP {answer.status}")
+    except EnvironmentProblem as exc:
+        raise EnvironmentProblem(f"cannot download ({exc}); is the Ubuntu archive reachable?") from None
+    deb.write_bytes(answer.body)
     digest = hashlib.sha256(deb.read_bytes()).hexdigest()
     if digest != UBUNTU_KEYRING_SHA256:
         raise EnvironmentProblem(

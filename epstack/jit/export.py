@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import re
 import tarfile
 import zlib
@@ -23,6 +22,7 @@ from typing import Any, Protocol
 from epstack.boundedtar import BoundedTar
 from epstack.document import SCHEMA_KEY, Schema
 from epstack.errors import BadInput, shown
+from epstack.inputs import parse_json
 from epstack.jit.shipped import CacheFile, install_folder, manifest_beside, sha256_hex
 
 MANIFEST_NAME = "manifest.json"
@@ -147,7 +147,7 @@ def _members(archive: object, data: bytes) -> dict[str, bytes]:
 
 def _kind_of(archive: object, manifest: bytes, kinds: Sequence[Kind]) -> Kind:
     try:
-        schema = json.loads(manifest).get(SCHEMA_KEY)
+        schema = parse_json(manifest).get(SCHEMA_KEY)
     except ValueError:
         return kinds[0]  # its schema's own reading names the JSON error
     except AttributeError:

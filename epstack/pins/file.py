@@ -21,7 +21,7 @@ _SHELL = re.compile(r"\$|`|;|\||&|<|>|\\|\"|'")
 _QUOTED = re.compile(r"""^(["'])(.*)\1$""")
 _INLINE_COMMENT = re.compile(r"\s+#.*$")
 # A version specifier such as >=2.30.7 is a range, not shell: let the model say so.
-_VERSION_SPEC = re.compile(r"^(?:(?:===?|[<>]=?|~=|!=)\s*[\d.*]+\s*,?\s*)+$")
+_VERSION_SPEC = re.compile(r"^(?:(?:===?|[<>]=?|~=|!=)\s*[0-9.*]+\s*,?\s*)+$")
 
 
 @dataclass(frozen=True, kw_only=True)

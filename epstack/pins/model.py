@@ -85,12 +85,12 @@ class Pins(CudaFacts, BaseModel):
         alias="CUDA_MINOR_EXCEPTIONS"
     )
     ubuntu_snapshot: Annotated[str, AfterValidator(v.snapshot)] = Field(alias="UBUNTU_SNAPSHOT")
-    python_version: Annotated[str, AfterValidator(v.pattern(r"^3\.\d{1,2}$", "3.12"))] = Field(
+    python_version: Annotated[str, AfterValidator(v.pattern(r"^3\.[0-9]{1,2}$", "3.12"))] = Field(
         alias="PYTHON_VERSION"
     )
     uv_version: ExactVersion = Field(alias="UV_VERSION")
     torch_version: ExactVersion = Field(alias="TORCH_VERSION")
-    torch_cuda_tag: Annotated[str, AfterValidator(v.pattern(r"^cu\d{3}$", "cu130"))] = Field(
+    torch_cuda_tag: Annotated[str, AfterValidator(v.pattern(r"^cu[0-9]{3}$", "cu130"))] = Field(
         alias="TORCH_CUDA_TAG"
     )
     nccl_version: ExactVersion = Field(alias="NCCL_VERSION")

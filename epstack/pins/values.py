@@ -19,7 +19,7 @@ from epstack.stack import GPU_ARCHS
 
 _RANGE = re.compile(r"[<>=!~^*,]|\s")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
-_ARCH = re.compile(r"^\d+\.\d+[af]?$")
+_ARCH = re.compile(r"^[0-9]+\.[0-9]+[af]?$")
 # ARCH_<NAME> keys: the name becomes part of every target, tag and bake target (lowercase, '-').
 ARCH_KEY = re.compile(r"^ARCH_([A-Z0-9]+(?:_[A-Z0-9]+)*)$")
 SNAPSHOT_FORMAT = "%Y%m%dT%H%M%SZ"
@@ -107,7 +107,7 @@ def full_sha(value: str) -> str:
 def snapshot(value: str) -> str:
     """A real instant in snapshot.ubuntu.com's form, 20261115T000000Z."""
     try:
-        if not re.match(r"^\d{8}T\d{6}Z$", value):
+        if not re.fullmatch(r"[0-9]{8}T[0-9]{6}Z", value):
             raise ValueError
         datetime.strptime(value, SNAPSHOT_FORMAT)
     except ValueError:
@@ -193,8 +193,10 @@ def gin_type(name: str) -> Callable[[str], str]:
 
 
 def pattern(regex: str, example: str) -> Callable[[str], str]:
+    """A value `regex` matches whole; `\\d` is any Unicode digit (3.١٢), so write [0-9]."""
+
     def check(value: str) -> str:
-        if not re.match(regex, value):
+        if not re.fullmatch(regex, value):
             raise ValueError(
                 f"{shown(value)} is not of the form {example}; fix: write a value like {example}"
             )

@@ -4,12 +4,9 @@ how uv says a pinned release is not there (`pins bump`), and the releases the in
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from html.parser import HTMLParser
 
 from packaging.utils import (
@@ -21,7 +18,8 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from epstack.errors import EnvironmentProblem
+from epstack import httpclient
+from epstack.errors import shown
 from epstack.pins.model import Pins
 
 
@@ -45,7 +43,12 @@ def missing_release(reason: str, distribution: str, version: str) -> bool:
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 INDEX_TIMEOUT_S = 20.0
+# A project page: torch's on PyPI (PEP 691 JSON, every file of every release) is a few megabytes.
+MAX_PAGE_BYTES = 64 << 20
 _SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+_SIMPLE_HTML = ("application/vnd.pypi.simple.v1+html", "text/html")
+_MAX_FILENAME = 255  # a file's name on the index, as on any filesystem
+_MAX_PART = 10**12  # a part of a release number (2026, 130, 7): a longer one is no release
 
 
 def index_url() -> str:
@@ -62,20 +65,29 @@ def list_command(distribution: str, index: str) -> str:
 def releases(distribution: str, *, index: str, timeout: float = INDEX_TIMEOUT_S) -> tuple[str, ...]:
     """Every final release of `distribution` on the simple index (PEP 691 JSON where the index speaks
     it, else PEP 503 HTML), newest first; a release whose every file is yanked, and pre-releases, are
-    left out; none when the index has no such project. EnvironmentProblem when it cannot be asked."""
+    left out; none when the index has no such project (404). EnvironmentProblem when it cannot be asked,
+    or answers anything but a project page of the distribution's files."""
     url = _project_url(distribution, index)
-    request = urllib.request.Request(url, headers={"Accept": f"{_SIMPLE_JSON}, text/html;q=0.1"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            kind = response.headers.get_content_type()
-            body = response.read().decode("utf-8", errors="replace")
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return ()
-        raise EnvironmentProblem(f"{url} answered HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise EnvironmentProblem(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None
-    files = _json_files(body, url) if kind == _SIMPLE_JSON else _html_files(body)
+    answer = httpclient.request(
+        "GET",
+        httpclient.check_url(url, what="the package index (UV_DEFAULT_INDEX)"),
+        headers={"Accept": f"{_SIMPLE_JSON}, text/html;q=0.1"},
+        timeout=timeout,
+        limit=MAX_PAGE_BYTES,
+    )
+    if answer.status == 404:
+        return ()
+    if not answer.ok:
+        raise answer.failed(f"answered HTTP {answer.status}")
+    kind = answer.headers.get_content_type()
+    if kind == _SIMPLE_JSON:
+        files = _json_files(answer)
+    elif kind in _SIMPLE_HTML:
+        files = _html_files(answer.text())
+    else:
+        raise answer.failed(f"answered {shown(kind, quote=False)}, not a project page (PEP 691 or 503)")
+    if not files:
+        raise answer.failed(f"lists no file of {distribution}: not a project page")
     kept: dict[Version, bool] = {}
     for filename, yanked in files:
         version = _version_of(filename)
@@ -88,12 +100,14 @@ def _project_url(distribution: str, index: str) -> str:
     return f"{index.rstrip('/')}/{canonicalize_name(distribution)}/"
 
 
-def _json_files(body: str, url: str) -> list[tuple[str, bool]]:
-    try:
-        files = json.loads(body)["files"]
-        return [(str(entry["filename"]), bool(entry.get("yanked"))) for entry in files]
-    except (ValueError, KeyError, TypeError):
-        raise EnvironmentProblem(f"{url}: not a PEP 691 project page") from None
+def _json_files(answer: httpclient.Answer) -> list[tuple[str, bool]]:
+    page = answer.json()
+    files = page.get("files") if isinstance(page, dict) else None
+    if not isinstance(files, list) or not all(
+        isinstance(entry, dict) and isinstance(entry.get("filename"), str) for entry in files
+    ):
+        raise answer.failed("answered no PEP 691 project page ({'files': [{'filename': ...}]})")
+    return [(entry["filename"], bool(entry.get("yanked"))) for entry in files]
 
 
 class _Anchors(HTMLParser):
@@ -117,11 +131,17 @@ def _html_files(body: str) -> list[tuple[str, bool]]:
 
 
 def _version_of(filename: str) -> Version | None:
+    """The version a wheel's or sdist's name carries; None for any other file, a name past _MAX_FILENAME
+    characters or not ASCII, or a release part of _MAX_PART or more (never a 5000-digit version)."""
+    if len(filename) > _MAX_FILENAME or not filename.isascii():
+        return None
     try:
         if filename.endswith(".whl"):
-            return parse_wheel_filename(filename)[1]
-        if filename.endswith((".tar.gz", ".zip")):
-            return parse_sdist_filename(filename)[1]
+            version = parse_wheel_filename(filename)[1]
+        elif filename.endswith((".tar.gz", ".zip")):
+            version = parse_sdist_filename(filename)[1]
+        else:
+            return None
     except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
-        pass
-    return None
+        return None
+    return version if max((version.epoch, *version.release)) < _MAX_PART else None

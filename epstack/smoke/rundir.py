@@ -86,18 +86,29 @@ def fresh_run_dir(run_dir: Path | None, files: list[str]) -> Path:
     if run_dir is None:
         return Path(tempfile.mkdtemp(prefix="epstack-smoke-"))
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(writable_dir(run_dir), os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             _prepare(run_dir, files)
         finally:
             os.close(fd)
     except OSError as exc:
-        raise BadInput(
-            f"--run-dir {run_dir}: cannot use it ({exc.strerror}); fix: choose a writable directory"
-        ) from None
+        raise _cannot_use(run_dir, exc) from None
     return run_dir
+
+
+def writable_dir(run_dir: Path) -> Path:
+    """--run-dir, made (with its parents) if new; BadInput for a file, or a folder that cannot be made."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _cannot_use(run_dir, exc) from None
+    return run_dir
+
+
+def _cannot_use(run_dir: Path, exc: OSError) -> BadInput:
+    why = "a file, not a folder" if isinstance(exc, FileExistsError) else exc.strerror
+    return BadInput(f"--run-dir {run_dir}: cannot use it ({why}); fix: choose a writable directory")
 
 
 def _prepare(run_dir: Path, files: list[str]) -> None:

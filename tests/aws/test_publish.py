@@ -14,10 +14,10 @@ import pytest
 from rich.console import Console
 
 from epstack.commands.main import main
+from epstack.httpclient import is_loopback
 from epstack.image.build import BuildReport, BuiltImage, build_target, standin_ref, write_build_report
 from epstack.image.buildmanifest import BUILD_MANIFEST
 from epstack.image.engine import DockerEngine
-from epstack.image.registry import is_loopback
 from epstack.image.render import plan_render, source_date, write_plan
 from epstack.pins.load import load_pins
 from tests.conftest import PINS

@@ -203,3 +203,37 @@ def test_without_detect_secrets_lint_says_how_to_install_it(
         secretscan._library.cache_clear()
     err = capsys.readouterr().err
     assert "detect-secrets is not installed" in err and "fix: pip install 'epstack[aws]'" in err
+
+
+# How a public DeepEP-on-EFA buildspec reads its token: inside an `if`, in a multi-line `|` block, the
+# command substitution quoted, with quotes of its own inside it.
+READ = 'aws secretsmanager get-secret-value --secret-id "$HF_SECRET_ID" --query SecretString --output text'
+RUN_TIME_READ = f"""\
+version: 0.2
+phases:
+  build:
+    commands:
+      - |
+        if [ -n "${{HF_SECRET_ID:-}}" ]; then
+          HF_TOKEN="$({READ})"
+          export HF_TOKEN
+        fi
+"""
+
+
+def test_a_secret_read_at_run_time_in_a_quoted_substitution_is_no_secret(
+    buildspec: Write, pins: Pins
+) -> None:
+    path = buildspec(RUN_TIME_READ)
+    assert lint([path], pins, source=path.parent) == []
+
+
+@pytest.mark.parametrize(
+    "value", [f'"{GITHUB_CLASSIC}"', '"$(echo x)hunter2hunter2"', f'"$(cat "$F")" GH="{GITHUB_CLASSIC}"']
+)
+def test_a_literal_beside_or_after_a_quoted_substitution_is_still_found(
+    buildspec: Write, pins: Pins, value: str
+) -> None:
+    path = buildspec(RUN_TIME_READ.replace('"$(aws secretsmanager', f"{value} #", 1))
+    (finding,) = lint([path], pins, source=path.parent)
+    assert finding.line == 5 and finding.message.endswith(f"in plain text; fix: {SECRET_FIX}")

@@ -125,6 +125,67 @@ def test_an_alias_bomb_is_refused_at_the_alias_that_crosses_the_bound(
     assert not (tmp_path / "out").exists()
 
 
+# 9000 aliases of one 8 KiB command (an 80 KB file): 72 MB of text for lint's secret scan, 87 s of it.
+LONG_COMMAND = "echo " + " ".join(f"word{i}" for i in range(1300))[:7990]
+WIDE = "version: 0.2\nphases:\n  build:\n    commands:\n      - &a " + json.dumps(LONG_COMMAND) + "\n"
+WIDE += "      - *a\n" * 9000
+
+
+def test_aliases_of_a_long_value_are_refused_before_lint_scans_them(buildspec: Write) -> None:
+    path = buildspec(WIDE)
+    assert len(WIDE) < 110_000
+    start = time.monotonic()
+    done = epstack("codebuild", "lint", str(path), "--pins", str(PINS), "--source", str(path.parent))
+    assert done.returncode == 2 and time.monotonic() - start < 30, done.stderr
+    message = done.stderr.strip().removeprefix("error: ")
+    one_line_at(message, path, 136)  # the alias that passes 1,048,576 characters
+    assert "characters of keys and values with aliases expanded" in message
+
+
+def test_a_wide_buildspec_within_the_bounds_lints_in_seconds(buildspec: Write) -> None:
+    path = buildspec(WIDE.replace("      - *a\n" * 9000, "      - *a\n" * 120))
+    start = time.monotonic()
+    assert lint([path], _no_pins, source=path.parent) == []
+    assert time.monotonic() - start < 20
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        (
+            "version: 0.2\nphases:\n  install: &common\n    commands: [make]\n    bogus: 1\n  build:\n"
+            "    <<: *common\n    finally: [echo done]\n",
+            5,
+            "phases.build.bogus: unknown key 'bogus'",
+        ),
+        (
+            "version: 0.2\nx-steps: &steps\n  commands:\n    - export TOKEN=ghp_" + "a" * 36 + "\n"
+            "phases:\n  build:\n    <<: *steps\n    finally: [echo done]\n",
+            4,
+            "a GitHub token in plain text",
+        ),
+    ],
+)
+def test_a_merge_key_into_a_phase_is_linted_at_the_line_it_came_from(
+    buildspec: Write, text: str, line: int, message: str
+) -> None:
+    path = buildspec(text)
+    findings = lint([path], _no_pins, source=path.parent)
+    assert any(f.line == line and f.message.startswith(message) for f in findings), findings
+
+
+def test_keys_with_terminal_escapes_are_printed_escaped(buildspec: Write) -> None:
+    path = buildspec('version: 0.2\nphases:\n  build:\n    commands: [make]\n  "\\e[2J\\e]0;owned\\a":\n'
+                     "    commands: [x]\n")  # fmt: skip
+    done = epstack("codebuild", "lint", str(path), "--pins", str(PINS), "--source", str(path.parent))
+    assert done.returncode == 1 and "\x1b" not in done.stdout + done.stderr
+    assert "phases.\\x1b[2J\\x1b]0;owned\\x07: unknown key" in done.stdout + done.stderr
+
+
+def _no_pins() -> Pins:
+    raise AssertionError("aws rules read no pins")
+
+
 @pytest.mark.parametrize(
     ("text", "line", "what"),
     [

@@ -28,12 +28,14 @@ class Call:
 
 @dataclass
 class Forge:
-    """The repository's pull requests and every call made; `refuse` answers each call with that status."""
+    """The repository's pull requests and every call made; `refuse` answers each call with that status,
+    `fail_writes` each POST and PATCH (a forge that fails between the find and the create)."""
 
     url: str = ""
     pulls: list[dict[str, Any]] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     refuse: int = 0
+    fail_writes: int = 0
 
     def writes(self) -> list[tuple[str, str]]:
         return [(call.method, call.path) for call in self.calls if call.method != "GET"]
@@ -61,10 +63,11 @@ def _handler(forge: Forge) -> type[http.server.BaseHTTPRequestHandler]:
             call = Call(self.command, url.path, dict(urllib.parse.parse_qsl(url.query)),
                         self.headers.get("Authorization", ""), payload)  # fmt: skip
             forge.calls.append(call)
-            if forge.refuse or call.authorization != f"Bearer {TOKEN}":
-                status = forge.refuse or 401
-                message = "Resource not accessible by integration" if status == 403 else "Bad credentials"
-                return self._answer(status, {"message": message})
+            failing = forge.fail_writes if self.command != "GET" else 0
+            if forge.refuse or failing or call.authorization != f"Bearer {TOKEN}":
+                status = forge.refuse or failing or 401
+                message = {401: "Bad credentials", 403: "Resource not accessible by integration"}
+                return self._answer(status, {"message": message.get(status, "Server Error")})
             if self.headers.get("Accept") != "application/vnd.github+json":
                 return self._answer(415, {"message": "Unsupported Media Type"})
             if self.command == "GET" and url.path == prefix:

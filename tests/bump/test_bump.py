@@ -336,3 +336,35 @@ def test_rewrite_keeps_comments_order_tails_and_line_endings() -> None:
         rewrite(text, {"D": "1"})
     with pytest.raises(BadInput, match="not one line"):
         rewrite(text, {"A": "1\nB=3"})
+
+
+# A first `pins bump` holding the pins file (epstack.journal.exclusive), until its stdin closes.
+HOLDER = """
+import sys
+from pathlib import Path
+from epstack.journal import exclusive
+with exclusive(Path(sys.argv[1]), what="pins bump"):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_second_bump_is_refused_naming_the_first_and_nothing_is_torn(
+    checkout: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = snapshot(checkout)
+    argv = [sys.executable, "-c", HOLDER, str(checkout / "pins.env")]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as first:
+        assert first.stdout is not None and first.stdin is not None
+        assert first.stdout.readline() == "held\n", "the first holds the pins file"
+        assert bump(checkout, "SGLANG_VERSION=0.5.24") == 2
+        first.stdin.close()
+        assert first.wait(timeout=60) == 0
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(
+        f"error: {checkout / 'pins.env'}: another pins bump is moving it (pid {first.pid}: "
+    )
+    assert snapshot(checkout) == before, "the second read nothing and wrote nothing"
+    assert bump(checkout, "SGLANG_VERSION=0.5.24") == 0, "once the first ended"
+    locks = ["--pins", str(checkout / "pins.env"), "--locks", str(checkout / "locks")]
+    assert main(["lock", "--check", *locks]) == 0, "pins.env and the locks agree"

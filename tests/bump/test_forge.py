@@ -84,7 +84,8 @@ def test_an_unreachable_forge_is_an_environment_problem() -> None:
         REMOTE, {"GITHUB_TOKEN": TOKEN, "GITHUB_API_URL": f"http://127.0.0.1:{free_port()}"}
     )
     with pytest.raises(
-        EnvironmentProblem, match=r"^--open-pr: cannot reach http://127\.0\.0\.1:\d+: "
+        EnvironmentProblem,
+        match=r"^--open-pr: GET http://127\.0\.0\.1:\d+/repos/acme/epstack/pulls: no answer ",
     ) as raised:
         client.find("b")
     assert raised.value.exit_code == ENVIRONMENT

@@ -192,3 +192,39 @@ def test_git_gets_the_token_from_the_environment_only(
         cwd=tmp_path,
     )
     assert f"username=x-access-token\npassword={TOKEN}\n" in answer.stdout
+
+
+def test_a_failed_open_pr_is_resumed_by_the_same_request(
+    clone: Path, forge: Forge, capsys: pytest.CaptureFixture[str]
+) -> None:
+    forge.fail_writes = 502
+    assert open_pr(clone) == 3
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert f"POST {forge.url}/repos/{OWNER}/{REPO}/pulls answered HTTP 502 (Server Error)" in line
+    written = (clone / "pins.env").read_text()
+    assert "SGLANG_VERSION=0.5.24" in written and forge.pulls == [], "written and pushed, no pull request"
+
+    forge.fail_writes = 0
+    assert open_pr(clone) == 0, "not 'SGLANG_VERSION is already 0.5.24'"
+    err = capsys.readouterr().err
+    assert "already hold this bump: resuming its pull request" in err
+    assert f"branch {BRANCH}: " in err and "already there" in err and "pull request #1 created" in err
+    assert (clone / "pins.env").read_text() == written and len(forge.pulls) == 1
+    assert forge.pulls[0]["title"] == "pins: SGLANG_VERSION 0.5.23 -> 0.5.24"
+    assert forge.pulls[0]["body"].startswith("## epstack pins bump SGLANG_VERSION=0.5.24\n")
+
+    assert open_pr(clone) == 2, "made: nothing is pending any more"
+    assert "SGLANG_VERSION is already 0.5.24" in capsys.readouterr().err
+
+
+def test_a_pending_pull_request_is_not_resumed_once_the_files_changed(
+    clone: Path, forge: Forge, capsys: pytest.CaptureFixture[str]
+) -> None:
+    forge.fail_writes = 502
+    assert open_pr(clone) == 3
+    forge.fail_writes = 0
+    pins = clone / "pins.env"
+    pins.write_text(pins.read_text() + "# edited by hand\n")
+    capsys.readouterr()
+    assert open_pr(clone) == 2
+    assert "SGLANG_VERSION is already 0.5.24" in capsys.readouterr().err and forge.pulls == []

@@ -70,7 +70,7 @@ def test_offline_the_real_pins_digest_is_one_line_exit_3(
     before = snapshot(checkout)
     assert bump(checkout, *args) == 3
     (line,) = error_lines(capsys.readouterr().err)
-    assert line.startswith("error: CUDA_DEVEL_IMAGE: cannot reach https://registry-1.docker.io:"), line
+    assert line.startswith("error: CUDA_DEVEL_IMAGE: HEAD https://registry-1.docker.io/v2/nvidia/cuda/"), line
     assert line.endswith("fix: run where the registry answers, or give CUDA_DEVEL_IMAGE=IMAGE:TAG@sha256:...")
     assert snapshot(checkout) == before
 
@@ -83,7 +83,7 @@ def test_a_registry_that_does_not_answer_is_exit_3(
     before = snapshot(checkout)
     assert bump(checkout, "--digest", "CUDA_DEVEL_IMAGE") == 3
     (line,) = error_lines(capsys.readouterr().err)
-    assert f"cannot reach http://127.0.0.1:{port}" in line
+    assert f"HEAD http://127.0.0.1:{port}/v2/nvidia/cuda/manifests/" in line and "no answer" in line
     assert snapshot(checkout) == before
 
 
@@ -182,7 +182,7 @@ def test_offline_a_group_of_the_real_pins_is_one_line_exit_3(
     before = snapshot(checkout)
     assert bump(checkout, "--group", "sglang") == 3
     (line,) = error_lines(capsys.readouterr().err)
-    assert line.startswith(f"error: --group sglang: cannot reach {index}/sglang/"), line
+    assert line.startswith(f"error: --group sglang: GET {index}/sglang/: no answer"), line
     assert line.endswith(
         "fix: run where the package index answers, or point UV_DEFAULT_INDEX at a mirror of it"
     )

@@ -9,15 +9,20 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from epstack import imagepaths
 from epstack.cluster import modelfetch
+from epstack.cluster.jobs import IMAGE_ENTRYPOINT
 from epstack.commands.main import main
+from epstack.smoke.serving import tinymodel
 from tests.cluster import sglang_env
 from tests.cluster.conftest import (
+    IMAGE,
     ROUTER_IMAGE,
     check_cluster_golden,
     load_all,
@@ -119,11 +124,48 @@ def test_one_pod_keeps_its_own_disk_and_a_node_directory_fetches_in_each_pod(tmp
     for spec in _pod_specs(host):
         (init,) = spec["initContainers"]
         assert init["name"] == "fetch-model" and init["command"][:2] == ["/bin/sh", "-c"]
-    # Weights named by path (or the tiny profile's dummy weights): nothing to fetch, no claim made.
-    for flags in (["--model-path", "/models/DeepSeek-V3"], ["--profile", "tiny"]):
-        local = load_all(_render(tmp_path, "k8s", *flags, name="local"))
-        assert not _by(local, "model") and not _by(local, "model-fetch")
-        assert "initContainers" not in _pod_specs(local)[0]
+    # Weights named by path: nothing to fetch, no claim made.
+    local = load_all(_render(tmp_path, "k8s", "--model-path", "/models/DeepSeek-V3", name="local"))
+    assert not _by(local, "model") and not _by(local, "model-fetch")
+    assert "initContainers" not in _pod_specs(local)[0]
+
+
+def test_the_tiny_model_is_written_where_the_server_reads_it(tmp_path: Path) -> None:
+    """The tiny profile's generated model: each pod writes it into its own disk (the default) or its
+    node's directory; on a claim every pod mounts, a Job writes it once and the pods wait; nowhere to
+    write it is bad input."""
+    key = tinymodel.key(tinymodel.config_text(), tinymodel.SEED)
+    marker = f"/models/.epstack-fetched/tiny-qwen3-moe@{key}"
+    own = load_all(_render(tmp_path, "k8s", "--profile", "tiny", name="own"))
+    assert not _by(own, "model") and not _by(own, "model-fetch")
+    for spec in _pod_specs(own):
+        (init,) = spec["initContainers"]
+        assert init["name"] == "write-model"
+        assert init["command"][3:] == [
+            "epstack-write",
+            "/models/tiny-qwen3-moe",
+            "0",
+            marker,
+            "/models/.epstack-fetch.lock",
+        ]
+        assert f"{imagepaths.COMMAND} smoke tiny-model --out" in init["command"][2]
+        assert {"name": "model", "mountPath": "/models"} in init["volumeMounts"]
+        (server,) = spec["containers"]
+        assert server["resources"]["requests"]["ephemeral-storage"] == "8Gi"
+        assert "--load-format" not in json.dumps(server)
+    shared = load_all(
+        _render(tmp_path, "k8s", "--profile", "tiny", "--model-storage", "shared:8Gi", name="sh")
+    )
+    (writer,) = _by(shared, "model-fetch")
+    assert writer["spec"]["template"]["spec"]["containers"][0]["command"][3] == "epstack-write"
+    for spec in _pod_specs(shared):
+        (init,) = spec["initContainers"]
+        assert init["name"] == "wait-for-model" and init["command"][-1] == marker
+    pins = PINS
+    flags = ("--profile", "tiny", "--model-storage", "none")
+    args = render_args(target="k8s", job="serve", nodes=2, gpus=8, fabric="ib", pins=pins, extra=flags)
+    assert main(["cluster", *args, "--out", str(tmp_path / "none")]) == 2
+    assert not (tmp_path / "none").exists()
 
 
 def test_slurm_deepseek_v3_fetches_then_serves_with_the_secret_read_at_run_time(tmp_path: Path) -> None:
@@ -150,6 +192,24 @@ def test_slurm_deepseek_v3_fetches_then_serves_with_the_secret_read_at_run_time(
         assert "HF_TOKEN" in task["opts"]["container-env"].split(",")
     assert all(task["env"]["HF_HUB_OFFLINE"] == "1" for task in server)
     assert "http://$MASTER_ADDR:30000/metrics" in script
+
+
+def test_slurm_gives_a_secret_to_the_fetch_and_the_servers_only(tmp_path: Path) -> None:
+    """srun passes the batch script's environment to every step: the secret read from its file is not
+    in it, but in the environment of the steps that need it (the router and the serve smoke do not)."""
+    token = tmp_path / "hf-token"
+    token.write_text(SECRET)
+    script = _render(
+        tmp_path, "slurm", "--model-revision", REVISION, "--secret-file", f"HF_TOKEN={token}",
+        "--router-image", ROUTER_IMAGE,
+    )  # fmt: skip
+    _tool_checks(script, tmp_path)
+    steps = _steps(tmp_path, script, nodes=2)
+    given = {" ".join(task["argv"][:3]) for task in steps if "HF_TOKEN" in task["env"]}
+    kept_from = {" ".join(task["argv"][:3]) for task in steps if "HF_TOKEN" not in task["env"]}
+    assert given == {f"/bin/sh -c {modelfetch.FETCH_SCRIPT}", f"{IMAGE_ENTRYPOINT} bash -c"}
+    assert {"mkdir -p --", "smg launch --host"} <= kept_from and any("smoke serve" in t for t in kept_from)
+    assert all(task["env"]["HF_TOKEN"] == SECRET for task in steps if "HF_TOKEN" in task["env"])
 
 
 def test_slurm_stops_before_any_step_when_the_secret_file_is_missing(tmp_path: Path) -> None:
@@ -197,13 +257,15 @@ def test_no_rendered_file_holds_a_secret_value(tmp_path: Path, monkeypatch: pyte
 
 # ---- the fetch's lock, run for real (sh, flock, a stand-in hf) ----------------------------------
 
+# The stand-in `hf` logs its call, then (with FAKE_HF_RELEASE) downloads until that file exists: the test
+# decides when the download ends, and knows it is under way (holding the fetch's lock) from the log.
 FAKE_HF = """#!/bin/sh
 echo "$HF_HUB_OFFLINE $*" >> "$FAKE_HF_LOG"
-sleep "${FAKE_HF_SECONDS:-0}"
+while [ -n "${FAKE_HF_RELEASE:-}" ] && [ ! -e "$FAKE_HF_RELEASE" ]; do sleep 0.05; done
 """
 
 
-def _fetch_env(tmp_path: Path, seconds: str) -> dict[str, str]:
+def _fetch_env(tmp_path: Path, release: Path | None = None) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "hf").write_text(FAKE_HF)
@@ -211,23 +273,33 @@ def _fetch_env(tmp_path: Path, seconds: str) -> dict[str, str]:
     return {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "FAKE_HF_LOG": str(tmp_path / "hf.log"),
-        "FAKE_HF_SECONDS": seconds,
+        "FAKE_HF_RELEASE": str(release or ""),
         "HF_HUB_OFFLINE": "1",  # inherited from the servers' environment: the fetch turns it off
     }
 
 
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} within {timeout_s} s"
+        time.sleep(0.01)
+
+
 def test_two_fetches_of_one_volume_download_once(tmp_path: Path) -> None:
+    """The first fetch is downloading (its `hf` logged, under the lock) before the second starts, and
+    finishes only once the second waits: whatever the machine's load, the second finds the marker."""
     fetch = modelfetch.Fetch(
         repo="deepseek-ai/DeepSeek-V3", revision=REVISION, mount=str(tmp_path / "models")
     )
-    env = _fetch_env(tmp_path, "1")
+    release, log = tmp_path / "release", tmp_path / "hf.log"
+    env = _fetch_env(tmp_path, release)
     with subprocess.Popen(fetch.command(), env=env, stdout=subprocess.DEVNULL) as first:
-        time.sleep(0.2)
-        second = subprocess.run(
-            fetch.command(), env=env, capture_output=True, text=True, timeout=30, check=True
-        )
-        assert first.wait(timeout=30) == 0
-    assert "is here already" in second.stdout
+        _wait_for(log.exists, "the first fetch's download starts")
+        with subprocess.Popen(fetch.command(), env=env, stdout=subprocess.PIPE, text=True) as second:
+            release.touch()
+            out, _ = second.communicate(timeout=30)
+            assert first.wait(timeout=30) == 0 and second.returncode == 0
+    assert "is here already" in out
     assert (tmp_path / "hf.log").read_text().splitlines() == [
         f"0 download deepseek-ai/DeepSeek-V3 --revision {REVISION}"
     ]
@@ -238,7 +310,7 @@ def test_two_fetches_of_one_volume_download_once(tmp_path: Path) -> None:
 
 def test_a_failed_download_leaves_no_marker(tmp_path: Path) -> None:
     fetch = modelfetch.Fetch(repo="org/model", revision="", mount=str(tmp_path / "models"))
-    env = _fetch_env(tmp_path, "0") | {"PATH": f"{tmp_path / 'nothing'}:/usr/bin:/bin"}
+    env = _fetch_env(tmp_path) | {"PATH": f"{tmp_path / 'nothing'}:/usr/bin:/bin"}
     (tmp_path / "nothing").mkdir()
     (tmp_path / "nothing" / "hf").write_text("#!/bin/sh\nexit 3\n")
     (tmp_path / "nothing" / "hf").chmod(0o755)
@@ -298,6 +370,9 @@ def test_the_fetch_runs_the_pinned_hf_cli_with_arguments_it_takes(tmp_path: Path
         ("k8s", ["--replicas", "2", "--k8s-kind", "job"], "fix: --k8s-kind lws"),
         ("slurm", ["--router-image", ROUTER_IMAGE, "--namespace", "x"], "--namespace: Kubernetes pod"),
         ("slurm", ["--router-image", "registry.example/smg:latest"], "--router-image"),
+        ("k8s", ["--env", "PATH=/opt/site/bin:/usr/bin"], "PATH picks which programs or libraries run"),
+        ("slurm", ["--env", "LD_PRELOAD=/site/hook.so"], "LD_PRELOAD picks which programs or libraries"),
+        ("k8s", ["--secret-env", "LD_LIBRARY_PATH=a:b"], "LD_LIBRARY_PATH picks which programs"),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(
@@ -363,3 +438,42 @@ def test_the_metrics_command_reads_what_the_serve_smoke_job_writes(tmp_path: Pat
     assert 'epstack_report_passed{report="serve_smoke"' in out.read_text() and out.read_text().endswith(
         "# EOF\n"
     )
+
+
+HF = "hf_" + "Q" * 34  # the shape of a Hugging Face token, no real one
+GITHUB = "ghp_" + "Z" * 36
+
+
+@pytest.mark.parametrize("target", ["k8s", "slurm"])
+@pytest.mark.parametrize(
+    ("args", "where", "kind"),
+    [
+        (["--env", f"HF_TOKEN={HF}"], "--env HF_TOKEN", "a Hugging Face token"),
+        (["--env", f"AUTH=Bearer {GITHUB}"], "--env AUTH", "a GitHub token"),
+        (["--model-path", f"https://me:{GITHUB}@models.example/ds"], "--model-path", "a user or token"),
+        (["--env-file", "site.env"], "site.env:2: HF_TOKEN", "a Hugging Face token"),
+        (["--annotation", f"site/token={GITHUB}"], "--annotation site/token", "a GitHub token"),
+        (["--name", f"job-{HF}"], "--name", "a Hugging Face token"),
+    ],
+)  # fmt: skip
+def test_a_secret_value_is_refused_before_any_file_holds_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, target: str, args: list[str], *, where: str, kind: str
+) -> None:
+    (tmp_path / "site.env").write_text(f"NCCL_IB_HCA=mlx5_0\nHF_TOKEN={HF}\n")
+    pins = PINS
+    base = render_args(target=target, job="serve", nodes=2, gpus=8, fabric="ib", pins=pins)
+    out = tmp_path / "job.out"
+    args = [str(tmp_path / arg) if arg == "site.env" else arg for arg in args]
+    assert main(["cluster", *base, *args, "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    fix = "--secret-env NAME=SECRET:KEY" if target == "k8s" else "--secret-file NAME=/PATH"
+    assert line.startswith(
+        f"error: {tmp_path / where if where.startswith('site.env') else where}: holds {kind}"
+    )
+    assert fix in line and HF not in line and GITHUB not in line and not out.exists()
+
+
+def test_a_secret_is_refused_in_a_pull_plan_too(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["cluster", "pull", "--pins", str(PINS), "--platform", "k8s", "--image", IMAGE]
+    assert main([*argv, "--node-selector", f"token={GITHUB}"]) == 2
+    assert "--node-selector token: holds a GitHub token (not shown)" in capsys.readouterr().err

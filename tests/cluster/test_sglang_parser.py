@@ -235,7 +235,8 @@ def test_parsed_values_are_the_plan(parsed: dict[str, dict[str, Any]]) -> None:
 
 
 def test_the_serve_smokes_own_servers_parse_as_planned(parsed: dict[str, dict[str, Any]]) -> None:
-    """What `epstack smoke serve` starts: dummy weights for the tiny profile, no DeepEP flag in the
+    """What `epstack smoke serve` starts: every profile's weights read from its folder (the tiny one's
+    generated, never SGLang's dummy ones), no DeepEP flag in the
     reference server, and the user's extra flag after the plan's."""
     smoke = {key: value for key, value in parsed.items() if key.startswith("smoke-serve/")}
     argvs = {command["id"]: command["argv"] for command in _smoke_commands()}
@@ -244,7 +245,7 @@ def test_the_serve_smokes_own_servers_parse_as_planned(parsed: dict[str, dict[st
         assert result["ok"] and not _deprecations(result), (key, result["error"] or result["warnings"])
         values = result["values"]
         plan: ServePlan = result["plan"]
-        assert values["load_format"] == ("dummy" if plan.profile.dummy_weights else "auto")
+        assert values["load_format"] == "auto"
         assert (values["host"], values["port"]) == ("0.0.0.0", 30000)
         if plan.a2a == "none":
             assert values["moe_a2a_backend"] == "none" and "--deepep-v2-mode" not in argvs[key]

@@ -55,6 +55,12 @@ BAD_VALUES = [
     ("AWS_OFI_NCCL_VERSION", "1.17.3", ["GIN", "1.21.0"]),
     ("FABRICS", "efa,roce", ["'roce' is not a fabric"]),
     ("UBUNTU_SNAPSHOT", "2026-11-15", ["20261115T000000Z"]),
+    # Digits that are not ASCII: Python's \d takes them, a shell, an image tag or pip does not.
+    ("PYTHON_VERSION", "3.\u0661\u0662", ["is not of the form 3.12"]),
+    ("TORCH_CUDA_TAG", "cu\u0661\u0663\u0660", ["is not of the form cu130"]),
+    ("UBUNTU_SNAPSHOT", "\u0662\u0660\u0662\u0666\u0661\u0661\u0661\u0665T000000Z", ["20261115T000000Z"]),
+    ("ARCH_HOPPER", "\u0669.0a", ["not a GPU architecture"]),
+    ("NCCL_VERSION", "2.\u0663\u0660.7", ["not a version"]),
     ("EFA_GIN_TYPE", "3", ["not a GIN type for AWS EFA", "2, 5"]),
     ("IB_GIN_TYPE", "5", ["not a GIN type for InfiniBand/RoCE", "2, 3"]),
     ("EFA_GIN_TYPE", "5", ["requires GIN strong and VA signals, which EFA-GDA", "EFA_GIN_TYPE=2"]),

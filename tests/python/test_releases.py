@@ -40,7 +40,7 @@ def test_releases_newest_first_without_yanked_or_pre_releases(tmp_path: Path) ->
 
 
 def test_an_index_that_does_not_answer_is_an_environment_problem() -> None:
-    with pytest.raises(EnvironmentProblem, match=r"cannot reach http://127\.0\.0\.1:1/simple/demo/"):
+    with pytest.raises(EnvironmentProblem, match=r"^GET http://127\.0\.0\.1:1/simple/demo/: no answer "):
         releases("demo", index="http://127.0.0.1:1/simple", timeout=5)
 
 

@@ -1,15 +1,21 @@
 """A stand-in for `sglang serve` (standard library only) speaking the HTTP API the serve smoke uses:
 /health_generate, /server_info, /generate by token ids, streamed as SGLang streams it (what
 sglang.benchmark.serving reads). STANDIN names a behaviour: ok, die, hang, wrong-backend, malformed,
-slow, short, diverge-none, tie-none. It forks a child (as SGLang forks its scheduler; it maps the
-libnccl STANDIN_NCCL names) and appends both pids as one line to STANDIN_PIDS (one line per server
-started), so a test can check that nothing is left running.
+slow, short, diverge-none, tie-none, nan-logprob, inf-logprob, bool-id. It forks a child (as SGLang
+forks its scheduler; it maps the libnccl STANDIN_NCCL names) and appends both pids as one line to
+STANDIN_PIDS (one line per server started), so a test can check that nothing is left running.
 
 die exits before it is healthy with SGLang 0.5.23's own refusal of the DeepEP V2 token budget, the
 traceback as a real H200 run printed it (benchmarks/serve/results/serve-budget-fail.console).
 diverge-none and tie-none change the greedy output of the --moe-a2a-backend none server: diverge-none
 from the first token on, with tokens outside each other's top 5; tie-none parts at token TIE_AT at a
-near tie, each run's token the other's second candidate."""
+near tie, each run's token the other's second candidate, 0.02 below in each run. nan-logprob, inf-logprob
+and bool-id answer a NaN or infinite logprob, or `true` as a token id, at token BAD_AT.
+
+EPSTACK_FAULT (what benchmarks/serve/faults/ injects into DeepEP V2 on a GPU) changes the deepep_v2
+server's answers as the fault changes a real model's: zero and permute answer other tokens from the first
+on (outside each other's top 5), scale the same tokens with every logprob 0.3 lower (a combine scaled moves
+every logit, not always the greedy choice)."""
 
 from __future__ import annotations
 
@@ -25,6 +31,9 @@ from typing import Any
 MODE = os.environ.get("STANDIN", "ok")
 VOCAB = 151936
 TIE_AT = 3
+BAD_AT = 2
+FAULT = os.environ.get("EPSTACK_FAULT", "")
+SCALE_SHIFT = -0.3  # what EPSTACK_FAULT=scale does to every logprob
 # The end of what SGLang 0.5.23 printed on an H200 when --cuda-graph-max-bs-decode=1024 exceeded the
 # token budget (its moe_hook.py validate_deepep_v2_dispatch_token_budget), then exited 1.
 BUDGET_REFUSAL = """\
@@ -65,9 +74,17 @@ def _reference() -> bool:
     return str(ARGS.moe_a2a_backend) == "none"
 
 
+def _faulted() -> bool:
+    """EPSTACK_FAULT on the deepep_v2 server (STANDIN_IGNORE_FAULT: a fault that changes nothing)."""
+    ignored = bool(os.environ.get("STANDIN_IGNORE_FAULT"))
+    return bool(FAULT) and str(ARGS.moe_a2a_backend) == "deepep_v2" and not ignored
+
+
 def tokens(prompt: list[int], count: int) -> list[int]:
-    """Greedy output: a function of the prompt (and, for diverge-none and tie-none, of the backend)."""
-    salt = 7919 if MODE == "diverge-none" and _reference() else 0
+    """Greedy output: a function of the prompt (and, for diverge-none, tie-none and a fault, of the
+    backend)."""
+    diverged = (MODE == "diverge-none" and _reference()) or (_faulted() and FAULT != "scale")
+    salt = 7919 if diverged else 0
     state = (sum(prompt) * 31 + len(prompt) + salt) % VOCAB
     out = []
     for k in range(count):
@@ -79,25 +96,35 @@ def tokens(prompt: list[int], count: int) -> list[int]:
 
 
 def candidates(ids: list[int]) -> list[list[list[Any]]]:
-    """Top logprobs per position: the chosen token, then its neighbour (at a tie, the token it beat)."""
-    top = [[[-1.0, i, None], [-1.5, (i + 1) % VOCAB, None]] for i in ids]
-    if MODE == "tie-none" and _reference() and len(ids) > TIE_AT:
+    """Top logprobs per position: the chosen token, then its neighbour (at a tie, the token it beat, or
+    in the other run the token that beats it there)."""
+    shift = SCALE_SHIFT if _faulted() and FAULT == "scale" else 0.0
+    top = [[[-1.0 + shift, i, None], [-1.5 + shift, (i + 1) % VOCAB, None]] for i in ids]
+    if MODE == "tie-none" and len(ids) > TIE_AT:
         chosen = ids[TIE_AT]
-        top[TIE_AT] = [[-1.0, chosen, None], [-1.02, (chosen - 1) % VOCAB, None]]
+        other = (chosen - 1) % VOCAB if _reference() else (chosen + 1) % VOCAB
+        top[TIE_AT] = [[-1.0, chosen, None], [-1.02, other, None]]
     return top
 
 
 def answer(prompt: list[int], params: dict[str, Any]) -> dict[str, Any]:
     count = int(params["max_new_tokens"]) - (1 if MODE == "short" else 0)
-    ids = tokens(prompt, count)
+    ids: list[Any] = tokens(prompt, count)
     top = candidates(ids)
+    chosen = [list(entries[0]) for entries in top]
+    if MODE == "nan-logprob":
+        chosen[BAD_AT][0] = float("nan")
+    elif MODE == "inf-logprob":
+        top[BAD_AT][1][0] = float("-inf")
+    elif MODE == "bool-id":
+        ids = [*ids[:BAD_AT], True, *ids[BAD_AT + 1 :]]
     return {
         "text": " ".join(f"t{i}" for i in ids),
         "output_ids": ids,
         "meta_info": {
             "prompt_tokens": len(prompt),
             "completion_tokens": count,
-            "output_token_logprobs": [[-1.0, i, None] for i in ids],
+            "output_token_logprobs": chosen,
             "output_top_logprobs": top,
         },
     }
@@ -187,6 +214,8 @@ def main() -> None:
     if MODE == "die":
         sys.stderr.write(BUDGET_REFUSAL)
         sys.exit(1)
+    if _faulted():  # as benchmarks/serve/faults/site/sitecustomize.py says it
+        print(f"epstack-fault: {FAULT}: the stand-in's answers changed (pid {os.getpid()})", flush=True)
     if ARGS.moe_a2a_backend == "deepep_v2":
         print(
             "Initialized DeepEP v2 ElasticBuffer: world_size=1 hidden_size=2048 num_topk=8 "

@@ -24,7 +24,9 @@ import pytest
 from epstack.commands.main import main as epstack_main
 from epstack.errors import BAD_INPUT, CHECK_FAILED, ENVIRONMENT, INTERRUPTED, OK
 from epstack.pins.load import load_pins
+from epstack.smoke.serving import tinymodel
 from tests.conftest import PINS
+from tests.fakeserver import Reply, fake_server
 from tests.guard.test_guard import fake_nccl  # noqa: F401 (fixture: gcc-built libnccl 2.28.9, 2.30.7, the pin)
 from tests.smoke.processes import dead, gone
 
@@ -182,7 +184,7 @@ def smoke(tmp_path: Path) -> Iterator[Smoke]:
 
 
 def test_a_good_server_passes_and_matches_the_one_without_deepep(smoke: Smoke) -> None:
-    served = smoke.run("ok", "--no-sweep")
+    served = smoke.run("ok", "--no-sweep", "--sglang-arg=--api-key=s3cret-key")
     assert served.code == OK, served.err
     report = served.report
     assert report["verdict"] == "pass" and report["failure"] is None
@@ -191,6 +193,8 @@ def test_a_good_server_passes_and_matches_the_one_without_deepep(smoke: Smoke) -
         assert run["launch_to_healthy_s"] is not None and 0 < run["launch_to_healthy_s"] < 30
         assert f"--port={smoke.port}" in run["argv"] and run["argv"][1] == "serve"
         assert run["info"]["moe_a2a_backend"] == run["a2a"]
+        assert run["argv"][-1] == "--api-key=***", "the server got the key; the report does not keep it"
+    assert "s3cret-key" not in served.err + json.dumps(report)
     # the serve plan's environment (the token budget) is what the server got
     assert "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK" in report["runs"][0]["env"]
     backend = served.check("moe-a2a-backend")
@@ -198,14 +202,24 @@ def test_a_good_server_passes_and_matches_the_one_without_deepep(smoke: Smoke) -
     buffer = served.check("deepep-v2-buffer")
     assert buffer["verdict"] == "ok" and "max_dispatch_tokens_per_rank=512" in buffer["found"]
     assert served.check("deepep-v2-buffer", 1)["verdict"] == "skipped"  # the none server has no buffer
-    for name in ("token-counts", "greedy-repeat", "greedy-in-batch-of-32"):
+    for name in ("token-counts", "greedy-repeat", "greedy-in-batch-of-32", "answer-values"):
         assert served.check(name)["verdict"] == "ok" and served.check(name, 1)["verdict"] == "ok"
+    assert served.check("answer-values")["found"] == "41 answers"
     versus = served.check("deepep-v2-vs-none")
     assert (versus["verdict"], versus["found"]) == ("ok", "8/8 identical")
+    assert versus["detail"] == (
+        "max |logprob difference| up to the parting 0 (tolerance 0.15); per prompt 0 0 0 0 0 0 0 0"
+    )
     comparison = report["comparison"]
     assert comparison["prompts"] == comparison["identical"] == comparison["close"] == 8
-    # the control (each prompt against another's reference) agrees with nothing
-    assert comparison["control_close"] == 0
+    assert comparison["max_logprob_diff"] == [0.0] * 8 and comparison["tolerance"] == 0.15
+    # the control (each prompt against another's reference): the rule refuses every pair, in the report
+    control = served.check("deepep-v2-vs-none-control")
+    assert (control["verdict"], control["found"]) == ("ok", "8/8 refused")
+    assert comparison["control"]["close"] == 0 and comparison["control"]["first_divergence"] == [0] * 8
+    # both runs' generations are kept: the rule can be applied to the report again
+    assert len(comparison["through"]) == len(comparison["reference"]) == 8
+    assert len(comparison["through"][0]["output_ids"]) == 32
     assert len(served.servers) == 2 and served.all_gone()
     assert "deepep-v2-vs-none: ok" in served.err
 
@@ -242,10 +256,15 @@ def test_a_near_tie_without_deepep_still_passes(smoke: Smoke) -> None:
     served = smoke.run("tie-none", "--no-sweep")
     assert served.code == OK, served.err
     versus = served.check("deepep-v2-vs-none")
-    assert versus["verdict"] == "ok" and versus["found"].startswith("0/8 identical, parted at token 3")
+    assert versus["verdict"] == "ok"
+    assert versus["found"] == "0/8 identical; parted: " + ", ".join(
+        f"prompt {i} at token 3" for i in range(8)
+    )
     comparison = served.report["comparison"]
     assert (comparison["identical"], comparison["close"]) == (0, 8)
     assert comparison["first_divergence"] == [3] * 8
+    assert all(diff == pytest.approx(0.02) for diff in comparison["max_logprob_diff"])
+    assert served.check("deepep-v2-vs-none-control")["verdict"] == "ok"
     assert served.all_gone()
 
 
@@ -256,13 +275,74 @@ def test_a_different_answer_without_deepep_fails_the_comparison(smoke: Smoke) ->
     assert report["verdict"] == "fail"
     assert report["failure"]["kind"] == "check" and report["failure"]["message"] == "deepep-v2-vs-none failed"
     versus = served.check("deepep-v2-vs-none")
-    assert versus["verdict"] == "fail" and versus["found"].startswith("0/8 identical, parted at token 0")
-    assert "not a near tie" in versus["detail"] and versus["fix"]
+    assert versus["verdict"] == "fail" and versus["found"].startswith(
+        "0/8 identical; parted: prompt 0 at token 0"
+    )
+    assert "prompt 0 (token 0: a token outside the other's top-5)" in versus["detail"] and versus["fix"]
     comparison = report["comparison"]
     assert (comparison["prompts"], comparison["identical"], comparison["close"]) == (8, 0, 0)
     assert comparison["first_divergence"] == [0] * 8
     # each server on its own was consistent
     assert all(served.check("greedy-repeat", n)["verdict"] == "ok" for n in (0, 1))
+    assert served.all_gone()
+
+
+# ---- the fault harness's idea on CPU: EPSTACK_FAULT reaches the servers the smoke starts ----
+# (benchmarks/serve/faults/ patches DeepEP V2 itself on a GPU; the stand-in answers as each fault makes a
+# real model answer: other tokens from the first on, or the same tokens with every logprob moved)
+
+
+@pytest.mark.parametrize("fault", ["zero", "permute"])
+def test_a_fault_that_changes_the_tokens_fails_the_comparison(smoke: Smoke, fault: str) -> None:
+    served = smoke.run("ok", "--no-sweep", env={"EPSTACK_FAULT": fault})
+    assert served.code == CHECK_FAILED, served.err
+    assert served.report["failure"]["message"] == "deepep-v2-vs-none failed"
+    versus = served.check("deepep-v2-vs-none")
+    assert versus["verdict"] == "fail" and versus["found"].startswith(
+        "0/8 identical; parted: prompt 0 at token 0"
+    )
+    # each server on its own passed every check; only the comparison tells
+    assert all(
+        c["verdict"] != "fail" for c in served.report["checks"] if c["component"] != versus["component"]
+    )
+    assert served.all_gone()
+
+
+def test_a_fault_that_keeps_the_tokens_fails_on_the_logprobs(smoke: Smoke) -> None:
+    """Combine scaled: the same greedy tokens, every logprob 0.3 lower. Tokens alone (8/8 identical)
+    would pass; the logprobs of the same tokens are held to the tolerance."""
+    served = smoke.run("ok", "--no-sweep", env={"EPSTACK_FAULT": "scale"})
+    assert served.code == CHECK_FAILED, served.err
+    versus = served.check("deepep-v2-vs-none")
+    assert (versus["verdict"], versus["found"]) == ("fail", "8/8 identical")
+    assert versus["detail"].startswith("max |logprob difference| up to the parting 0.3 (tolerance 0.15)")
+    assert "prompt 7 (logprobs 0.3 apart)" in versus["detail"]
+    assert served.report["comparison"]["max_logprob_diff"] == [pytest.approx(0.3)] * 8
+    assert served.check("deepep-v2-vs-none-control")["verdict"] == "ok"
+    assert served.all_gone()
+
+
+@pytest.mark.parametrize(
+    ("mode", "found"),
+    [
+        ("nan-logprob", "output_token_logprobs[2] is NaN, not a finite logprob"),
+        ("inf-logprob", "output_top_logprobs[2][1][0] is -Infinity, not a finite logprob"),
+        ("bool-id", "output_ids[2] is true, not a token id"),
+    ],
+)
+def test_an_answer_with_a_value_no_model_gives_fails_a_named_row(smoke: Smoke, mode: str, found: str) -> None:
+    served = smoke.run(mode, "--no-sweep")
+    assert served.code == CHECK_FAILED, served.err
+    row = served.check("answer-values")
+    assert (row["verdict"], row["found"]) == ("fail", found) and row["fix"]
+    assert served.report["failure"] == {
+        "kind": "check",
+        "message": "answer-values failed",
+        "finding": None,
+        "log_tail": [],
+    }
+    # nothing to compare: the server without DeepEP is not started
+    assert [r["a2a"] for r in served.report["runs"]] == ["deepep_v2"] and served.report["comparison"] is None
     assert served.all_gone()
 
 
@@ -321,7 +401,8 @@ def test_a_slow_answer_times_out_without_waiting_for_it(smoke: Smoke) -> None:
     served = smoke.run("slow", "--no-sweep", "--request-timeout", "1", env={"STANDIN_SLOW_S": "60"})
     assert served.code == CHECK_FAILED
     failure = served.report["failure"]
-    assert (failure["kind"], failure["message"]) == ("request", "/generate: no answer within 1 s")
+    assert failure["kind"] == "request"
+    assert failure["message"] == f"POST http://127.0.0.1:{smoke.port}/generate: no answer within 1 s"
     assert served.elapsed_s < 20  # the stand-in would answer after 60 s
     assert served.all_gone()
 
@@ -446,6 +527,7 @@ def test_attached_checks_without_a_comparison(smoke: Smoke, running: tuple[str, 
         "token-counts",
         "greedy-repeat",
         "greedy-in-batch-of-32",
+        "answer-values",
     ]
     assert served.servers == []  # the smoke started no server
     assert not any(gone(pid, within_s=0) for pid in pair)  # and left the one it found running
@@ -477,6 +559,13 @@ BAD_FLAGS: dict[str, tuple[list[str], str]] = {
     "concurrency a,b": (["--concurrency", "a,b"], "argument --concurrency"),
     "url not http": (["--url", "ftp://10.0.0.5:30000"], "argument --url"),
     "url with a path": (["--url", "http://10.0.0.5:30000/v1"], "argument --url"),
+    "url with a space": (["--url", "http://127.0.0.1 :1"], "argument --url"),
+    "url with a user": (["--url", "http://user:pass@10.0.0.5:30000"], "argument --url"),
+    "request timeout 1e300": (["--request-timeout", "1e300"], "argument --request-timeout"),
+    "server log a device": (
+        ["--url", "http://127.0.0.1:1", "--server-log", "/dev/zero", "--health-timeout", "1"],
+        "--server-log /dev/zero: not a regular file",
+    ),
     "port not a number": (["--sglang-arg=--port=3x1235"], "--port '3x1235' is not a TCP port"),
     "port out of range": (["--sglang-arg=--port=70000"], "--port '70000' is not a TCP port"),
 }
@@ -495,3 +584,93 @@ def test_bad_flags_exit_2_with_one_line(
     assert code == BAD_INPUT and len(lines) == 1, err
     assert named in lines[0] and "fix: " in lines[0]
     assert not report.exists()
+
+
+# `epstack smoke serve` with the tiny profile's config replaced by a reduced one (the real model is 3.48 GiB)
+WITH_SMALL_CONFIG = (
+    "import sys; from pathlib import Path; from epstack.smoke.serving import tinymodel; "
+    "tinymodel.CONFIG = Path(sys.argv[1]); from epstack.commands.main import main; "
+    "sys.exit(main(sys.argv[2:]))"
+)
+
+
+def test_the_tiny_profile_serves_its_generated_model_from_the_cache(smoke: Smoke) -> None:
+    """No --model-path: the tiny model is written into --model-cache once, the server is pointed at it,
+    the report says so; a second run finds it written."""
+    from tests.smoke.test_tinymodel import small_config  # noqa: PLC0415 (one reduced config)
+
+    config = smoke.work / "small.json"
+    config.write_text(small_config())
+    cache = smoke.work / "cache"
+    argv = [sys.executable, "-c", WITH_SMALL_CONFIG, str(config), "smoke", "serve", "--no-sweep",
+            "--no-compare", "--model-cache", str(cache), "--json", str(smoke.report),
+            "--run-dir", str(smoke.work / "run"), f"--sglang-arg=--port={smoke.port}"]  # fmt: skip
+
+    def served() -> tuple[dict[str, Any], str]:
+        done = subprocess.run(
+            argv,
+            cwd=REPO,
+            env=smoke.env("ok", None),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == OK, done.stderr
+        return json.loads(smoke.report.read_text()), done.stderr
+
+    report, _ = served()
+    folder = cache / tinymodel.NAME
+    assert report["model_path"] == str(folder) and report["runs"][0]["info"]["model_path"] == str(folder)
+    assert report["generated_model"]["reused"] is False
+    assert report["generated_model"]["key"] == tinymodel.key(small_config(), tinymodel.SEED)
+    assert "--load-format" not in report["runs"][0]["argv"]
+    again, err = served()
+    assert again["generated_model"]["reused"] is True and "the tiny model: 0.00 GiB, key" in err
+
+
+def test_a_run_dir_naming_a_file_is_bad_input(smoke: Smoke) -> None:
+    (smoke.work / "run").write_text("not a folder")
+    served = smoke.run("ok", "--no-sweep")
+    assert served.code == BAD_INPUT and served.servers == [] and not smoke.report.exists()
+    (line,) = served.err.strip().splitlines()
+    assert line.endswith(
+        f"{smoke.work / 'run'}: cannot use it (a file, not a folder); fix: choose a writable directory"
+    )
+    assert line.startswith("error: --run-dir ")
+
+
+def info(**fields: object) -> bytes:
+    return json.dumps({"moe_a2a_backend": "deepep_v2", "model_path": "/m", **fields}).encode()
+
+
+@pytest.mark.parametrize(
+    ("reply", "problem"),
+    [
+        (Reply(body=info(), length=10_000), "ended its body after"),
+        (Reply(body=b"[" * 200_000 + b"]" * 200_000), "malformed answer, JSON nested deeper than 64"),
+        (Reply(body=info(version=float("inf"))), "malformed answer, JSON with Infinity"),
+        (Reply(body=info().replace(b"{", b'{"n": ' + b"1" * 5000 + b", ")), "a number of 5,000 characters"),
+        (Reply(body=b"x" * 1000, repeat=100_000), "answered 100,000,000 bytes (Content-Length), over"),
+    ],
+)
+def test_an_attached_server_out_of_bounds_is_a_named_request_failure(
+    smoke: Smoke, reply: Reply, problem: str
+) -> None:
+    with fake_server() as server:
+        server.replies["/health_generate"] = Reply(200, b"ok")
+        server.replies["/server_info"] = reply
+        served = smoke.run("ok", "--no-sweep", "--url", server.url)
+    assert served.code == CHECK_FAILED and "Traceback" not in served.err, served.err
+    failure = served.report["failure"]
+    assert failure["kind"] == "request" and problem in failure["message"] and "\n" not in failure["message"]
+
+
+def test_server_text_is_printed_and_kept_literally(smoke: Smoke) -> None:
+    with fake_server() as server:
+        server.replies["/health_generate"] = Reply(200, b"ok")
+        server.replies["/server_info"] = Reply(body=info(moe_a2a_backend="\x1b]0;owned\x07deepep_v2"))
+        served = smoke.run("ok", "--no-sweep", "--url", server.url)
+    assert served.code == CHECK_FAILED and served.report["failure"]["kind"] == "wrong-backend"
+    assert "\x1b" not in served.err and "\\x1b]0;owned\\x07deepep_v2" in served.err
+    assert served.report["runs"][0]["info"]["moe_a2a_backend"] == "\\x1b]0;owned\\x07deepep_v2"

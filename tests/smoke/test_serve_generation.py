@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from epstack.errors import CommandFailed
-from epstack.smoke.serving import generation, sweep
+from epstack.smoke.serving import checks, generation, sweep
 from epstack.smoke.serving.client import RequestFailed
 from epstack.smoke.serving.generation import Generation
 
@@ -85,7 +85,8 @@ def test_compare_is_symmetric(pair: tuple[Generation, Generation]) -> None:
     ab, ba = generation.compare(a, b), generation.compare(b, a)
     assert (ab.identical, ab.close, ab.first_divergence) == (ba.identical, ba.close, ba.first_divergence)
     assert ab.max_logprob_diff == ba.max_logprob_diff
-    assert ab.identical == (a.output_ids == b.output_ids) and (ab.close or not ab.identical)
+    assert ab.identical == (a.output_ids == b.output_ids)
+    assert ab.close == (ab.in_top and ab.max_logprob_diff <= generation.TOLERANCE)
 
 
 @given(generations, st.data())
@@ -103,20 +104,37 @@ def test_nothing_after_the_parting_counts(a: Generation, data: st.DataObject) ->
     assert not agreement.close  # each top holds only its own token: not a near tie
 
 
-def test_identical_tokens_with_different_logprobs() -> None:
+def test_identical_tokens_with_logprobs_apart_are_not_close() -> None:
+    """What a combine scaled does to a model whose greedy choices it does not change: the same tokens,
+    every logprob moved. Within rounding (the tolerance) they are close; beyond it not."""
     agreement = generation.compare(gen([5, 6, 7], [-1.0, -2.0, -0.5]), gen([5, 6, 7], [-1.0, -2.25, -0.5]))
-    assert agreement.identical and agreement.first_divergence is None
-    assert agreement.max_logprob_diff == pytest.approx(0.25)
+    assert agreement.identical and agreement.first_divergence is None and agreement.in_top
+    assert agreement.max_logprob_diff == pytest.approx(0.25) and not agreement.close
+    rounding = generation.compare(gen([5, 6, 7], [-1.0, -2.0, -0.5]), gen([5, 6, 7], [-1.0, -2.03, -0.5]))
+    assert rounding.close and rounding.max_logprob_diff == pytest.approx(0.03)
 
 
 def test_parted_at_a_near_tie_is_close() -> None:
-    """Each run's token at the parting is in the other's top 5; only positions before it count."""
+    """Each run's token at the parting is in the other's top 5, and each token's logprob agrees across
+    the runs there as before it; nothing after the parting counts."""
     a = gen([5, 6, 7, 8], [-1.0, -2.0, -0.70, -3.0], [{5: -1.0}, {6: -2.0}, {7: -0.70, 9: -0.71}, {8: -3.0}])
-    b = gen([5, 6, 9, 1], [-1.0, -2.1, -0.69, -9.0], [{5: -1.0}, {6: -2.1}, {9: -0.69, 7: -0.72}, {1: -9.0}])
+    b = gen(
+        [5, 6, 9, 1], [-1.0, -2.05, -0.69, -9.0], [{5: -1.0}, {6: -2.05}, {9: -0.69, 7: -0.72}, {1: -9.0}]
+    )
     agreement = generation.compare(a, b)
     assert not agreement.identical and agreement.close
     assert agreement.first_divergence == 2 and agreement.matched == "parted at token 2"
-    assert agreement.max_logprob_diff == pytest.approx(0.1)  # positions 0 and 1, not the parting or after
+    assert agreement.max_logprob_diff == pytest.approx(0.05)  # position 1; the parting's are 0.02 apart
+
+
+def test_parted_where_the_runs_disagree_on_the_candidates_is_not_close() -> None:
+    """Both tokens in both tops, but the other run's token is 0.5 below in one run and 0.01 in the other:
+    what a broken combine gives, not rounding."""
+    a = gen([5, 7], [-1.0, -0.5], [{5: -1.0}, {7: -0.5, 9: -1.0}])
+    b = gen([5, 9], [-1.0, -0.49], [{5: -1.0}, {9: -0.49, 7: -0.50}])
+    agreement = generation.compare(a, b)
+    assert agreement.in_top and not agreement.close
+    assert agreement.max_logprob_diff == pytest.approx(0.51)
 
 
 def test_parted_with_a_token_outside_the_others_top_is_not_close() -> None:
@@ -160,6 +178,8 @@ def _broken(change: str) -> dict[str, Any]:
         answer["meta_info"] = [1]
     elif change == "ids not ints":
         answer["output_ids"] = ["11", 12, 13]
+    elif change == "ids not a list":
+        answer["output_ids"] = "11 12 13"
     elif change == "short ids":
         answer["output_ids"] = [11, 12]
     elif change == "completion_tokens":
@@ -182,15 +202,16 @@ def _broken(change: str) -> dict[str, Any]:
 EXPECTED = {
     "no meta_info": "no meta_info",
     "meta_info not an object": "no meta_info",
-    "ids not ints": "output_ids is not a list of token ids",
+    "ids not ints": 'output_ids[0] is "11", not a token id',
     "short ids": "asked for 3 tokens (ignore_eos), got 2 output ids, completion_tokens 3",
     "completion_tokens": "asked for 3 tokens (ignore_eos), got 3 output ids, completion_tokens 2",
     "no output_token_logprobs": "output_token_logprobs is not a list of",
     "short output_token_logprobs": "logprobs do not cover every output token",
     "short output_top_logprobs": "logprobs do not cover every output token",
     "top entry not a pair": "output_top_logprobs is not a list of",
-    "logprob not a number": "output_token_logprobs is not a list of",
-    "top id not an id": "output_top_logprobs is not a list of",
+    "logprob not a number": "output_token_logprobs[1] is null, not a finite logprob",
+    "top id not an id": 'output_top_logprobs[2][0][1] is "thirteen", not a token id',
+    "ids not a list": "output_ids is not a list of token ids",
 }
 
 
@@ -199,6 +220,45 @@ def test_parse_refuses_a_malformed_or_short_answer(change: str) -> None:
     with pytest.raises(RequestFailed) as caught:
         generation.parse(_broken(change), 3)
     assert str(caught.value).startswith("/generate: ") and EXPECTED[change] in str(caught.value)
+
+
+VALUES = {
+    "NaN logprob": (("meta_info", "output_token_logprobs", 1, 0), "NaN", "output_token_logprobs[1] is NaN"),
+    "Infinity logprob": (("meta_info", "output_token_logprobs", 0, 0), "Infinity", "[0] is Infinity"),
+    "-Infinity top logprob": (
+        ("meta_info", "output_top_logprobs", 2, 1, 0),
+        "-Infinity",
+        "[2][1][0] is -Infinity",
+    ),
+    "true id": (("output_ids", 1), "true", "output_ids[1] is true, not a token id"),
+    "false top id": (
+        ("meta_info", "output_top_logprobs", 0, 0, 1),
+        "false",
+        "[0][0][1] is false, not a token",
+    ),
+    "true logprob": (
+        ("meta_info", "output_token_logprobs", 2, 0),
+        "true",
+        "[2] is true, not a finite logprob",
+    ),
+    "negative id": (("output_ids", 0), "-1", "output_ids[0] is -1, not a token id"),
+    "fractional id": (("output_ids", 2), "13.5", "output_ids[2] is 13.5, not a token id"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VALUES))
+def test_parse_refuses_a_value_no_model_gives(case: str) -> None:
+    """The answer as JSON text (NaN, Infinity and true are what a server can send), one value replaced."""
+    path, value, expected = VALUES[case]
+    answer = sglang_answer([11, 12, 13])
+    node: Any = answer
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = "@@"
+    text = json.dumps(answer).replace('"@@"', value)
+    with pytest.raises(generation.BadValue) as caught:
+        generation.parse(json.loads(text), 3)
+    assert str(caught.value).startswith("/generate: ") and expected in str(caught.value)
 
 
 json_values = st.recursive(
@@ -290,3 +350,36 @@ def test_sweep_parse_names_a_missing_field(field: str) -> None:
     del result[field]
     with pytest.raises(CommandFailed, match=f"without '{field}' at concurrency 4"):
         sweep.parse(result, concurrency=4, requests=16)
+
+
+# ---- the comparison's rows ----
+
+
+def test_the_control_fails_where_the_answers_do_not_depend_on_the_prompt() -> None:
+    """SGLang's dummy weights gave near-flat logits: every prompt's greedy tokens were near ties of any
+    other's. A model like that passes the real comparison and the control alike; the control row fails."""
+    flat = [gen([5, 6, 7], [-11.9] * 3, [{5: -11.9, 6: -11.91, 7: -11.92}] * 3) for _ in range(4)]
+    rows, kept = checks.without_deepep(flat, flat)
+    versus, control = rows
+    assert versus.verdict == "ok"
+    assert (control.component, control.verdict, control.found) == (
+        "deepep-v2-vs-none-control",
+        "fail",
+        "0/4 refused",
+    )
+    assert "accepted: prompts 0, 1, 2, 3" in control.detail and control.fix
+    assert kept["control"]["close"] == 4 and kept["close"] == 4
+
+
+def test_the_comparison_names_each_prompt_outside_the_rule() -> None:
+    through = [gen([5, 6]), gen([5, 6], [-1.0, -1.5]), gen([9, 6])]
+    reference = [gen([5, 6]), gen([5, 6]), gen([5, 6])]
+    rows, kept = checks.without_deepep(through, reference)
+    versus = rows[0]
+    assert versus.verdict == "fail" and versus.found == "2/3 identical; parted: prompt 2 at token 0"
+    assert versus.detail == (
+        "max |logprob difference| up to the parting 0.5 (tolerance 0.15); per prompt 0 0.5 0; "
+        "not within the rule: "
+        "prompt 1 (logprobs 0.5 apart), prompt 2 (token 0: a token outside the other's top-5)"
+    )
+    assert kept["first_divergence"] == [None, None, 0] and kept["max_logprob_diff"] == [0.0, 0.5, 0.0]

@@ -2,7 +2,8 @@
 
 profiles    model profiles (DeepSeek-V3, Qwen3-30B-A3B, tiny) and the serve plan: sizes, token budget
 command     the SGLang launch command and environment for one node (the smoke's and epstack cluster's)
-tinymodel   the tiny profile's model folder (config and a generated word-level tokenizer)
+tinymodel   the tiny profile's model folder (config, tokenizer, weights), written once into a cache and reused
+tinyweights the tiny model's weights: seeded, at the config's init scale, Qwen3-MoE safetensors shards
 client      SGLang's HTTP API (health, /server_info, /generate by token ids), failures named
 server      one SGLang server with the serve plan's flags, in its own process group, stopped on exit
 generation  prompts, the /generate answer read strictly, and the rule two greedy outputs agree by

@@ -31,8 +31,6 @@ def sglang_args(plan: ServePlan, *, node_rank: str, leader: str) -> list[str]:
     args = ["--model-path", plan.model_path]
     if plan.model_revision:
         args += ["--revision", plan.model_revision]
-    if plan.profile.dummy_weights:
-        args += ["--load-format", "dummy"]
     if plan.profile.trust_remote_code:
         args.append("--trust-remote-code")
     args += ["--tp-size", str(plan.tp_size), "--ep-size", str(plan.ep_size)]
@@ -78,3 +76,26 @@ def serve_env(plan: ServePlan) -> dict[str, str]:
         return {}
     # V1's low-latency (decode) buffer holds the decode graph's batch per rank.
     return {V1_BUDGET_ENV: str(plan.decode_tokens_per_rank)}
+
+
+# Words that name an SGLang flag whose value is a secret (--api-key, --admin-api-key).
+_SECRET_WORDS = frozenset({"key", "token", "secret", "password"})
+REDACTED = "***"
+
+
+def _secret_flag(arg: str) -> bool:
+    return arg.startswith("--") and bool(_SECRET_WORDS & set(arg[2:].partition("=")[0].split("-")))
+
+
+def redacted(argv: list[str]) -> list[str]:
+    """`argv` as a report or a console shows it: the value of every secret flag (--api-key=V, --api-key V)
+    written as ***."""
+    shown = []
+    for index, arg in enumerate(argv):
+        if _secret_flag(arg) and "=" in arg:
+            shown.append(f"{arg.partition('=')[0]}={REDACTED}")
+        elif index and _secret_flag(argv[index - 1]) and "=" not in argv[index - 1]:
+            shown.append(REDACTED)
+        else:
+            shown.append(arg)
+    return shown

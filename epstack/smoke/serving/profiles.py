@@ -34,7 +34,9 @@ class Profile:
     chunk_per_dp_rank: int  # prefill tokens one attention-DP rank takes per chunk
     decode_graph_bs: int  # --cuda-graph-max-bs-decode
     trust_remote_code: bool
-    dummy_weights: bool  # --load-format dummy: SGLang fills the weights (seeded), nothing is read
+    # epstack writes the model folder itself (epstack.smoke.serving.tinymodel): config, tokenizer and
+    # seeded weights at the config's init scale; nothing is fetched
+    generated: bool
     # A pod's ephemeral storage for the HF cache when no other model storage is given: the weights
     # on the hub and room to spare.
     disk: str
@@ -49,7 +51,7 @@ PROFILES: dict[str, Profile] = {
         chunk_per_dp_rank=4096,
         decode_graph_bs=128,
         trust_remote_code=True,
-        dummy_weights=False,
+        generated=False,
         disk="800Gi",  # 163 FP8 safetensors shards, 689 GB (642 GiB)
     ),
     "qwen3-30b-a3b": Profile(
@@ -60,12 +62,12 @@ PROFILES: dict[str, Profile] = {
         chunk_per_dp_rank=8192,
         decode_graph_bs=256,
         trust_remote_code=False,
-        dummy_weights=False,
+        generated=False,
         disk="100Gi",  # BF16 weights, 61 GB
     ),
-    # Qwen3-30B-A3B's MoE layer in a 2-layer model with dummy weights (epstack/smoke/serving/
-    # tiny-qwen3-moe.json, written out by `epstack smoke serve`): serving proven with no hub and no
-    # weights. Its path is where a cluster job finds that folder.
+    # Qwen3-30B-A3B's MoE layer in a 2-layer model (epstack/smoke/serving/tiny-qwen3-moe.json) whose
+    # weights epstack draws from a seed (`epstack smoke serve` into its cache; a cluster job into its model
+    # volume before the servers start): serving proven with no hub. Its path is where a cluster job has it.
     "tiny": Profile(
         name="tiny",
         model_path="/models/tiny-qwen3-moe",
@@ -74,8 +76,8 @@ PROFILES: dict[str, Profile] = {
         chunk_per_dp_rank=512,
         decode_graph_bs=8,
         trust_remote_code=False,
-        dummy_weights=True,
-        disk="1Gi",
+        generated=True,
+        disk="8Gi",  # 3.48 GiB of weights, and room for a second copy while one replaces the other
     ),
 }
 

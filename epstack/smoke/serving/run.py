@@ -25,15 +25,18 @@ from epstack.document import Schema
 from epstack.errors import CHECK_FAILED, OK, EpstackError
 from epstack.output import check_writable, write_file
 from epstack.smoke.nccl import ProcessNccl, processes_check, session_nccl
+from epstack.smoke.rundir import writable_dir
 from epstack.smoke.serving import checks, server, sweep, tinymodel
 from epstack.smoke.serving.checks import Asked
 from epstack.smoke.serving.client import Endpoint, RequestFailed
+from epstack.smoke.serving.command import redacted
 from epstack.smoke.serving.engines import DEFAULT, ENGINES, Engine
 from epstack.smoke.serving.generation import Generation
 from epstack.smoke.serving.profiles import ServePlan
 from epstack.smoke.serving.server import ServerFailed
 from epstack.smoke.serving.startup import Startup
 from epstack.smoke.serving.sweep import Level
+from epstack.smoke.serving.tinymodel import Prepared
 
 FailureKind = Literal["server-exited", "health-timeout", "request", "wrong-backend", "sweep", "check"]
 
@@ -53,6 +56,7 @@ class Settings:
     health_timeout_s: float
     level_timeout_s: float
     run_dir: Path | None
+    model_cache: Path  # where the tiny profile's generated model folder is written once and reused
     report: Path
     engine: str = DEFAULT  # epstack.smoke.serving.engines
 
@@ -100,6 +104,7 @@ class ServeReport:
     sweep: list[Level]
     failure: Failure | None
     elapsed_s: float
+    generated_model: Prepared | None = None  # the tiny profile's folder: written now, or reused
     engine: str = DEFAULT
 
 
@@ -127,12 +132,18 @@ class _State:
     sweep: list[Level] = field(default_factory=list)
 
 
-def _model(settings: Settings, work: Path) -> ServePlan:
-    """The plan, with the tiny profile's folder written out when the plan still names its default path."""
+def _model(settings: Settings, out: Printer) -> tuple[ServePlan, Prepared | None]:
+    """The plan, with the tiny profile's generated folder (written once into the model cache, then
+    reused) when the plan still names the profile's default path."""
     plan = settings.plan
-    if settings.url or not plan.profile.dummy_weights or plan.model_path != plan.profile.model_path:
-        return plan
-    return dataclasses.replace(plan, model_path=str(tinymodel.write_model(work / "tiny-qwen3-moe")))
+    if settings.url or not plan.profile.generated or plan.model_path != plan.profile.model_path:
+        return plan, None
+    folder = settings.model_cache / tinymodel.NAME
+    out.say(f"the tiny model in {folder} ...")
+    prepared = tinymodel.ensure(folder)
+    how = "reused" if prepared.reused else f"written in {prepared.seconds:.0f} s"
+    out.say(f"the tiny model: {prepared.bytes / 2**30:.2f} GiB, key {prepared.key}, {how}")
+    return dataclasses.replace(plan, model_path=str(folder)), prepared
 
 
 def _sweep(
@@ -179,9 +190,14 @@ def _served(
     argv = engine.launch(plan, settings.extra_args)
     env = engine.environment(plan, os.environ)
     log = work / f"server-{plan.a2a}.log"
-    out.say(f"starting {engine.title} ({plan.a2a}): {' '.join(argv)}; log {log}")
+    out.say(f"starting {engine.title} ({plan.a2a}): {' '.join(redacted(argv))}; log {log}")
     run = ServedRun(
-        a2a=plan.a2a, argv=argv, env=engine.env(plan), launch_to_healthy_s=None, info={}, log=str(log)
+        a2a=plan.a2a,
+        argv=redacted(argv),
+        env=engine.env(plan),
+        launch_to_healthy_s=None,
+        info={},
+        log=str(log),
     )
     state.runs.append(run)
     launched = datetime.now()  # SGLang and vLLM stamp their logs in local time
@@ -283,12 +299,15 @@ def run(settings: Settings, out: Printer, *, clock: Callable[[], float] = time.m
     if not settings.url:
         server.port_of(settings.extra_args)  # a --port that is no port is bad input: found before any start
     check_writable(settings.report, what="the serve smoke's --json report")
-    work = settings.run_dir or Path(tempfile.mkdtemp(prefix="epstack-serve-"))
-    work.mkdir(parents=True, exist_ok=True)
+    work = (
+        writable_dir(settings.run_dir)
+        if settings.run_dir
+        else Path(tempfile.mkdtemp(prefix="epstack-serve-"))
+    )
     state = _State()
     failure: Failure | None = None
     code = OK
-    plan = _model(settings, work)
+    plan, prepared = _model(settings, out)  # a folder it may not write, a full disk: before any server
     try:
         if settings.url:
             _attached(settings, work, state, out)
@@ -297,11 +316,12 @@ def run(settings: Settings, out: Printer, *, clock: Callable[[], float] = time.m
             skip = settings.server.no_comparison(plan)
             if settings.compare and skip:
                 _keep(state, [checks.not_compared(skip)], out)
-            elif settings.compare:
+            elif settings.compare and through:  # none when its answers held a value no model gives
                 reference = _served(settings, plan.without_deepep(), work, state, out, sweep_it=False)
-                row, summary = checks.without_deepep(through, reference)
-                _keep(state, [row], out)
-                state.comparison = summary
+                if reference:
+                    rows, summary = checks.without_deepep(through, reference)
+                    _keep(state, rows, out)
+                    state.comparison = summary
     except (_Stop, EpstackError) as exc:
         failure = _failure(exc)
         code = exc.exit_code if isinstance(exc, EpstackError) else CHECK_FAILED
@@ -324,6 +344,7 @@ def run(settings: Settings, out: Printer, *, clock: Callable[[], float] = time.m
         sweep=state.sweep,
         failure=failure,
         elapsed_s=round(clock() - start, 1),
+        generated_model=prepared,
         engine=settings.engine,
     )
     write_file(settings.report, SERVE_REPORT.dumps(report), what="the serve smoke's --json report")

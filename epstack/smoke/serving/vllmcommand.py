@@ -31,8 +31,6 @@ def vllm_args(plan: ServePlan, *, node_rank: str, leader: str, worker: str = "")
     args = [plan.model_path]
     if plan.model_revision:
         args += ["--revision", plan.model_revision]
-    if plan.profile.dummy_weights:
-        args += ["--load-format", "dummy"]
     if plan.profile.trust_remote_code:
         args.append("--trust-remote-code")
     args += ["--tensor-parallel-size", "1", "--data-parallel-size", str(plan.world)]
