@@ -7,8 +7,10 @@ TARGET ?=
 SOURCES ?=
 # The serving engine's image to build (epstack build --engine: sglang, vllm or all; default sglang).
 ENGINE ?=
-# pip extras of the venv: CodeBuild's install phase needs only aws (make .venv/bin/epstack EXTRAS=aws).
+# pip extras of the venv: CodeBuild's install phase needs only aws (make .venv/bin/epstack EXTRAS=aws);
+# `make image` only what building needs, epstack and the lint tools (IMAGE_EXTRAS), not the test ones.
 EXTRAS ?= test,aws
+IMAGE_EXTRAS := lint
 RENDER := build/render
 
 NPROC ?= 2
@@ -16,27 +18,33 @@ DEEPEP ?=
 
 .PHONY: image render lock lint test unit docs reference mutation schema constraints bench smoke smoke-upstream sglang-parser clean
 
-$(BIN)/epstack: pyproject.toml constraints.txt
+# The venv with EXTRAS installed (a stamp per set of extras: a venv made for `make image` gains the
+# test tools when `make test` asks for them).
+$(BIN)/epstack: $(VENV)/extras.$(EXTRAS)
+	touch $@
+
+$(VENV)/extras.$(EXTRAS): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $@
 
 render: $(BIN)/epstack
 	$(BIN)/epstack pins check
-	$(BIN)/epstack lock --check
-	$(BIN)/epstack render --out $(RENDER)
+	$(BIN)/epstack pins lock --check
+	$(BIN)/epstack render --out-dir $(RENDER)
 
 # Resolve the stale or missing locks in locks/ (needs PyPI); commit what it writes.
 lock: $(BIN)/epstack
-	$(BIN)/epstack lock
+	$(BIN)/epstack pins lock
 
 lint: render
 	$(BIN)/hadolint $(RENDER)/targets/*/*.Dockerfile
 	$(BIN)/shellcheck scripts/*/*.sh benchmarks/*/*.sh .ci/run
 
-image: lint
+image:
+	$(MAKE) lint EXTRAS=$(IMAGE_EXTRAS)
 	-scripts/dev/docker-engine.sh start
-	$(BIN)/epstack build $(TARGET) --out $(RENDER) $(if $(SOURCES),--sources $(SOURCES)) $(if $(ENGINE),--engine $(ENGINE))
+	$(BIN)/epstack build $(TARGET) --out-dir $(RENDER) $(if $(SOURCES),--sources $(SOURCES)) $(if $(ENGINE),--engine $(ENGINE))
 
 test: $(BIN)/epstack
 	scripts/dev/docker-engine.sh start
@@ -48,10 +56,10 @@ test: $(BIN)/epstack
 docs: $(BIN)/epstack
 	$(BIN)/mkdocs build --strict
 
-# The reference pages written from the code: command line, option names, exit codes (tests/test_docs.py
-# fails when one drifts).
+# The reference pages written from the code: command line, option names, exit codes, and the README's
+# commands table (tests/test_docs.py fails when one drifts).
 reference: $(BIN)/epstack
-	$(BIN)/python -m epstack.commands.clireference docs/reference
+	$(BIN)/python -m epstack.commands.clireference docs/reference README.md
 
 # The quick loop: pytest's default selection (pyproject.toml), no Docker, PyPI or GPU.
 unit: $(BIN)/epstack
@@ -65,6 +73,9 @@ mutation: $(BIN)/epstack
 
 schema: $(BIN)/epstack
 	$(BIN)/python -c "from epstack.pins.load import SCHEMA_PATH, pins_json_schema; SCHEMA_PATH.write_text(pins_json_schema())"
+	$(BIN)/python -c "from epstack.cluster.values import SCHEMA_PATH, values_schema; \
+	  from epstack.commands.cluster import flags_of, render_parser; \
+	  SCHEMA_PATH.write_text(values_schema(flags_of(render_parser())))"
 
 constraints: $(BIN)/epstack
 	{ sed -n 1,2p constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^epstack' \
@@ -72,10 +83,10 @@ constraints: $(BIN)/epstack
 	mv constraints.txt.new constraints.txt
 
 smoke:
-	python3 -m epstack smoke elastic --nproc-per-node $(NPROC) --json build/smoke-elastic.json
+	python3 -m epstack smoke elastic --gpus-per-node $(NPROC) --json build/smoke-elastic.json
 
 smoke-upstream:
-	python3 -m epstack smoke elastic --nproc-per-node $(NPROC) --upstream-only --upstream-tests $(DEEPEP)
+	python3 -m epstack smoke elastic --gpus-per-node $(NPROC) --upstream-only --upstream-tests $(DEEPEP)
 
 # SGLang's own argument parser, installed as lightly as it runs (tests/cluster/sglang-parser.txt),
 # under .cache/; the parser test installs it too when missing. --fresh measures a new install.

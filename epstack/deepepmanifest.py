@@ -1,5 +1,5 @@
 """The deep_ep source manifest (deepep-source.json): where the deep_ep wheel came from, written by
-`epstack deepep build` beside the wheel and read by the guard, the closure and the SBOM."""
+`epstack image deepep-build` beside the wheel and read by the guard, the closure and the SBOM."""
 
 from __future__ import annotations
 
@@ -58,5 +58,5 @@ DEEPEP_MANIFEST = Schema(
     version=1,
     model=DeepepManifest,
     what="a deep_ep source manifest",
-    fix="rebuild the deepep layer (or run `epstack deepep build`) with this epstack",
+    fix="rebuild the deepep layer (or run `epstack image deepep-build`) with this epstack",
 )

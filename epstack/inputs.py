@@ -138,16 +138,18 @@ def _depth(value: object) -> int:
     return deepest
 
 
-def parse_json(text: str | bytes) -> Any:
+def parse_json(text: str | bytes, *, nonfinite: bool = False) -> Any:
     """`text` as JSON within the bounds: at most MAX_JSON_DEPTH deep, numbers of at most MAX_NUMBER_CHARS
     characters and finite (no NaN, Infinity or 1e999). ValueError saying what is wrong in words
-    ("not JSON (Expecting value, line 1)", "nested deeper than 64"): the caller adds where and the fix."""
+    ("not JSON (Expecting value, line 1)", "nested deeper than 64"): the caller adds where and the fix.
+    `nonfinite` lets NaN and Infinity through as floats, for a caller that judges each value itself (a
+    server's logprobs, where a NaN is the finding, not a malformed answer)."""
     try:
         value = json.loads(
             text.decode("utf-8") if isinstance(text, bytes) else text,
             parse_int=lambda s: int(_number(s)),
-            parse_float=_float,
-            parse_constant=_constant,
+            parse_float=(lambda s: float(_number(s))) if nonfinite else _float,
+            parse_constant=float if nonfinite else _constant,
         )
     except _Refused as exc:
         raise ValueError(f"JSON with {exc}") from None

@@ -92,7 +92,7 @@ def check_output(value: str, *, checkout: Path, inputs: Sequence[Path]) -> Path:
 
 def _check_output(value: str, *, checkout: Path, inputs: Sequence[Path]) -> Path:
     if not value.strip():
-        raise BadInput("--out is empty; fix: name a new directory, e.g. --out build/render")
+        raise BadInput("--out-dir is empty; fix: name a new directory, e.g. --out-dir build/render")
     out = Path(value)
     if out.is_symlink():
         raise BadInput(f"{out} is a symlink; fix: pass the directory it points to, or a new path")
@@ -100,7 +100,7 @@ def _check_output(value: str, *, checkout: Path, inputs: Sequence[Path]) -> Path
     if _within(checkout, path):
         raise BadInput(
             f"{out} is the checkout or a directory above it; fix: write to a new directory, "
-            "e.g. --out build/render"
+            "e.g. --out-dir build/render"
         )
     for source in inputs:
         if _overlaps(path, source):

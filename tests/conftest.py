@@ -235,7 +235,7 @@ DEEPEP_WHEEL = "deep_ep-2.0.0+local-cp312-cp312-linux_x86_64.whl"
 
 
 def deepep_manifest(**changes: Any) -> DeepepManifest:
-    """A deep_ep source manifest as `epstack deepep build` writes it, with `changes`."""
+    """A deep_ep source manifest as `epstack image deepep-build` writes it, with `changes`."""
     built = DeepepManifest(
         repo="https://github.com/deepseek-ai/DeepEP.git",
         commit="d" * 40,

@@ -16,7 +16,7 @@ from tests.conftest import PINS, REPO, pins_variant, venv_tool
 
 def test_pins_check_ok(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["pins", "check", "--pins", str(PINS)]) == 0
-    err = capsys.readouterr().err
+    err = capsys.readouterr().out
     assert "ok (4 targets, default hopper-ib)" in err
 
 
@@ -51,14 +51,14 @@ def test_pins_json_validates_against_schema(tmp_path: Path, capsys: pytest.Captu
 
 
 def test_unknown_build_target_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["build", "hopper-roce", "--out", str(tmp_path / "out")]) == 2
+    assert main(["build", "hopper-roce", "--out-dir", str(tmp_path / "out")]) == 2
     assert "fix: use one of hopper-efa" in capsys.readouterr().err
 
 
 def test_build_without_engine_says_how_to_start_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["build", "--pins", str(PINS), "--out", str(tmp_path / "out")]) == 3
+    assert main(["build", "--pins", str(PINS), "--out-dir", str(tmp_path / "out")]) == 3
     assert "scripts/dev/docker-engine.sh start" in capsys.readouterr().err
 
 

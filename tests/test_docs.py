@@ -63,6 +63,25 @@ def test_the_readme_is_short_and_every_page_it_links_exists() -> None:
     assert links and not missing, missing
 
 
+def test_the_readmes_commands_table_is_the_parsers() -> None:
+    text = (REPO / "README.md").read_text()
+    assert clireference.readme(text) == text, "the commands changed: run `make reference`, commit README.md"
+    assert "| `epstack pins check|get|predict|bump|outdated|lock` |" in text.replace("\\|", "|")
+
+
+def test_a_new_command_changes_the_readmes_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    register = jit.register
+
+    def with_one_more(subparsers: object) -> None:
+        register(subparsers)  # type: ignore[arg-type]
+        group = next(a for a in subparsers.choices["jit"]._actions if a.choices)  # type: ignore[attr-defined]
+        group.add_parser("brand-new", help="a command the table does not have")
+
+    monkeypatch.setattr(jit, "register", with_one_more)
+    text = (REPO / "README.md").read_text()
+    assert "jit probe\\|export\\|layer\\|brand-new`" in clireference.readme(text)
+
+
 @pytest.mark.parametrize("name", sorted(clireference.PAGES))
 def test_each_reference_page_is_the_codes_own(name: str) -> None:
     assert (REPO / "docs" / "reference" / name).read_text() == clireference.PAGES[name](), (

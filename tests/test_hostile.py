@@ -184,7 +184,7 @@ def test_any_smoke_numbers_are_checked_before_work(
     from epstack.smoke import preflight  # noqa: PLC0415 (the module is patched per example)
 
     monkeypatch.setattr(preflight, "PROBE", (sys.executable, "-c", 'print(\'{"python": "stub"}\')'))
-    argv = ["smoke", "elastic", f"--timeout={timeout}", f"--nproc-per-node={nproc}", f"--master-port={port}"]
+    argv = ["smoke", "elastic", f"--timeout={timeout}", f"--gpus-per-node={nproc}", f"--master-port={port}"]
     code, _ = run(argv, capsys)
     assert code in (2, 3)  # 3: the stub preflight (no torch); nothing else can start
 
@@ -195,7 +195,7 @@ def test_any_source_date_epoch(
 ) -> None:
     assume("\0" not in epoch)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)
-    code, _ = run(["render", "--pins", "pins.env", "--out", "out"], capsys)
+    code, _ = run(["render", "--pins", "pins.env", "--out-dir", "out"], capsys)
     assert code in (0, 2)
     shutil.rmtree("out", ignore_errors=True)
 
@@ -303,28 +303,33 @@ NAMED = [
     ),
     Case(
         name="build --report is a directory",
-        argv=["build", "--pins", str(PINS), "--out", "out", "--report", "{dir}"],
+        argv=["build", "--pins", str(PINS), "--out-dir", "out", "--report", "{dir}"],
         code=2,
         says="is a directory",
     ),
     Case(
         name="run-local --out is /",
-        argv=["codebuild", "run-local", str(REPO / "buildspecs" / "build.yml"), "--out", "/"],
+        argv=["codebuild", "run-local", str(REPO / "buildspecs" / "build.yml"), "--out-dir", "/"],
         code=2,
         says="the checkout or a directory above it",
     ),
-    Case(name="--out is /dev/null", argv=["render", "--out", "/dev/null"], code=2, says="not a directory"),
-    Case(name="--out is empty", argv=["render", "--out", ""], code=2, says="--out is empty"),
+    Case(
+        name="--out-dir is /dev/null",
+        argv=["render", "--out-dir", "/dev/null"],
+        code=2,
+        says="not a directory",
+    ),
+    Case(name="--out-dir is empty", argv=["render", "--out-dir", ""], code=2, says="--out-dir is empty"),
     Case(
         name="SOURCE_DATE_EPOCH garbage",
-        argv=["render", "--out", "out"],
+        argv=["render", "--out-dir", "out"],
         env={"SOURCE_DATE_EPOCH": "1e9"},
         code=2,
         says="SOURCE_DATE_EPOCH",
     ),
     Case(
         name="SOURCE_DATE_EPOCH past year 9999",
-        argv=["render", "--out", "out"],
+        argv=["render", "--out-dir", "out"],
         env={"SOURCE_DATE_EPOCH": "99999999999999"},
         code=2,
     ),
@@ -347,7 +352,7 @@ NAMED = [
         env={"RANK": "zero", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
         code=2,
     ),
-    Case(name="nccl check nothing", argv=["nccl", "check", "--pins", str(PINS)], code=2),
+    Case(name="nccl check nothing", argv=["image", "nccl-check", "--pins", str(PINS)], code=2),
 ]
 
 
@@ -399,7 +404,7 @@ def test_sigterm_is_130_as_a_real_process() -> None:
     ("argv", "code"),
     [
         (["pins", "check", "--pins", "/dev/zero"], 2),
-        (["render", "--out", "/"], 2),
+        (["render", "--out-dir", "/"], 2),
         (["smoke", "elastic", "--iters", "0"], 2),
         (["guard", "--layer", "nope"], 2),
         (["pins", "check", "--pins", str(PINS)], 0),

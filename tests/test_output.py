@@ -48,7 +48,7 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 REFUSED = [
     ("the checkout", ".", "is the checkout or a directory above it"),
-    ("an empty --out", "", "--out is empty"),
+    ("an empty --out-dir", "", "--out-dir is empty"),
     ("above the checkout", "..", "is the checkout or a directory above it"),
     ("the root", "/", "is the checkout or a directory above it"),
     ("the templates", "images", "an input of epstack"),
@@ -68,7 +68,7 @@ def test_refused_outputs_change_nothing(
     if case == "a device file":  # a copy of /dev/null beside the checkout: a regression replaces only it
         device(checkout.parent, "null", 3)
     before = tree_digest(checkout)
-    assert main(["render", "--pins", "pins.env", "--out", out]) == 2, case
+    assert main(["render", "--pins", "pins.env", "--out-dir", out]) == 2, case
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err and "fix:" in err
     assert tree_digest(checkout) == before
@@ -80,7 +80,7 @@ def test_a_directory_of_the_users_files_is_refused(
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
-    assert main(["render", "--pins", str(PINS), "--out", str(mine)]) == 2
+    assert main(["render", "--pins", str(PINS), "--out-dir", str(mine)]) == 2
     assert "non-empty directory epstack did not make" in capsys.readouterr().err
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
 
@@ -89,13 +89,13 @@ def test_an_existing_file_and_a_symlink_are_refused(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     (tmp_path / "target").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "target")
-    assert main(["render", "--pins", str(PINS), "--out", str(tmp_path / "file")]) == 2
-    assert main(["render", "--pins", str(PINS), "--out", str(tmp_path / "link")]) == 2
+    assert main(["render", "--pins", str(PINS), "--out-dir", str(tmp_path / "file")]) == 2
+    assert main(["render", "--pins", str(PINS), "--out-dir", str(tmp_path / "link")]) == 2
     assert (tmp_path / "file").read_text() == "x" and not any((tmp_path / "target").iterdir())
 
 
 def test_an_unwritable_place_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["render", "--pins", str(PINS), "--out", "/proc/epstack-out"]) == 2
+    assert main(["render", "--pins", str(PINS), "--out-dir", "/proc/epstack-out"]) == 2
     err = capsys.readouterr().err
     assert "cannot write there" in err and "Traceback" not in err
 
@@ -103,11 +103,13 @@ def test_an_unwritable_place_is_bad_input(capsys: pytest.CaptureFixture[str]) ->
 def test_an_empty_directory_is_used_and_then_replaced(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    assert main(["render", "--pins", str(PINS), "--out", str(out)]) == 0
+    assert main(["render", "--pins", str(PINS), "--out-dir", str(out)]) == 0
     assert (out / MARKER).is_file() and (out / "docker-bake.json").is_file()
     (out / "docker-bake.json").unlink()  # what epstack wrote may go (test_output_ownership: nothing may come)
     assert (
-        main(["render", "--pins", str(pins_variant(tmp_path, SGLANG_VERSION="0.5.22")), "--out", str(out)])
+        main(
+            ["render", "--pins", str(pins_variant(tmp_path, SGLANG_VERSION="0.5.22")), "--out-dir", str(out)]
+        )
         == 0
     )
     assert (out / "docker-bake.json").is_file(), "the whole directory is replaced"
@@ -119,7 +121,7 @@ def test_permissions_are_ordinary(tmp_path: Path) -> None:
     out = tmp_path / "out"
     old = os.umask(0o022)
     try:
-        assert main(["render", "--pins", str(PINS), "--out", str(out)]) == 0
+        assert main(["render", "--pins", str(PINS), "--out-dir", str(out)]) == 0
     finally:
         os.umask(old)
     assert out.stat().st_mode & 0o777 == 0o755
@@ -128,7 +130,7 @@ def test_permissions_are_ordinary(tmp_path: Path) -> None:
 
 
 def _render(pins: Path, out: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "epstack", "render", "--pins", str(pins), "--out", str(out)]
+    command = [sys.executable, "-m", "epstack", "render", "--pins", str(pins), "--out-dir", str(out)]
     return subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -207,7 +209,9 @@ def test_a_new_path_is_allowed_as_its_absolute_path(
 
 @pytest.mark.parametrize("value", ["", "   "])
 def test_an_empty_out(repo: Path, value: str) -> None:
-    assert refusal(value, repo) == "--out is empty; fix: name a new directory, e.g. --out build/render"
+    assert (
+        refusal(value, repo) == "--out-dir is empty; fix: name a new directory, e.g. --out-dir build/render"
+    )
 
 
 def test_a_symlink_out_even_to_a_new_directory(repo: Path, tmp_path: Path) -> None:
@@ -222,7 +226,7 @@ def test_the_checkout_and_above(repo: Path, tmp_path: Path, spelling: str) -> No
     out = tmp_path / spelling if spelling != "/" else Path("/")
     assert refusal(out, repo) == (
         f"{out} is the checkout or a directory above it; "
-        "fix: write to a new directory, e.g. --out build/render"
+        "fix: write to a new directory, e.g. --out-dir build/render"
     )
 
 

@@ -29,7 +29,7 @@ from epstack.smoke.__main__ import main as smoke_main
 from tests.conftest import PINS
 
 OTHER_UID = 65534  # nobody: a user that is not the one running the tests
-SMOKE = ["elastic", "--nproc-per-node", "2", "--timeout", "20"]
+SMOKE = ["elastic", "--gpus-per-node", "2", "--timeout", "20"]
 
 
 def state(root: Path) -> list[tuple[str, int, int, bytes]]:
@@ -58,7 +58,7 @@ def others(root: Path, files: dict[str, str], mode: int = 0o755) -> Path:
 
 
 def render(out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    code = main(["render", "--pins", str(PINS), "--out", str(out)])
+    code = main(["render", "--pins", str(PINS), "--out-dir", str(out)])
     return code, capsys.readouterr().err
 
 
@@ -260,10 +260,11 @@ CLUSTER_RENDER = "cluster render --job elastic-smoke --nodes 2 --gpus-per-node 8
 COMMANDS = {
     "guard --json": "guard --pins {pins} --json {out}",
     "doctor --json": "doctor --pins {pins} --json {out}",
-    "sbom --out": "sbom --layer base --pins {pins} --out {out}",
+    "image sbom --out": "image sbom --layer base --pins {pins} --out {out}",
     "cluster render --out": f"{CLUSTER_RENDER} --platform k8s --image {IMAGE} --out {{out}}",
-    "cluster pull --out": f"cluster pull --platform slurm --image {IMAGE} --pins {{pins}} --out {{out}}",
-    "build --report": "build --pins {pins} --out {tmp}/render --report {out}",
+    "cluster prepull --out": f"cluster prepull --platform slurm --image {IMAGE} --pins {{pins}} "
+    "--out {out}",
+    "build --report": "build --pins {pins} --out-dir {tmp}/render --report {out}",
 }
 
 
@@ -297,7 +298,7 @@ def test_publish_writes_over_neither_its_report_nor_its_pins(
 ) -> None:
     report = tmp_path / name
     report.write_text("the build report")
-    argv = ["publish", "push", str(report), "--registry", "127.0.0.1:5000", "--out", str(tmp_path)]
+    argv = ["publish", "push", str(report), "--registry", "127.0.0.1:5000", "--out-dir", str(tmp_path)]
     assert main([*argv, "--pins", str(PINS)]) == BAD_INPUT
     assert "which this command reads" in capsys.readouterr().err and report.read_text() == "the build report"
 
@@ -305,7 +306,16 @@ def test_publish_writes_over_neither_its_report_nor_its_pins(
 def test_publish_pull_writes_not_over_its_pins(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pins = tmp_path / "image.env"
     shutil.copy(PINS, pins)
-    argv = ["publish", "pull", "--registry", "127.0.0.1:5000", "--pins", str(pins), "--out", str(tmp_path)]
+    argv = [
+        "publish",
+        "pull",
+        "--registry",
+        "127.0.0.1:5000",
+        "--pins",
+        str(pins),
+        "--out-dir",
+        str(tmp_path),
+    ]
     assert main(argv) == BAD_INPUT
     assert "which this command reads" in capsys.readouterr().err and pins.read_bytes() == PINS.read_bytes()
 

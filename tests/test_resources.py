@@ -49,7 +49,7 @@ def test_an_installed_wheel_renders_the_golden_dockerfiles(tmp_path: Path) -> No
     assert Path(where.strip()).is_relative_to(site)
 
     out = tmp_path / "out"
-    _run(venv / "bin" / "epstack", "render", "--pins", PINS, "--locks", REPO / "locks", "--out", out,
+    _run(venv / "bin" / "epstack", "render", "--pins", PINS, "--locks", REPO / "locks", "--out-dir", out,
          cwd=tmp_path, env=env)  # fmt: skip
     goldens = sorted(GOLDEN.glob("*/*.Dockerfile"))
     assert len(goldens) == 8, "two targets x base, deepep, sglang, vllm"

@@ -76,7 +76,9 @@ def test_a_jit_export_manifest_out_of_bounds_is_one_line_exit_2(
     text: str, problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     archive, digest = jit_export(tmp_path, text)
-    code = main(["jit", "unpack", str(archive), "--sha256", digest, "--into", str(tmp_path / "kernels")])
+    code = main(
+        ["image", "jit-unpack", str(archive), "--sha256", digest, "--into", str(tmp_path / "kernels")]
+    )
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert code == BAD_INPUT and line.startswith(f"error: {archive}:manifest.json: {problem}"), line
     assert not (tmp_path / "kernels").exists()

@@ -35,7 +35,7 @@ class Phase:
 PHASES = (
     Phase(name="install", run=install.install,
           does="NCCL: the ferried pinned wheel ($FERRY/nccl) over the host's pip NCCL, else built from "
-               "source over it; then DeepEP with `epstack deepep build`; skipped when present"),
+               "source over it; then DeepEP with `epstack image deepep-build`; skipped when present"),
     Phase(name="first-request", run=jit.first_request,
           does="the first request's JIT toolchains (smoke, `jit probe --layer all`) in the image's "
                "CUDA_HOME, caches empty, mapped libraries recorded"),

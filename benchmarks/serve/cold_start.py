@@ -7,7 +7,7 @@ same flags (issue: "A cold serving pod answers in seconds"), on a GPU host with 
 
 The run: `epstack smoke serve --profile tiny --no-sweep --no-compare` with every cache empty; then
 `epstack jit export` of what it compiled (every toolchain of epstack.jit.registry.EXPORTED: DeepEP's
-kernels, DeepGEMM's, SGLang's own, Triton's), unpacked as the kernels layer does (`epstack jit unpack`,
+kernels, DeepGEMM's, SGLang's own, Triton's), unpacked as the kernels layer does (`epstack image jit-unpack`,
 read-only under $EPSTACK_HOME/jit) and copied by the entrypoint's own scripts/image/jit-caches.sh into
 new, empty caches; the same serve smoke again. Every start's TRITON_CACHE_DIR is one path, TRITON (a
 link to that start's own folder), as the image's is: Triton's group files name their files by absolute
@@ -205,7 +205,7 @@ def run() -> None:
             if made.returncode != 0:
                 continue
             sha256 = out.with_name(f"{out.name}.sha256").read_text().split()[0]
-            step(log, f"unpack {toolchain}", sys.executable, "-m", "epstack", "jit", "unpack", str(out),
+            step(log, f"unpack {toolchain}", sys.executable, "-m", "epstack", "image", "jit-unpack", str(out),
                  "--sha256", sha256, "--into", str(home / "jit" / folder), env=empty)  # fmt: skip
             result["exports"][toolchain] = {"bytes": out.stat().st_size, "sha256": sha256}
         shipping = empty | {"EPSTACK_HOME": str(home), "EPSTACK_REPORTS": str(WORK / "reports"),

@@ -1,10 +1,10 @@
 """Triton's serve-time kernels shipped as a GPU export (epstack.jit.tritonserve), end to end on a GPU
 host, at the image's paths: two Triton kernels (the JIT probe's, at two block sizes) compiled into an
 empty $TRITON_CACHE_DIR (the image's, /var/cache/epstack-jit/triton), `epstack jit export --toolchain
-triton-kernels`, the cache emptied, `epstack jit unpack` by sha256 into the image's shipped folder, the
-entrypoint's copy (`epstack jit install`), the guard's row, then the same kernels in a new process: their
-first calls and what Triton compiled again. Last, the export unpacked where TRITON_CACHE_DIR names
-another folder: refused.
+triton-kernels`, the cache emptied, `epstack image jit-unpack` by sha256 into the image's shipped
+folder, the entrypoint's copy (`epstack image jit-install`), the guard's row, then the same kernels in
+a new process: their first calls and what Triton compiled again. Last, the export unpacked where
+TRITON_CACHE_DIR names another folder: refused.
 
     python -m benchmarks.serve.triton_roundtrip            # on a GPU host, as root; JSON to $OUT
 
@@ -79,13 +79,13 @@ def run() -> dict[str, Any]:
     sha256 = EXPORT.with_name(f"{EXPORT.name}.sha256").read_text().split()[0] if EXPORT.is_file() else ""
     elsewhere = {**env, "TRITON_CACHE_DIR": "/tmp/triton-roundtrip/other"}
     result["unpack_other_folder"] = step(
-        [*epstack, "jit", "unpack", str(EXPORT), "--sha256", sha256], elsewhere
+        [*epstack, "image", "jit-unpack", str(EXPORT), "--sha256", sha256], elsewhere
     )
     shutil.rmtree(tritonserve.SHIPPED, ignore_errors=True)  # were it not refused
     shutil.rmtree(CACHE)
     CACHE.mkdir()
-    result["unpack"] = step([*epstack, "jit", "unpack", str(EXPORT), "--sha256", sha256], env)
-    result["install"] = step([*epstack, "jit", "install"], env)
+    result["unpack"] = step([*epstack, "image", "jit-unpack", str(EXPORT), "--sha256", sha256], env)
+    result["install"] = step([*epstack, "image", "jit-install"], env)
     rows = tritonserve.guard_rows(env, ["9.0a"])
     result["guard_rows"] = [{"verdict": r.verdict, "found": r.found, "detail": r.detail} for r in rows]
     result["shipped_run"] = step(child, env)

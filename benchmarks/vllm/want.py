@@ -29,7 +29,7 @@ LAZY = {
 
 def wanted() -> list[str]:
     vllm, sglang = read_lock(LOCKS, "vllm"), read_lock(LOCKS, "sglang")
-    assert vllm is not None and sglang is not None, "epstack lock writes both"
+    assert vllm is not None and sglang is not None, "epstack pins lock writes both"
     shared = {p.pin for p in sglang.resolution.packages}
     return [p.pin for p in vllm.resolution.packages if p.pin not in shared and p.name not in LAZY]
 

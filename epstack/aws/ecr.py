@@ -128,7 +128,7 @@ class Ecr:
             ),
         )
         if not found.get("images"):
-            raise BadInput(f"{source}: no such image; fix: check the tag (epstack ecr digest {source})")
+            raise BadInput(f"{source}: no such image; fix: check the tag (epstack publish digest {source})")
         image = found["images"][0]
         digest = str(image["imageId"]["imageDigest"])
         existing = self.digest(destination)
@@ -235,7 +235,10 @@ def login(
         return
     match = ECR_HOST.match(host)
     if not match:
-        raise BadInput(f"{registry}: not an ECR registry; fix: ACCOUNT.dkr.ecr.REGION.amazonaws.com")
+        raise BadInput(
+            f"{registry}: not an ECR registry, whose login epstack does; fix: docker login {host} (publish "
+            "pushes to any registry with the credentials Docker has for it)"
+        )
     client = ecr or Ecr(client=ecr_client(match["region"]), backoff=Backoff(log=log))
     docker_login(f"https://{host}", "AWS", client.login_password(match["account"]))
     log(f"logged in to {host}")

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from epstack.aws.batchspec import RENDER
 from epstack.aws.buildspec import (
     Document,
     Finding,
@@ -249,7 +250,7 @@ def _batch_targets(document: Document, data: dict[str, Any], pins: Pins) -> Iter
             document,
             ("batch",),
             f"the batch leaves out {', '.join(missing)} of pins.env's targets; "
-            f"fix: epstack codebuild batchspec > {document.path}",
+            f"fix: {RENDER} > {document.path}",
             "epstack",
         )
 

@@ -34,7 +34,7 @@ from epstack.httpclient import is_loopback
 from epstack.image.build import BUILD_REPORT
 from epstack.image.buildmanifest import BUILD_MANIFEST, BuildManifest, ManifestImage
 from epstack.image.engine import DockerEngine
-from epstack.image.registry import ECR_HOST, LoopbackRegistry, Registry, split_registry
+from epstack.image.registry import ECR_HOST, DockerRegistry, LoopbackRegistry, Registry, split_registry
 from epstack.image.render import source_revision
 from epstack.image.standin import STANDIN_LABEL
 from epstack.layers import LAYER_NAMES
@@ -57,16 +57,14 @@ class LabelledImage:
     standin: bool
 
 
-def registry_for(host: str) -> Registry:
-    """The backend for a registry host: ECR (boto3) or loopback; anything else is refused."""
+def registry_for(host: str, engine: DockerEngine) -> Registry:
+    """The backend for a registry host: ECR (boto3), loopback (its HTTP API), or any other registry
+    the Docker credentials reach (`docker manifest inspect`)."""
     if is_loopback(host):
         return LoopbackRegistry(host=host)
     if ECR_HOST.match(host):
         return EcrRegistry.for_host(host)
-    raise BadInput(
-        f"{host}: epstack pushes to Amazon ECR (ACCOUNT.dkr.ecr.REGION.amazonaws.com) or a loopback "
-        "registry (127.0.0.1:PORT); fix: use one of those"
-    )
+    return DockerRegistry(host=host, cli=engine.cli)
 
 
 def read_build_report(path: Path) -> tuple[str, list[str]]:
@@ -185,7 +183,7 @@ def publish(
             raise BadInput(
                 f"{image.tag}: not built from {pins_file} (pins hash {expected}); fix: publish with its pins"
             )
-    backend = registry_for(host)  # an unknown host is refused before minutes of guards
+    backend = registry_for(host, engine)
     results = {image.tag: guard_image(engine, image, console) for image in images}
     write_file(out / "guard-junit.xml", junit(results), what="the JUnit report")
     failed = [tag for tag, rows in results.items() if any(r.failed for r in rows)]
@@ -235,7 +233,7 @@ def pull(*, registry: str, image: str, out: Path, engine: DockerEngine, console:
     host, namespace = split_registry(registry)
     repository, _, tag = image.rpartition(":")
     remote = f"{namespace}/{repository}" if namespace else repository
-    digest = registry_for(host).digest(remote, tag)
+    digest = registry_for(host, engine).digest(remote, tag)
     if digest is None:
         raise BadInput(f"{host}/{remote}:{tag}: no such tag in the registry; fix: publish it first")
     ref = f"{host}/{remote}@{digest}"

@@ -2,7 +2,7 @@
 
 The pins file is rewritten in memory (pins.file.rewrite: every comment and line kept) into a staging
 folder beside it (epstack.journal.staging), with a copy of the locks; there every pins rule runs,
-`epstack lock`'s relock resolves only the locks the change makes stale (the others stay
+`epstack pins lock`'s relock resolves only the locks the change makes stale (the others stay
 byte-identical), `pins predict` asks whether a plain install of SGLang would move a base pin, and the
 build context is rendered. Only a bump that passes all of it is applied: the locks and the pins file
 replaced as one commit (epstack.journal.commit), so a kill at any moment leaves the old pins and locks

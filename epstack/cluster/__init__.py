@@ -17,6 +17,6 @@ One concept a module:
   slurm     sbatch scripts (pyxis/enroot; a serve job's smoke as a step on node 0) and enroot imports
   yamltext  a small deterministic YAML writer for the manifests
 The serve plan and a node's SGLang command come from the serve smoke (epstack.smoke.serving).
-(epstack.commands.cluster parses `cluster render`, `cluster pull` and `cluster metrics` and writes what
+(epstack.commands.cluster parses `cluster render`, `cluster prepull` and `cluster metrics` and writes what
 these return; epstack.metrics turns a report into OpenMetrics text.)
 """

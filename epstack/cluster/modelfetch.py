@@ -45,7 +45,7 @@ FETCH_SCRIPT = _ONCE.format(
 )
 # $1 the generated model's folder, $2 its seed.
 WRITE_SCRIPT = _ONCE.format(
-    what="$1 (seed $2)", step=f'{imagepaths.COMMAND} smoke tiny-model --out "$1" --seed "$2"'
+    what="$1 (seed $2)", step=f'{imagepaths.COMMAND} smoke tiny-model --out-dir "$1" --seed "$2"'
 )
 WAIT_SCRIPT = 'until [ -e "$1" ]; do echo "epstack: waiting for the model fetch ($1)"; sleep 30; done'
 SHARED_KINDS = ("shared", "pvc", "host")

@@ -59,7 +59,7 @@ def transfer_engine(locks: Path) -> str:
         f"--disaggregation: SGLang's prefill and decode servers move the KV cache through a transfer "
         f"engine, and {path} pins none ({TRANSFER_ENGINES['mooncake'][0]} or {TRANSFER_ENGINES['nixl'][0]}); "
         "fix: pass the --locks of an image whose sglang layer carries one (NIXL_VERSION in pins.env, then "
-        "epstack lock; docs/guides/clusters.md#prefill-and-decode-roles), or drop --disaggregation"
+        "epstack pins lock; docs/guides/clusters.md#prefill-and-decode-roles), or drop --disaggregation"
     )
 
 

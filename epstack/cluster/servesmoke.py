@@ -84,7 +84,7 @@ def command(job: Job, *, host: str, port: int | None = None, server_log: str | N
     args += ["--profile", plan.profile.name]
     args += ["--model-path", plan.model_path, "--a2a", plan.a2a]
     # The endpoint's TP = EP size, for the report; the smoke itself runs on no GPU.
-    args += ["--gpus", str(plan.world), "--no-sweep", "--health-timeout", str(health_timeout_s(job))]
+    args += ["--gpus-per-node", str(plan.world), "--no-sweep", "--health-timeout", str(health_timeout_s(job))]
     args += ["--json", report(job)]
     if server_log is not None:
         args += ["--server-log", server_log]

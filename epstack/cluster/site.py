@@ -35,7 +35,7 @@ STORAGE_KINDS: tuple[StorageKind, ...] = ("host", "pvc", "shared", "ephemeral")
 MODEL_MOUNT = "/models"  # HF_HOME: hub ids download here once; --model-path may name a directory here
 CACHE_MOUNT = str(imagepaths.JIT_CACHES)
 RESULTS_MOUNT = "/var/lib/epstack/results"
-# Node directories used unless told otherwise (beside `cluster pull`'s /var/tmp/epstack images).
+# Node directories used unless told otherwise (beside `cluster prepull`'s /var/tmp/epstack images).
 HOST_ROOT = "/var/tmp/epstack"
 # Each JIT toolchain's cache variable and its folder under the cache mount (the names the guard's JIT
 # probe uses): DeepEP, Triton, FlashInfer, DeepGEMM (SGLang sets DG_JIT_CACHE_DIR from

@@ -1,7 +1,7 @@
 """Slurm: an sbatch script running a Job in its image through pyxis/enroot, and the enroot pre-pull.
 
 The image goes to `srun --container-image` by digest (enroot >= 4.0 reads REPOSITORY[:TAG]@DIGEST),
-or as the squashfs file `cluster pull` imported, whose name carries the digest. The elastic smoke
+or as the squashfs file `cluster prepull` imported, whose name carries the digest. The elastic smoke
 runs one task per GPU (the launcher reads srun's SLURM_* variables); SGLang one task per node (it
 starts a process per GPU itself), with its node rank expanded inside the task. MASTER_ADDR is the
 first host of the job's node list. Every script passes `bash -n` and shellcheck in the tests.
@@ -29,12 +29,12 @@ from epstack.errors import BadInput
 from epstack.fabric import RDMA_DEVICE_DIR
 from epstack.smoke import launchenv as V
 
-# Where `cluster pull` imports images on each node unless told otherwise.
+# Where `cluster prepull` imports images on each node unless told otherwise.
 DEFAULT_SQUASHFS_DIR = "/var/tmp/epstack"
 
 
 def squashfs_path(directory: str, image: ImageRef) -> str:
-    """Where `cluster pull --target slurm` puts the image, and where render looks for it."""
+    """Where `cluster prepull --target slurm` puts the image, and where render looks for it."""
     return str(PurePosixPath(directory) / f"epstack-{image.short}.sqsh")
 
 

@@ -1,4 +1,4 @@
-"""`epstack codebuild lint|run-local|start|batchspec` and `epstack ecr login|digest|promote`."""
+"""`epstack codebuild lint|run-local|start|batchspec` and `epstack publish login|digest|promote` (ECR)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import argparse
 from rich.console import Console
 from rich.markup import escape
 
-from epstack.aws.batchspec import render_batchspec
+from epstack.aws.batchspec import command, fleet_arn, render_batchspec
 from epstack.aws.buildspec import load_buildspec
 from epstack.aws.checkout import pins_sha256, revision, source_root
 from epstack.aws.clients import Backoff, codebuild_client, logs_client
 from epstack.aws.codebuild import StartRequest, Watch, check_privileged, start
 from epstack.aws.ecr import ecr_for, login, parse_ecr_image
 from epstack.aws.lint import LintFailed, lint, lint_or_raise, rules_for
+from epstack.aws.publish import registry_for
 from epstack.aws.runner import (
     DEFAULT_TIMEOUT,
     loopback_registry,
@@ -22,9 +23,10 @@ from epstack.aws.runner import (
     run_local,
 )
 from epstack.aws.secrets import aws_secrets
-from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, rename, seconds
+from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, rename, results_console, seconds
 from epstack.errors import BadInput
 from epstack.image.engine import DockerEngine
+from epstack.image.registry import ECR_HOST
 from epstack.inputs import read_text
 from epstack.output import check_output
 from epstack.pins.load import load_pins
@@ -33,6 +35,7 @@ from epstack.pins.load import load_pins
 def cmd_lint(args: argparse.Namespace, console: Console) -> int:
     source = (args.source or source_root(args.files[0])).resolve()
     findings = lint(args.files, lambda: load_pins(pins_path(args.pins)), source=source, rules=args.rules)
+    console = results_console(console)  # the findings, or that there are none
     for finding in findings:
         console.print(f"[red]{escape(str(finding))}[/]")
     if findings:
@@ -66,6 +69,7 @@ def cmd_run_local(args: argparse.Namespace, console: Console) -> int:
         echo=lambda line: console.print(escape(line), highlight=False, soft_wrap=True),
         timeout=args.timeout,
     )
+    console = results_console(console)  # how each phase ended, what it exported
     for phase in result.phases:
         style = {"SUCCEEDED": "green", "FAILED": "red"}.get(phase.status, "yellow")
         where = f" at {args.file}:{phase.failed_line}: {phase.failed_command}" if phase.failed_command else ""
@@ -96,7 +100,7 @@ def cmd_start(args: argparse.Namespace, console: Console) -> int:
         check_privileged(client, args.project, backoff)
     build_id = start(client, request, backoff)
     what = f"target {request.target}" if request.target else f"batch over {', '.join(pins.targets)}"
-    console.print(
+    results_console(console).print(
         f"started {build_id} ({what}, source {commit[:12]}, token {request.idempotency_token()[:12]})"
     )
     if not args.watch:
@@ -113,16 +117,23 @@ def cmd_start(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_batchspec(args: argparse.Namespace, console: Console) -> int:
-    text = render_batchspec(load_pins(pins_path(args.pins)))
+    text = render_batchspec(load_pins(pins_path(args.pins)), smoke_fleet=args.smoke_fleet)
     if args.compare:
         if read_text(args.compare, what="a batch buildspec") != text:
             raise LintFailed(
-                f"{args.compare} differs from pins.env; fix: epstack codebuild batchspec > {args.compare}"
+                f"{args.compare} differs from pins.env; fix: {command(args.smoke_fleet)} > {args.compare}"
             )
-        console.print(f"[green]{escape(str(args.compare))} matches pins.env[/]")
+        results_console(console).print(f"[green]{escape(str(args.compare))} matches pins.env[/]")
         return 0
     print(text, end="")
     return 0
+
+
+def _fleet(text: str) -> str:
+    try:
+        return fleet_arn(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
 def cmd_ecr_login(args: argparse.Namespace, console: Console) -> int:
@@ -133,11 +144,27 @@ def cmd_ecr_login(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _other_registry(image: str) -> tuple[str, str, str] | None:
+    """(host, repository, tag) of an image in a registry other than ECR, else None."""
+    host, slash, rest = image.partition("/")
+    if not slash or not ("." in host or ":" in host or host == "localhost") or ECR_HOST.match(host):
+        return None
+    repository, colon, tag = rest.rpartition(":")
+    if not colon or not repository or "/" in tag:
+        raise BadInput(f"{image}: no tag; fix: HOST/REPOSITORY:TAG")
+    return host, repository, tag
+
+
 def cmd_ecr_digest(args: argparse.Namespace, console: Console) -> int:
-    image = parse_ecr_image(args.image)
-    digest = ecr_for(image, Backoff(log=console.print)).digest(image)
+    other = _other_registry(args.image)
+    if other:
+        host, repository, tag = other
+        digest = registry_for(host, DockerEngine.find()).digest(repository, tag)
+    else:
+        image = parse_ecr_image(args.image)
+        digest = ecr_for(image, Backoff(log=console.print)).digest(image)
     if digest is None:
-        raise BadInput(f"{args.image}: no such tag; fix: check the tag (aws ecr list-images)")
+        raise BadInput(f"{args.image}: no such tag; fix: check the tag")
     print(digest)
     return 0
 
@@ -149,7 +176,7 @@ def cmd_ecr_promote(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(subparsers: SubParsers) -> None:
-    """Add `codebuild` and `ecr` to the top-level subcommands."""
+    """Add `codebuild` to the top-level subcommands."""
     codebuild = subparsers.add_parser("codebuild", help="lint, run locally, start and watch CodeBuild builds")
     commands = codebuild.add_subparsers(dest="codebuild_command", required=True, metavar="SUBCOMMAND")
 
@@ -187,8 +214,13 @@ def register(subparsers: SubParsers) -> None:
     )
     run.add_argument("--source", type=path_arg, help="source directory (default: the buildspec's git root)")
     run.add_argument(
-        "--out", type=path_arg, help="run.json, build.log, artifacts/ (default SOURCE/build/codebuild-local)"
+        "--out-dir",
+        dest="out",
+        metavar="DIR",
+        type=path_arg,
+        help="run.json, build.log, artifacts/ (default SOURCE/build/codebuild-local)",
     )
+    rename(run, "--out-dir", "--out")
     run.add_argument(
         "--timeout",
         type=seconds,
@@ -224,19 +256,39 @@ def register(subparsers: SubParsers) -> None:
         "--compare", type=path_arg, metavar="FILE", help="exit 1 unless FILE equals the rendering"
     )
     rename(batch, "--compare", "--check")
+    smoke = batch.add_mutually_exclusive_group(required=True)
+    smoke.add_argument(
+        "--smoke-fleet",
+        type=_fleet,
+        metavar="ARN",
+        help="each target's smoke after its build, on this reserved capacity fleet of Hopper or Blackwell "
+        "GPUs (CodeBuild's on-demand LINUX_GPU_CONTAINER has A10G or T4, which cannot run it)",
+    )
+    smoke.add_argument(
+        "--no-smoke",
+        dest="smoke_fleet",
+        action="store_const",
+        const=None,
+        help="builds only: no smoke tasks (no fleet of Hopper or Blackwell GPUs)",
+    )
     batch.set_defaults(func=cmd_batchspec)
 
-    ecr = subparsers.add_parser("ecr", help="Amazon ECR: login, digest of a tag, promote by manifest")
-    ecr_commands = ecr.add_subparsers(dest="ecr_command", required=True, metavar="SUBCOMMAND")
+
+def register_ecr(ecr_commands: SubParsers) -> None:
+    """Add `login`, `digest` and `promote` (Amazon ECR's API) to `epstack publish`'s commands."""
     login_parser = ecr_commands.add_parser(
-        "login", help="docker login to an ECR registry (GetAuthorizationToken)"
+        "login", help="docker login to an ECR registry (GetAuthorizationToken); others: docker login"
     )
     login_parser.add_argument(
         "registry", help="ACCOUNT.dkr.ecr.REGION.amazonaws.com[/NS] (loopback: nothing to do)"
     )
     login_parser.set_defaults(func=cmd_ecr_login)
-    digest = ecr_commands.add_parser("digest", help="print the digest a tag names")
-    digest.add_argument("image", metavar="IMAGE:TAG", help="an image in ECR by tag")
+    digest = ecr_commands.add_parser("digest", help="print the digest a tag names, in any registry")
+    digest.add_argument(
+        "image",
+        metavar="IMAGE:TAG",
+        help="an image by tag: in ECR (REPOSITORY:TAG or its URI) or HOST/REPO:TAG",
+    )
     digest.set_defaults(func=cmd_ecr_digest)
     promote = ecr_commands.add_parser("promote", help="point DST's tag at SRC's manifest (same digest)")
     promote.add_argument("source", metavar="SRC", help="IMAGE:TAG whose manifest to point at")

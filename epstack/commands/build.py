@@ -8,7 +8,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack.commands.common import LOCKS, PINS, SubParsers, non_negative_int, path_arg, pins_path
+from epstack.commands.common import (
+    LOCKS,
+    PINS,
+    SubParsers,
+    non_negative_int,
+    path_arg,
+    pins_path,
+    results_console,
+)
 from epstack.commands.render import add_render_arguments
 from epstack.errors import BadInput
 from epstack.image.build import COLD_BUILD_GB, build_target, ensure_disk, export_sboms, write_build_report
@@ -33,7 +41,7 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
     if plan.stale_locks:
         raise BadInput(
             f"{'; '.join(plan.stale_locks)}: an image would install other versions than {path} pins; "
-            "fix: epstack lock (then commit locks/)"
+            "fix: epstack pins lock (then commit locks/)"
         )
     write_plan(plan, out)
     console.print(f"rendered into {escape(str(out))}; building {escape(target)} ({escape(args.engine)})")
@@ -59,7 +67,7 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
         table.add_row(escape(image.ref), image.layer, f"[green]built[/] in {image.seconds:.0f} s, {size}")
     for ref, why in report.not_built.items():
         table.add_row(escape(ref), "", f"[yellow]not built[/]: {escape(why)}")
-    console.print(table)
+    results_console(console).print(table)
     return 0
 
 

@@ -1,7 +1,8 @@
 """The reference pages written from the code itself (never by hand): the command line from the argparse
 parsers (cli.md), every option name and its one meaning (options.md, from epstack.commands.meanings),
-the exit codes (exit-codes.md, from epstack.errors). `python -m epstack.commands.clireference
-docs/reference` writes them (`make reference`); tests/test_docs.py fails when a committed page differs."""
+the exit codes (exit-codes.md, from epstack.errors), and the README's commands table. `python -m
+epstack.commands.clireference docs/reference README.md` writes them (`make reference`);
+tests/test_docs.py fails when a committed page or the table differs."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from epstack.commands.common import FileOrBare, commands
-from epstack.commands.main import build_parser
+from epstack.commands.common import GLOBAL_FLAGS, FileOrBare, commands
+from epstack.commands.main import MOVED, build_parser
 from epstack.commands.meanings import MEANINGS
 from epstack.errors import EXIT_CODES
 
@@ -20,20 +21,28 @@ HEADER = (
     "# Command-line reference\n\n"
     "Written from the parsers by `make reference` (`python -m epstack.commands.clireference`); a test\n"
     "fails when this page and the code differ. `epstack COMMAND --help` prints the same.\n\n"
-    "Before the command: `-q` (on stderr only errors and warnings) or `-v` (every command run, the quiet\n"
-    "probes too). `NO_COLOR=1` turns colour off. A FILE of `-` is stdout (`--json -`). Each option name\n"
-    "has one meaning in every command: [Option names](options.md).\n"
+    "Anywhere on the line: `-q` (on stderr only errors and warnings) or `-v` (every command run, the\n"
+    "quiet probes too). Results go to stdout, logs and progress to stderr; `--json -` puts the JSON\n"
+    "document alone on stdout. Options are spelt whole (no abbreviations); a mistyped one is one line\n"
+    "with the near miss, exit 2. `NO_COLOR=1` turns colour off. Each option name has one meaning in\n"
+    "every command: [Option names](options.md). Shell completion: `epstack completion bash|zsh|fish`.\n"
 )
 
 
 _NOT_OPTIONS = (argparse._HelpAction, argparse._SubParsersAction)
 
 
+def _global(action: argparse.Action, path: str) -> bool:
+    """-q/-v as every command has them: told once at the top, not in each command's table."""
+    return bool(path) and bool(set(action.option_strings) & set(GLOBAL_FLAGS))
+
+
 def uses() -> Iterator[tuple[str, argparse.Action]]:
-    """Each command (`epstack cluster render`) with each of its options, --help left out."""
+    """Each command (`epstack cluster render`) with each of its options, --help and the global flags
+    (but at the top) left out."""
     for path, parser in commands(build_parser()):
         for action in parser._actions:
-            if action.option_strings and not isinstance(action, _NOT_OPTIONS):
+            if action.option_strings and not isinstance(action, _NOT_OPTIONS) and not _global(action, path):
                 yield f"epstack {path}".rstrip(), action
 
 
@@ -67,6 +76,7 @@ def page() -> str:
             _option(a)
             for a in parser._actions
             if not isinstance(a, argparse._HelpAction | argparse._SubParsersAction | argparse._VersionAction)
+            and not _global(a, words)
         ]
         parts.append(f"\n## {path}\n\n```\n{usage}\n```\n")
         if parser.description:
@@ -91,6 +101,14 @@ RENAMED_HEADER = (
 )
 
 
+MOVED_HEADER = (
+    "\n## Moved commands\n\n"
+    "The commands an image's build and start run are under `epstack image`; an old path still works for\n"
+    "one release and warns on stderr naming the new one.\n\n"
+    "| old | new |\n| --- | --- |\n"
+)
+
+
 def options_page() -> str:
     """options.md: each option name (with its short form), its meaning and the commands that have it;
     then the renamed ones."""
@@ -112,7 +130,19 @@ def options_page() -> str:
         if name in MEANINGS
     ]
     old = [f"| `{o}` | `{n}` | {', '.join(sorted(paths))} |" for (o, n), paths in sorted(renamed.items())]
-    return OPTIONS_HEADER + "\n".join(rows) + "\n" + RENAMED_HEADER + "\n".join(old) + "\n"
+    moved = [f"| `epstack {' '.join(o)}` | `epstack {' '.join(n)}` |" for o, n in MOVED.items()]
+    moved.append("| `epstack guard --record\\|--at-start` | `epstack image guard --record\\|--at-start` |")
+    return (
+        OPTIONS_HEADER
+        + "\n".join(rows)
+        + "\n"
+        + RENAMED_HEADER
+        + "\n".join(old)
+        + "\n"
+        + MOVED_HEADER
+        + "\n".join(moved)
+        + "\n"
+    )
 
 
 EXIT_CODES_HEADER = (
@@ -144,6 +174,50 @@ def exit_codes_page() -> str:
     return EXIT_CODES_HEADER + "\n".join(rows) + "\n" + EXIT_CODES_NOTES
 
 
+# Each top-level command's guide under docs/ (the README's table links it).
+GUIDES: dict[str, str] = {
+    "pins": "guides/pin-guards.md",
+    "render": "guides/images.md",
+    "build": "guides/images.md",
+    "guard": "guides/pin-guards.md",
+    "smoke": "guides/smoke.md",
+    "cluster": "guides/clusters.md",
+    "doctor": "guides/doctor.md",
+    "publish": "guides/codebuild.md",
+    "codebuild": "guides/codebuild.md",
+    "jit": "guides/jit-caches.md",
+    "image": "guides/images.md",
+    "completion": "reference/cli.md",
+}
+README_BEGIN = "<!-- commands: written from the parser by `make reference`; a test compares -->"
+README_END = "<!-- end of commands -->"
+
+
+def commands_table() -> str:
+    """The README's table: each top-level command as `epstack --help` lists it, its subcommands, its
+    help and its guide."""
+    top = build_parser()
+    (subparsers,) = [a for a in top._actions if isinstance(a, argparse._SubParsersAction)]
+    rows = ["| command | what it does | docs |", "| --- | --- | --- |"]
+    for listed in subparsers._choices_actions:
+        name, parser = listed.dest, subparsers.choices[listed.dest]
+        groups = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        under = [c.dest for group in groups for c in group._choices_actions]
+        words = f"epstack {name} {'|'.join(under)}".strip() if under else f"epstack {name}"
+        guide = GUIDES[name]
+        rows.append(f"| `{_cell(words)}` | {_cell(listed.help or '')} | [{Path(guide).stem}](docs/{guide}) |")
+    return "\n".join(rows) + "\n"
+
+
+def readme(text: str) -> str:
+    """`text` (the README) with the commands table between its markers written anew."""
+    head, begin, rest = text.partition(README_BEGIN)
+    _, end, tail = rest.partition(README_END)
+    if not (begin and end):
+        raise ValueError(f"README.md: no {README_BEGIN} ... {README_END} block")
+    return f"{head}{README_BEGIN}\n{commands_table()}{README_END}{tail}"
+
+
 # Each page under docs/reference/ and what writes it.
 PAGES: dict[str, Callable[[], str]] = {
     "cli.md": page,
@@ -155,3 +229,6 @@ PAGES: dict[str, Callable[[], str]] = {
 if __name__ == "__main__":
     for name, write in PAGES.items():
         (Path(sys.argv[1]) / name).write_text(write())
+    if len(sys.argv) > 2:  # the README whose commands table to write
+        path = Path(sys.argv[2])
+        path.write_text(readme(path.read_text()))

@@ -1,4 +1,4 @@
-"""`epstack cluster render` and `epstack cluster pull`; wire with `register(subparsers)`.
+"""`epstack cluster render|prepull|metrics`; wire with `register(subparsers)`.
 
 Exit 0 written, 2 bad input (one line naming the flag or file and the fix; nothing written).
 """
@@ -15,7 +15,7 @@ from typing import TypeVar
 from rich.console import Console
 
 from epstack import metrics
-from epstack.cluster import k8s, kustomize, roles, router, site, slurm
+from epstack.cluster import k8s, k8snames, kustomize, roles, router, site, slurm, values
 from epstack.cluster.image import PLACEHOLDER, ImageRef, chosen_image, parse_image, pins_target
 from epstack.cluster.jobs import JOB_KINDS, SERVE_SMOKE_MODES, Job, make_job, node_commands
 from epstack.cluster.k8sparts import Obj
@@ -24,6 +24,9 @@ from epstack.commands.common import (
     LOCKS,
     PINS,
     SubParsers,
+    add_values_file,
+    commands,
+    count_up_to,
     from_args,
     one_line,
     path_arg,
@@ -70,11 +73,34 @@ def _mount_path(text: str) -> str:
 
 
 def _key_value(text: str) -> str:
-    """KEY=VALUE for --annotation and --node-selector (checked as text; split by site.split_pairs)."""
+    """KEY=VALUE for --annotation (checked as text; split by site.split_pairs): a Kubernetes key."""
     one_line(text)
     if "=" not in text or text.startswith("="):
         raise argparse.ArgumentTypeError(f"{text!r}: write KEY=VALUE")
+    key = text.partition("=")[0]
+    try:
+        k8snames.qualified_name(key)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"key {key!r}: {exc}") from None
     return text
+
+
+def _label(text: str) -> str:
+    """KEY=VALUE of a label (--node-selector, --pod-monitor-label): as Kubernetes checks a label."""
+    one_line(text)
+    if "=" not in text or text.startswith("="):
+        raise argparse.ArgumentTypeError(f"{text!r}: write KEY=VALUE")
+    try:
+        k8snames.label(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    return text
+
+
+# Counts beyond these are typos rather than jobs.
+MAX_REPLICAS = 64
+MAX_CPUS_PER_GPU = 64  # the largest GPU nodes have 384 vCPUs for 8 GPUs: 48 each
+MAX_STARTUP_TIMEOUT_S = 86400  # a day
 
 
 def _env_arg(text: str) -> str:
@@ -256,6 +282,7 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     )
     role_jobs = _role_jobs(args, job)
     if args.print_command:
+        _say_model_trust(args, job, console)
         _write("".join(node_commands(each) for each in role_jobs or (job,)), args.out)
         return 0
     if args.target == "slurm":
@@ -273,6 +300,7 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
             write_file(
                 base, kustomize.kustomization(objects, args.out.name, rdma_resource=rdma), what=base.name
             )
+    _say_model_trust(args, job, console)
     _write(text, args.out)
     if args.out:
         console.print(
@@ -280,6 +308,35 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
             markup=False,
         )
     return 0
+
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _say_model_trust(args: argparse.Namespace, job: Job, console: Console) -> None:
+    """On stderr, what a serve job trusts of its model: a hub revision that can move under it, and the
+    model's own code run in every pod (--trust-remote-code, only where the profile needs it)."""
+    if job.http_port is None:
+        return
+    profile = PROFILES[args.profile or "deepseek-v3"]
+    model = args.model_path or profile.model_path
+    if not profile.generated and not model.startswith("/") and not _COMMIT.match(args.model_revision or ""):
+        moving = (
+            f"--model-revision {args.model_revision} is a branch"
+            if args.model_revision
+            else "no --model-revision"
+        )
+        console.print(
+            f"warning: {moving}: each pod downloads whatever {model} holds when it starts, so two pods "
+            "may serve different weights; fix: --model-revision COMMIT (the 40-hex commit on the hub)",
+            markup=False,
+        )
+    if profile.trust_remote_code:
+        console.print(
+            f"note: SGLang runs with --trust-remote-code: the {profile.name} profile's model ({model}) needs "
+            "it, so its own Python from the hub runs in every pod; pin --model-revision to know which",
+            markup=False,
+        )
 
 
 def _router_image(args: argparse.Namespace, job: Job) -> ImageRef | None:
@@ -411,7 +468,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help=f"serve: the serving engine, and the manifest's image of its layer (default {DEFAULT_ENGINE})",
     )
     parser.add_argument("--squashfs-dir", type=one_line, help="slurm: node-local directory of pulled images")
-    parser.add_argument("--out", type=path_arg, help="write here (whole or not at all) instead of stdout")
+    parser.add_argument(
+        "--out", type=path_arg, metavar="FILE", help="write here (whole or not at all) instead of stdout"
+    )
 
 
 def _site_arguments(render: argparse.ArgumentParser) -> None:
@@ -457,7 +516,9 @@ def _site_arguments(render: argparse.ArgumentParser) -> None:
         help="slurm: NAME read from the node's file when the job runs, e.g. HF_TOKEN=/etc/hf/token",
     )
     group.add_argument(
-        "--storage-class", type=one_line, help="k8s: the shared model claim's class (needs ReadWriteMany)"
+        "--storage-class",
+        type=_typed(k8snames.dns_subdomain),
+        help="k8s: the shared model claim's class (needs ReadWriteMany)",
     )
     group.add_argument(
         "--pod-monitor", action="store_true", help="k8s serve: a PodMonitor for node 0's /metrics"
@@ -482,18 +543,22 @@ def _site_arguments(render: argparse.ArgumentParser) -> None:
         "class, RDMA resource)",
     )
     group.add_argument(
-        "--replicas", type=positive_int, help="k8s serve: serving groups (LWS replicas, default 1)"
+        "--replicas",
+        type=count_up_to(MAX_REPLICAS),
+        help=f"k8s serve: serving groups (LWS replicas, default 1, at most {MAX_REPLICAS})",
     )
     group.add_argument(
         "--pod-monitor-label",
-        type=_key_value,
+        type=_label,
         action="append",
         default=[],
         help="k8s: KEY=VALUE on the PodMonitor, for the Prometheus' podMonitorSelector",
     )
     group.add_argument("--env-file", type=path_arg, help="KEY=VALUE lines (before --env)")
     group.add_argument(
-        "--instance-type", type=one_line, help="EFA device count (default p5.48xlarge: 32); k8s node selector"
+        "--instance-type",
+        type=_typed(k8snames.label_value),
+        help="EFA device count (default p5.48xlarge: 32); k8s node selector",
     )
     group.add_argument(
         "--host-network", action="store_true", help="k8s: hostNetwork, for RoCE without SR-IOV"
@@ -502,22 +567,84 @@ def _site_arguments(render: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--annotation", type=_key_value, action="append", default=[], help="k8s pod annotation KEY=VALUE"
     )
-    group.add_argument("--node-selector", type=_key_value, action="append", default=[], help="k8s: KEY=VALUE")
+    group.add_argument("--node-selector", type=_label, action="append", default=[], help="k8s: KEY=VALUE")
     group.add_argument(
-        "--toleration", type=one_line, action="append", default=[], help="k8s: tolerate KEY:NoSchedule too"
+        "--toleration",
+        type=_typed(k8snames.qualified_name),
+        action="append",
+        default=[],
+        help="k8s: tolerate KEY:NoSchedule too",
     )
     group.add_argument(
-        "--topology-key", type=one_line, help="k8s: all pods in one domain (LWS exclusive-topology)"
+        "--topology-key",
+        type=_typed(k8snames.qualified_name),
+        help="k8s: all pods in one domain (LWS exclusive-topology)",
     )
     group.add_argument(
-        "--cpus-per-gpu", type=positive_int, default=site.DEFAULT_CPUS_PER_GPU, help="CPUs requested per GPU"
+        "--cpus-per-gpu",
+        type=count_up_to(MAX_CPUS_PER_GPU),
+        default=site.DEFAULT_CPUS_PER_GPU,
+        help=f"CPUs requested per GPU (at most {MAX_CPUS_PER_GPU})",
     )
     group.add_argument(
         "--startup-timeout",
-        type=positive_int,
+        type=count_up_to(MAX_STARTUP_TIMEOUT_S),
         default=site.DEFAULT_STARTUP_TIMEOUT_S,
         help="serve: seconds to start (k8s startup probe); the serve smoke waits this + 600",
     )
+
+
+def _flag(action: argparse.Action) -> values.Flag:
+    """A flag as the values file sees it: its argparse type as a check raising ValueError."""
+    convert = action.type if callable(action.type) else None
+
+    def check(text: str) -> object:
+        try:
+            return convert(text) if convert else text
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(str(exc)) from None
+
+    return values.Flag(check=check, choices=tuple(map(str, action.choices or ())), help=action.help or "")
+
+
+def flags_of(parser: argparse.ArgumentParser) -> dict[str, values.Flag]:
+    """Each long option of `parser` (cluster render's) as the values file sees it."""
+    return {
+        name: _flag(action) for name, action in parser._option_string_actions.items() if name.startswith("--")
+    }
+
+
+def _read_values(path: Path, parser: argparse.ArgumentParser) -> list[str]:
+    return values.flags(path, flags_of(parser))
+
+
+def render_parser() -> argparse.ArgumentParser:
+    """`cluster render`'s parser, as `epstack` builds it."""
+    from epstack.commands.main import build_parser  # noqa: PLC0415 (the CLI above this module)
+
+    return dict(commands(build_parser("cluster")))["cluster render"]
+
+
+# The options of `cluster render` that a values file cannot set: what the command reads and writes.
+INPUT_OUTPUT = ("--pins", "--locks", "--values", "--out", "--print-command")
+
+
+def _group_options(render: argparse.ArgumentParser) -> None:
+    """--help in the values file's groups (epstack.cluster.values.GROUPS): the job's options first,
+    then each group's, then what the command reads and writes."""
+    groups = {"": render.add_argument_group("the job"), **{
+        name: render.add_argument_group(f"{name}: {text}") for name, text in values.GROUPS.items()
+    }, "io": render.add_argument_group("input and output")}  # fmt: skip
+    where = {key.flag: key.group for key in values.KEYS} | dict.fromkeys(INPUT_OUTPUT, "io")
+    for action in render._actions:
+        flag = next((name for name in action.option_strings if name.startswith("--")), "")
+        if flag not in where:
+            continue
+        for group in render._action_groups:
+            if action in group._group_actions:
+                group._group_actions.remove(action)
+        groups[where[flag]]._group_actions.append(action)
+    render._action_groups = [group for group in render._action_groups if group._group_actions]
 
 
 def register(subparsers: SubParsers) -> None:
@@ -549,10 +676,16 @@ def register(subparsers: SubParsers) -> None:
         "--fabric-devices", type=positive_int, help="fabric devices per pod (default: EFA 1/GPU, IB 1)"
     )
     render.add_argument(
-        "--rdma-resource", type=one_line, help="RDMA device plugin resource (default rdma/ib for IB)"
+        "--rdma-resource",
+        type=_typed(k8snames.extended_resource),
+        help="RDMA device plugin resource (default rdma/ib for IB)",
     )
-    render.add_argument("--shm-size", type=one_line, default="64Gi", help="/dev/shm size (default 64Gi)")
-    render.add_argument("--memory", type=one_line, default="256Gi", help="pod memory request (default 256Gi)")
+    render.add_argument(
+        "--shm-size", type=_typed(k8snames.quantity), default="64Gi", help="/dev/shm size (default 64Gi)"
+    )
+    render.add_argument(
+        "--memory", type=_typed(k8snames.quantity), default="256Gi", help="pod memory request (default 256Gi)"
+    )
     render.add_argument("--print-command", action="store_true", help="serve: print node 0's and 1's commands")
     render.add_argument(
         "--disaggregation",
@@ -569,14 +702,21 @@ def register(subparsers: SubParsers) -> None:
         "job with the smoke's exit code; off",
     )
     _site_arguments(render)
+    add_values_file(
+        render,
+        _read_values,
+        "the job's settings as a values file (YAML: site, storage, secrets, scheduling, router; "
+        "schema: epstack/cluster/values.schema.json); flags given too win (repeatable: later files win)",
+    )
+    _group_options(render)
     render.set_defaults(func=cmd_render)
 
     pull = cluster.add_parser(
-        "pull", parents=[PINS], help="pre-pull plan: a DaemonSet, or enroot imports on Slurm nodes"
+        "prepull", parents=[PINS], help="pre-pull plan: a DaemonSet, or enroot imports on Slurm nodes"
     )
     _common(pull)
     pull.add_argument("--nodes", type=positive_int, default=1, help="slurm: nodes to import on")
-    pull.add_argument("--node-selector", type=_key_value, action="append", default=[], help="k8s: KEY=VALUE")
+    pull.add_argument("--node-selector", type=_label, action="append", default=[], help="k8s: KEY=VALUE")
     pull.set_defaults(func=cmd_pull)
 
     metrics_parser = cluster.add_parser(
@@ -600,6 +740,9 @@ def register(subparsers: SubParsers) -> None:
     )
     metrics_parser.add_argument("--fabric", choices=tuple(FABRICS), help="default: DEFAULT_TARGET's")
     metrics_parser.add_argument(
-        "--out", type=path_arg, help="write here (whole or not at all), e.g. DIR/epstack-guard.prom"
+        "--out",
+        type=path_arg,
+        metavar="FILE",
+        help="write here (whole or not at all) instead of stdout, e.g. DIR/epstack-guard.prom",
     )
     metrics_parser.set_defaults(func=cmd_metrics)

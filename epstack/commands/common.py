@@ -1,11 +1,13 @@
 """How every epstack command is declared and run.
 
 A command module has `register(subparsers)`, which adds its commands with `subparsers.add_parser`;
-a command that reads pins takes `parents=[PINS]`, the one `--pins`. Values are range-checked by the
-argument types here before any work starts. `execute` runs the chosen handler and turns what it
-raises into the exit-code table of epstack.errors: every entry point (`epstack`, `python -m epstack`,
-`python -m epstack.smoke`, `python3 -m epstack.doctor`) goes through it. Standard library only: the
-doctor and the smoke run on bare GPU hosts.
+a command that reads pins takes `parents=[PINS]`, the one `--pins`. Every parser is a `Parser`: no
+abbreviated options, and an argument error is one line (the bad flag or value, did-you-mean, where the
+help is), exit 2. Values are range-checked by the argument types here before any work starts.
+`execute` runs the chosen handler and turns what it raises into the exit-code table of epstack.errors:
+every entry point (`epstack`, `python -m epstack`, `python -m epstack.smoke`, `python3 -m
+epstack.doctor`) goes through it. Results go to `results_console` (stdout), logs to the console a
+handler is given (stderr). Standard library only: the doctor and the smoke run on bare GPU hosts.
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeAlias, TypeVar, cast
 
 if TYPE_CHECKING:  # the stdlib-only `python3 -m epstack.doctor` imports this module too: no rich here
     from _typeshed import DataclassInstance
     from rich.console import Console
 
-from epstack.errors import INTERRUPTED, NOT_TEXT, OK, BadInput, EpstackError, shown
+from epstack.errors import BAD_INPUT, INTERRUPTED, NOT_TEXT, OK, BadInput, EpstackError, shown
 from epstack.httpclient import MAX_TIMEOUT_S
+from epstack.suggest import closest
 
 # What add_subparsers() returns: each module's register() adds its commands to it.
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -79,6 +82,19 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} must be at least 1")
     return value
+
+
+def count_up_to(limit: int) -> Callable[[str], int]:
+    """A count of 1 to `limit`: beyond it a typo rather than a job (1e6 replicas, a week of start-up)."""
+
+    def count(text: str) -> int:
+        value = positive_int(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"{text} is more than {limit}; fix: at most {limit}")
+        return value
+
+    count.__name__ = f"count_up_to_{limit}"
+    return count
 
 
 def non_negative_int(text: str) -> int:
@@ -153,7 +169,8 @@ def _locks_parent() -> argparse.ArgumentParser:
 LOCKS = _locks_parent()
 
 
-def _deprecated(old: str, new: str) -> None:
+def deprecated(old: str, new: str) -> None:
+    """Warn on stderr that `old` (an option, a command) goes in the next release, naming `new`."""
     sys.stderr.write(f"warning: {old} is deprecated and goes in the next release; fix: write {new}\n")
 
 
@@ -170,7 +187,7 @@ class _Renamed(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         if option_string in self.renamed:
-            _deprecated(option_string, self.renamed[option_string])
+            deprecated(option_string, self.renamed[option_string])
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -211,7 +228,7 @@ class FileOrBare(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         if values is None:
-            _deprecated(f"{option_string} without FILE", f"{option_string} -")
+            deprecated(f"{option_string} without FILE", f"{option_string} -")
         setattr(namespace, self.dest, Path("-") if values is None else values)
 
 
@@ -226,6 +243,129 @@ def commands(
                 yield from commands(child, f"{path} {name}".strip())
 
 
+_PARSER = "_parser"  # the namespace's record of the deepest command parsed (epstack cluster render)
+
+
+def _option_name(arg: str) -> str:
+    return arg.split("=", 1)[0]
+
+
+# Reads a values file into the flags it stands for (a command's parser passed for their checks).
+ValuesReader = Callable[[Path, argparse.ArgumentParser], list[str]]
+VALUES_FLAGS = ("-f", "--values")
+
+
+class Parser(argparse.ArgumentParser):
+    """Every epstack parser: an option is spelt whole (no abbreviations: a later option cannot change
+    what a script's abbreviation means), and an argument error is one line on stderr naming the bad
+    flag or value, the near miss and where the help is; exit 2. A command with a values file
+    (add_values_file) reads it first: its flags, then the command line's, which win."""
+
+    values_reader: ValuesReader | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+        self._given: list[str] = []
+
+    def _with_values(self, args: list[str], reader: ValuesReader) -> list[str]:
+        """`args` after the flags of each `-f FILE` in them (in their order)."""
+        files = []
+        for at, arg in enumerate(args):
+            if arg == "--":
+                break
+            if arg in VALUES_FLAGS and at + 1 < len(args):
+                files.append(args[at + 1])
+            elif arg.startswith("--values="):
+                files.append(arg.split("=", 1)[1])
+        try:
+            read = [flag for name in files for flag in reader(path_arg(name), self)]
+        except (EpstackError, argparse.ArgumentTypeError) as exc:
+            self.error(str(exc))
+        return [*read, *args]
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self._given = list(sys.argv[1:] if args is None else args)
+        if self.values_reader is not None:
+            self._given = self._with_values(self._given, self.values_reader)
+        parsed, extras = super().parse_known_args(self._given, namespace)
+        if not hasattr(parsed, _PARSER):  # a command's parser sets it first, its group's after
+            setattr(parsed, _PARSER, self)
+        return parsed, extras
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """A value outside the choices: did-you-mean among those --help lists (a command's aliases
+        are not listed)."""
+        if action.choices is None or value in action.choices:
+            return
+        listed = [a.dest for a in getattr(action, "_choices_actions", [])] or list(action.choices)
+        near = closest(str(value), map(str, listed))
+        fix = f"did you mean {near}?" if near else f"choose from {', '.join(map(str, listed))}"
+        if isinstance(action, argparse._SubParsersAction):
+            raise argparse.ArgumentError(
+                None, f"{shown(str(value))}: not a command of {self.prog}; fix: {fix}"
+            )
+        raise argparse.ArgumentError(action, f"{shown(str(value))} is not a choice; fix: {fix}")
+
+    def unknown(self, arg: str) -> str:
+        """The one line for an argument this command does not take."""
+        if not arg.startswith("-") or arg == "-":
+            return f"{shown(arg)}: an argument {self.prog} does not take; fix: drop it"
+        name = _option_name(arg)
+        near = closest(name, [o for o in self._option_string_actions if o.startswith("--") or len(name) == 2])
+        if near and near.startswith(name) and near != name:
+            return f"{name}: not an option of {self.prog} (options are spelt whole); fix: write {near}"
+        fix = f"did you mean {near}?" if near else "drop it"
+        return f"{name}: not an option of {self.prog}; fix: {fix}"
+
+    def error(self, message: str) -> NoReturn:
+        """One line, the first unknown option first: it is likely why a required one seems missing."""
+        strange = [
+            arg
+            for arg in self._given
+            if arg.startswith("-")
+            and arg not in ("-", "--")
+            and _option_name(arg) not in self._option_string_actions
+        ]
+        line = self.unknown(strange[0]) if strange and "required" in message else message
+        sys.stderr.write(f"error: {line} (see {self.prog} --help)\n")
+        sys.exit(BAD_INPUT)
+
+
+def add_values_file(parser: argparse.ArgumentParser, reader: ValuesReader, help_text: str) -> None:
+    """`-f/--values FILE` (repeatable): the command's settings from a file, which flags override (read
+    by a Parser, as every epstack parser is)."""
+    parser.add_argument(*VALUES_FLAGS, type=path_arg, action="append", metavar="FILE", help=help_text)
+    setattr(parser, "values_reader", reader)  # noqa: B010 (argparse's own class has no such field)
+
+
+def add_global_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """-q and -v, on the top parser and (`top` False) on every command, so they go anywhere; on a
+    command they set nothing unless given, so `epstack -q pins check` stays quiet."""
+    default: Any = False if top else argparse.SUPPRESS
+    group = parser.add_argument_group("global options") if not top else parser
+    loudness = group.add_mutually_exclusive_group()
+    loudness.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default,
+        help="on stderr only errors and warnings: no logs, no commands run (stdout as it is)",
+    )
+    loudness.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="print every command run, the quiet probes too",
+    )
+
+
+GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose")
+
+
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:
     """The parsed arguments, or the exit code argparse chose (2 for a bad flag, 0 for --help)."""
     try:
@@ -233,7 +373,13 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
         swallowed = next((arg for arg in argv if arg.startswith("--") and arg.endswith("=--")), None)
         if swallowed:
             parser.error(f"{swallowed}: '--' is not a value")
-        return parser.parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
+        if extras:
+            command = getattr(args, _PARSER, parser)
+            command.error(command.unknown(extras[0]) if isinstance(command, Parser) else f"{extras[0]}?")
+        if hasattr(args, _PARSER):
+            delattr(args, _PARSER)
+        return args
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else OK
 
@@ -274,6 +420,28 @@ def execute(handler: Handler, report: Report) -> int:
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
+
+
+LOG_WIDTH = 160  # the columns of a table written where no terminal is (CI, docker build, a pipe)
+STDOUT = Path("-")  # a file name that means standard output: `--json -` (as epstack.output.STDOUT)
+
+
+def console_for(stream: Literal["stdout", "stderr"], *, quiet: bool = False) -> Console:
+    """Markup only where epstack writes it (user text goes through rich.markup.escape, or is printed
+    with markup=False); no emoji codes, so a path with `:fire:` in it is printed as it is. Colour as
+    rich decides it: none off a terminal or with NO_COLOR set. `quiet`: prints nothing (-q)."""
+    from rich.console import Console  # noqa: PLC0415 (see TYPE_CHECKING above)
+
+    file = sys.stdout if stream == "stdout" else sys.stderr
+    width = None if file.isatty() else LOG_WIDTH
+    return Console(file=file, highlight=False, soft_wrap=True, width=width, emoji=False, quiet=quiet)
+
+
+def results_console(log: Console, *, document: Path | None = None) -> Console:
+    """Where a command prints its results (tables, verdicts, what it found): stdout, which -q never
+    quiets; but when stdout carries the command's JSON document (`--json -`), beside the logs on
+    stderr (`log`, the console a handler is given), so stdout holds the document and nothing else."""
+    return log if document == STDOUT else console_for("stdout")
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""`epstack deepep build`: the deep_ep wheel at the pinned commit (epstack.image.deepep)."""
+"""`epstack image deepep-build`: the deep_ep wheel at the pinned commit (epstack.image.deepep)."""
 
 from __future__ import annotations
 
@@ -29,12 +29,11 @@ def cmd_deepep_build(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(subparsers: SubParsers) -> None:
-    """Add `deepep build` to the top-level subcommands."""
-    deepep = subparsers.add_parser("deepep", help="build DeepEP V2 at the pinned commit").add_subparsers(
-        dest="deepep_command", required=True, metavar="SUBCOMMAND"
-    )
-    parser = deepep.add_parser(
-        "build", parents=[PINS], help="build the deep_ep wheel (image and bare GPU host alike)"
+    """Add `deepep-build` to `epstack image`'s commands."""
+    parser = subparsers.add_parser(
+        "deepep-build",
+        parents=[PINS],
+        help="build the deep_ep wheel at the pinned commit (image and bare GPU host alike)",
     )
     parser.add_argument(
         "--sources",

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from epstack import host
-from epstack.commands.common import PINS, SubParsers, execute, parse, path_arg, pins_path
+from epstack.commands.common import PINS, Parser, SubParsers, execute, parse, path_arg, pins_path
 from epstack.doctor.report import Report, gather, run_doctor
 from epstack.errors import BadInput
-from epstack.output import check_writable, write_file
+from epstack.output import STDOUT, check_writable, write_file
 from epstack.pins.file import read_pins_file
 
 
@@ -67,7 +67,8 @@ def cmd_doctor(args: argparse.Namespace, console: object = None) -> int:
     report = run_doctor(
         gather(args.root, os.environ), cuda=cuda, nccl_version=nccl, deepep_ref=deepep.value if deepep else ""
     )
-    sys.stdout.write(format_table(report))
+    # The table is the result, on stdout; unless stdout carries the JSON (`--json -`): then on stderr.
+    (sys.stderr if args.json == STDOUT else sys.stdout).write(format_table(report))
     if args.json:
         write_file(args.json, report.to_json(), what="the --json report")
     return 0 if report.ok else 1
@@ -95,7 +96,7 @@ def register(subparsers: SubParsers) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python3 -m epstack.doctor`: the same command with the standard library only."""
-    parser = argparse.ArgumentParser(prog="python3 -m epstack.doctor", description=__doc__, parents=[PINS])
+    parser = Parser(prog="python3 -m epstack.doctor", description=__doc__, parents=[PINS])
     add_arguments(parser)
     args = parse(parser, sys.argv[1:] if argv is None else argv)
     if isinstance(args, int):

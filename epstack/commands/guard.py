@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from epstack.checkrow import Verdict
-from epstack.commands.common import PINS, SubParsers, path_arg, pins_path
+from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, results_console
 from epstack.errors import BadInput
 from epstack.guard.record import make_record, record_path
 from epstack.guard.run import run_guard
@@ -44,6 +44,7 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
     if isinstance(trusted, str):
         console.print(f"guard: {escape(trusted)}: full guard")
     report = trusted.report if isinstance(trusted, Trusted) else run_guard(pins, args.layer, locks)
+    out = results_console(console, document=args.json)
     table = Table(
         "layer", "component", "expected", "found", "verdict", "detail", title=f"epstack guard {args.layer}"
     )
@@ -59,7 +60,7 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
             f"[{style}]{check.verdict}[/]",
             escape(check.detail),
         )
-    console.print(table)
+    out.print(table)
     if args.json:
         write_file(args.json, report.to_json(), what="the --json report")
     if args.record and report.ok:
@@ -69,17 +70,14 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
     counted = f"{len(report.checks)} checks"
     if isinstance(trusted, Trusted):
         counted += f": {trusted.live} now, the others {PROVEN}, nothing that decides them changed"
-    console.print(
+    out.print(
         f"[green]guard: ok[/] ({counted})" if report.ok else f"[red]guard: {failed} of {counted} failed[/]"
     )
     return 0 if report.ok else 1
 
 
-def register(subparsers: SubParsers) -> None:
-    """Add `guard` to the top-level subcommands."""
-    guard = subparsers.add_parser(
-        "guard", parents=[PINS], help="compare what is installed and loaded with pins.env"
-    )
+def _guard_parser(subparsers: SubParsers, help_text: str) -> argparse.ArgumentParser:
+    guard = subparsers.add_parser("guard", parents=[PINS], help=help_text)
     guard.add_argument(
         "--layer",
         choices=GUARD_CHOICES,
@@ -95,7 +93,22 @@ def register(subparsers: SubParsers) -> None:
     guard.add_argument(
         "--json", type=path_arg, metavar="FILE", help="also write the report as JSON (- for stdout)"
     )
-    when = guard.add_mutually_exclusive_group()
+    guard.set_defaults(func=cmd_guard, record=False, at_start=False)
+    return guard
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add `guard` to the top-level subcommands."""
+    _guard_parser(subparsers, "compare what is installed and loaded with pins.env")
+
+
+def register_image(subparsers: SubParsers) -> None:
+    """Add `guard --record|--at-start` to `epstack image`'s commands: the guard as an image build and
+    the container's entrypoint run it."""
+    guard = _guard_parser(
+        subparsers, "the guard of an image build (--record) or a container start (--at-start)"
+    )
+    when = guard.add_mutually_exclusive_group(required=True)
     when.add_argument(
         "--record",
         action="store_true",
@@ -108,4 +121,3 @@ def register(subparsers: SubParsers) -> None:
         help="a container start: trust the build's record if nothing that decides it changed, and check "
         "only the driver and DeepEP's JIT cache now; else the full guard",
     )
-    guard.set_defaults(func=cmd_guard)

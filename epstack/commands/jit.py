@@ -1,5 +1,5 @@
-"""`epstack jit probe|unpack|export|layer|install`: prove, ship and install the JIT toolchains' caches
-(epstack.jit)."""
+"""`epstack jit probe|export|layer` and, in images, `epstack image jit-unpack|jit-install`: prove, ship
+and install the JIT toolchains' caches (epstack.jit)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from epstack import imagepaths
-from epstack.commands.common import SubParsers, add_cuda_arch, path_arg, seconds
+from epstack.commands.common import SubParsers, add_cuda_arch, path_arg, results_console, seconds
 from epstack.errors import ENVIRONMENT, BadInput
 from epstack.inputs import read_bytes
 from epstack.jit import export, flashinfer, triton
@@ -78,12 +78,13 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
             f"{probe.seconds:g}",
             f"[{style}]{probe.verdict}[/]",
         )
-    console.print(table)
+    results = results_console(console, document=out)
+    results.print(table)
     for probe in report.probes:
         if probe.verdict != "ok":
-            console.print(f"[bold]{escape(probe.title)}[/] {probe.verdict}:\n{escape(probe.detail)}")
+            results.print(f"[bold]{escape(probe.title)}[/] {probe.verdict}:\n{escape(probe.detail)}")
     write_file(out, report.to_json(), what="the JIT probe report")
-    console.print(f"jit probe: {'ok' if report.ok else 'FAILED'}; report {escape(str(out))}")
+    results.print(f"jit probe: {'ok' if report.ok else 'FAILED'}; report {escape(str(out))}")
     if not report.ok:
         return 1
     base = Path(keep[WORKSPACE_VARIABLE]) if ships_flashinfer else None
@@ -185,7 +186,7 @@ def _sha256_hex(value: str) -> str:
 
 
 def register(subparsers: SubParsers) -> None:
-    """Add `jit probe|unpack|export|layer|install` to the top-level subcommands."""
+    """Add `jit probe|export|layer` to the top-level subcommands."""
     jit = subparsers.add_parser("jit", help="prove the JIT toolchains an image runs at first use")
     actions = jit.add_subparsers(dest="action", required=True, metavar="ACTION")
     probe = actions.add_parser("probe", help="compile one real module of each toolchain of a layer, now")
@@ -213,24 +214,13 @@ def register(subparsers: SubParsers) -> None:
         help=f"with --ship: the shipped caches' folder (default {imagepaths.JIT}, the image's)",
     )
     probe.set_defaults(func=cmd_probe)
-    unpack_p = actions.add_parser(
-        "unpack",
-        help="in an image: unpack kernels exported on a GPU (DeepEP, DeepGEMM, SGLang's, Triton's), "
-        "checked by sha256",
-    )
-    unpack_p.add_argument("export", type=path_arg, help="the `jit export` (or `--export-jit-cache`) file")
-    unpack_p.add_argument("--sha256", type=_sha256_hex, required=True, help="the export's digest")
-    unpack_p.add_argument(
-        "--into",
-        type=path_arg,
-        help=f"default {imagepaths.JIT}/<toolchain> (deep_ep, deep_gemm, sglang_jit, triton_kernels)",
-    )
-    unpack_p.set_defaults(func=cmd_unpack)
     export_p = actions.add_parser(
         "export",
         help="on a GPU: pack a JIT's kernels (after a smoke or a serve run) for `jit layer`",
     )
-    export_p.add_argument("--out", type=path_arg, required=True, help="the tar.gz (and OUT.sha256) to write")
+    export_p.add_argument(
+        "--out", type=path_arg, metavar="FILE", required=True, help="the tar.gz (and FILE.sha256) to write"
+    )
     export_p.add_argument(
         "--toolchain",
         choices=tuple(EXPORTED),
@@ -257,8 +247,25 @@ def register(subparsers: SubParsers) -> None:
     )
     layer.add_argument("--tag", help="default: the image's tag + -kernels-<12 hex of the export>")
     layer.set_defaults(func=cmd_layer)
-    install_p = actions.add_parser(
-        "install",
+
+
+def register_image(subparsers: SubParsers) -> None:
+    """Add `jit-unpack` and `jit-install` to `epstack image`'s commands."""
+    unpack_p = subparsers.add_parser(
+        "jit-unpack",
+        help="in an image: unpack kernels exported on a GPU (DeepEP, DeepGEMM, SGLang's, Triton's), "
+        "checked by sha256",
+    )
+    unpack_p.add_argument("export", type=path_arg, help="the `jit export` (or `--export-jit-cache`) file")
+    unpack_p.add_argument("--sha256", type=_sha256_hex, required=True, help="the export's digest")
+    unpack_p.add_argument(
+        "--into",
+        type=path_arg,
+        help=f"default {imagepaths.JIT}/<toolchain> (deep_ep, deep_gemm, sglang_jit, triton_kernels)",
+    )
+    unpack_p.set_defaults(func=cmd_unpack)
+    install_p = subparsers.add_parser(
+        "jit-install",
         help="at container start: the image's shipped JIT caches into the writable ones; prints an "
         "`export VAR=FOLDER` line for each cache moved to $TMPDIR (eval it; scripts/image/jit-caches.sh)",
     )

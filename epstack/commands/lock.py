@@ -1,4 +1,4 @@
-"""`epstack lock`: resolve each layer's Python closure into locks/ (epstack.python.lock), or `--check`
+"""`epstack pins lock`: resolve each layer's Python closure into locks/ (epstack.python.lock), or `--check`
 that every lock is fresh for the pins and holds what they say (a hand-edited lock is stale)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from epstack.commands.common import LOCKS, PINS, SubParsers, pins_path, working
+from epstack.commands.common import LOCKS, PINS, SubParsers, pins_path, results_console, working
 from epstack.pins.load import load_pins
 from epstack.python.lock import Move, relock, stale_locks, upgrade_name, write_locks
 from epstack.python.lockfile import lock_path, locks_dir
@@ -33,23 +33,24 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
     directory = locks_dir(args.locks)
     pins = load_pins(path)
+    out = results_console(console)  # what is stale, what was written and what moved
     if args.check:
         stale = stale_locks(pins, directory)
         for entry in stale:
-            console.print(f"[red]{escape(str(entry))}[/]")
+            out.print(f"[red]{escape(str(entry))}[/]")
         if stale:
-            console.print(f"fix: epstack lock --pins {escape(str(path))} --locks {escape(str(directory))}")
+            out.print(f"fix: epstack pins lock --pins {escape(str(path))} --locks {escape(str(directory))}")
             return 1
-        console.print(f"[green]{escape(str(directory))}: every lock is fresh for {escape(str(path))}[/]")
+        out.print(f"[green]{escape(str(directory))}: every lock is fresh for {escape(str(path))}[/]")
         return 0
     start = time.monotonic()
     with working(console, f"lock: resolving the stale locks in {directory} with uv"):
         run = relock(pins, directory, upgrade=args.upgrade, pins_path=path)
     written = write_locks(run, directory)
     for name in run.kept:
-        console.print(f"{escape(str(lock_path(directory, name)))}: fresh, kept")
+        out.print(f"{escape(str(lock_path(directory, name)))}: fresh, kept")
     for written_path, (name, lock) in zip(written, run.locks.items(), strict=True):
-        console.print(
+        out.print(
             f"{escape(str(written_path))}: {len(lock.resolution.packages)} distributions "
             f"in {run.seconds[name]:.1f} s"
         )
@@ -63,15 +64,15 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         moved = upgrade_name(args.upgrade)
         others = [m for m in run.moves if m.package != moved]
         title = f"--upgrade {args.upgrade}: {len(others)} other distributions move with it"
-        console.print(moves_table(run.moves, escape(title)))
+        out.print(moves_table(run.moves, escape(title)))
     elif run.moves:
-        console.print(moves_table(run.moves, "what moved"))
-    console.print(f"lock: {len(written)} written, {len(run.kept)} kept, {time.monotonic() - start:.1f} s")
+        out.print(moves_table(run.moves, "what moved"))
+    out.print(f"lock: {len(written)} written, {len(run.kept)} kept, {time.monotonic() - start:.1f} s")
     return 0
 
 
 def register(subparsers: SubParsers) -> None:
-    """Add `lock` to the top-level subcommands."""
+    """Add `lock` to `epstack pins`' commands."""
     parser = subparsers.add_parser(
         "lock",
         parents=[PINS, LOCKS],

@@ -1,6 +1,7 @@
 """The `epstack` command line. Each command lives in its own module with `register(subparsers)`;
-only the chosen command's module is imported (the images' entrypoint runs `epstack guard` at every
-container start), and every command ends through epstack.commands.common.execute and its exit-code table."""
+only the chosen command's module is imported (the images' entrypoint runs `epstack image guard` at
+every container start), and every command ends through epstack.commands.common.execute and its
+exit-code table."""
 
 from __future__ import annotations
 
@@ -13,75 +14,98 @@ from rich.console import Console
 from rich.text import Text
 
 from epstack import __version__, cmd
+from epstack.commands.common import Parser, add_global_flags, commands, console_for, deprecated, parse
 from epstack.commands.common import execute as execute_command
-from epstack.commands.common import parse
 from epstack.commands.examples import document
 
-LOG_WIDTH = 160
-
-# Each top-level command and the module whose register(subparsers) adds it.
+# Each top-level command and the module whose register(subparsers) adds it: the user's commands, then
+# those an image's build and start run (`epstack image ...`), then shell completion.
 COMMANDS: dict[str, str] = {
     "pins": "epstack.commands.pins",
     "render": "epstack.commands.render",
     "build": "epstack.commands.build",
     "guard": "epstack.commands.guard",
-    "jit": "epstack.commands.jit",
-    "lock": "epstack.commands.lock",
-    "sbom": "epstack.commands.sbom",
-    "deepep": "epstack.commands.deepep",
-    "nccl": "epstack.commands.nccl",
-    "sources": "epstack.commands.sources",
-    "doctor": "epstack.commands.doctor",
     "smoke": "epstack.commands.smoke",
     "cluster": "epstack.commands.cluster",
+    "doctor": "epstack.commands.doctor",
     "publish": "epstack.commands.publish",
     "codebuild": "epstack.commands.aws",
-    "ecr": "epstack.commands.aws",
+    "jit": "epstack.commands.jit",
+    "image": "epstack.commands.image",
+    "completion": "epstack.commands.completion",
 }
+IMAGE = "image"  # its module registers only the chosen command (the entrypoint runs it at every start)
+
+# Command paths moved in 0.2, kept for one release: each runs its new path, warned on stderr.
+MOVED: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("lock",): ("pins", "lock"),
+    ("cluster", "pull"): ("cluster", "prepull"),
+    ("ecr", "login"): ("publish", "login"),
+    ("ecr", "digest"): ("publish", "digest"),
+    ("ecr", "promote"): ("publish", "promote"),
+    ("sbom",): ("image", "sbom"),
+    ("jit", "install"): ("image", "jit-install"),
+    ("jit", "unpack"): ("image", "jit-unpack"),
+    ("nccl", "check"): ("image", "nccl-check"),
+    ("sources", "verify"): ("image", "sources-verify"),
+    ("deepep", "build"): ("image", "deepep-build"),
+}
+# `guard` with one of these is the image's guard (`epstack image guard`).
+IMAGE_GUARD = ("--record", "--at-start")
 
 
-def chosen_command(argv: Sequence[str]) -> str | None:
-    """The command word: the first argument that is not an option (the top level has no valued ones)."""
-    return next((arg for arg in argv if not arg.startswith("-")), None)
+def _words(argv: Sequence[str]) -> list[int]:
+    """The positions of the arguments that are not options (the top level has no valued ones)."""
+    return [i for i, arg in enumerate(argv) if not arg.startswith("-")]
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser with `command`'s module registered; every module when `command` is None or unknown
-    (`epstack --help`, a typo argparse then names)."""
-    parser = argparse.ArgumentParser(
+def moved(argv: Sequence[str]) -> list[str]:
+    """`argv` with a moved command path (MOVED, `guard --record`) written as its new one, warned."""
+    argv, at = list(argv), _words(argv)
+    said = tuple(argv[i] for i in at[:2])
+    old: tuple[str, ...]
+    new: tuple[str, ...]
+    if said[:1] == ("guard",) and any(flag in argv for flag in IMAGE_GUARD):
+        old, new = ("guard",), ("image", "guard")
+    else:
+        old, new = next(((o, n) for o, n in MOVED.items() if said[: len(o)] == o), ((), ()))
+    if not old:
+        return argv
+    deprecated(f"epstack {' '.join(old)}", f"epstack {' '.join(new)}")
+    first, last = at[0], at[len(old) - 1]
+    return [*argv[:first], *new, *argv[first + 1 : last], *argv[last + 1 :]]
+
+
+def build_parser(command: str | None = None, subcommand: str | None = None) -> argparse.ArgumentParser:
+    """The parser with `command`'s module registered (of `epstack image`, `subcommand`'s); every module
+    when `command` is None or unknown (`epstack --help`, a typo the parser then names). -q and -v go
+    anywhere: every command has them."""
+    parser = Parser(
         prog="epstack", description="Pinned, layered, proven SGLang + DeepEP V2 images from one pins.env."
     )
     parser.add_argument("--version", action="version", version=f"epstack {__version__}")
-    loudness = parser.add_mutually_exclusive_group()
-    loudness.add_argument(
-        "-q",
-        "--quiet",
-        action="store_true",
-        help="on stderr only errors and warnings: no results, no commands (stdout as it is)",
-    )
-    loudness.add_argument(
-        "-v", "--verbose", action="store_true", help="print every command run, the quiet probes too"
-    )
+    add_global_flags(parser, top=True)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
     for name in modules:
-        importlib.import_module(name).register(subparsers)
+        module = importlib.import_module(name)
+        module.register(subparsers, *([subcommand] if name == COMMANDS[IMAGE] else []))
+    for _, each in commands(parser):
+        if each is not parser:
+            add_global_flags(each, top=False)
     document(parser)
     return parser
 
 
 def console_for_stderr(*, quiet: bool = False) -> Console:
-    """Markup only where epstack writes it (user text goes through rich.markup.escape, or is printed
-    with markup=False); no emoji codes, so a path with `:fire:` in it is printed as it is. Colour as
-    rich decides it: none off a terminal or with NO_COLOR set. `quiet`: prints nothing (-q)."""
-    # Logs (CI, docker build) are no terminal: give tables room instead of rich's 80 columns.
-    width = None if sys.stderr.isatty() else LOG_WIDTH
-    return Console(stderr=True, highlight=False, soft_wrap=True, width=width, emoji=False, quiet=quiet)
+    """The console of logs, warnings and errors (epstack.commands.common.console_for)."""
+    return console_for("stderr", quiet=quiet)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse(build_parser(chosen_command(argv)), argv)
+    argv = moved(sys.argv[1:] if argv is None else argv)
+    words = [argv[i] for i in _words(argv)]
+    args = parse(build_parser(*words[:2]), argv)
     if isinstance(args, int):
         return args
     cmd.verbosity = cmd.QUIET if args.quiet else cmd.VERBOSE if args.verbose else cmd.NORMAL

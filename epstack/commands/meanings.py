@@ -1,7 +1,9 @@
 """Every option name of every command and its one meaning, as data: docs/reference/options.md is
 written from it (epstack.commands.clireference), and `conflicts` (run by tests/commands/test_meanings.py)
 refuses a parser that uses a name with another meaning: a flag where it takes a value, a fixed set of
-choices where it takes free text (or the reverse), another value name (metavar) where one is fixed."""
+choices where it takes free text (or the reverse), another value name (metavar) where one is fixed (so
+`--out` is a FILE and `--out-dir` a DIR everywhere), or a name retired for another (RETIRED: `--nodes`,
+`--gpus-per-node` are the one name of their concept)."""
 
 from __future__ import annotations
 
@@ -47,11 +49,15 @@ MEANINGS: dict[str, Meaning] = {
     # Inputs and outputs.
     "--pins": Meaning(text="the pins file (default $EPSTACK_PINS or ./pins.env)", metavar="FILE"),
     "--locks": Meaning(text="the lock folder"),
-    "--out": Meaning(text="where the command writes its result: a file or a folder, as its help says"),
+    "--out": Meaning(text="the file the command writes its result to, whole or not at all", metavar="FILE"),
+    "--out-dir": Meaning(text="the folder the command writes its results into", metavar="DIR"),
     "--report": Meaning(text="a JSON report: the one `build` writes, the one `cluster metrics` reads"),
     "--build-report": Meaning(text="a build report `epstack build --report` wrote", metavar="FILE"),
     "--summary": Meaning(text="also write the result as Markdown to FILE", metavar="FILE"),
     "--manifest": Meaning(text="a build manifest (JSON) naming the built images"),
+    "--values": Meaning(
+        text="a values file (YAML) of the command's settings; flags given too win", metavar="FILE"
+    ),
     "--validate": Meaning(text="only validate FILE", metavar="FILE"),
     "--check": _flag("verify instead of writing: exit 1 on any difference, write nothing"),
     "--compare": Meaning(text="exit 1 unless FILE equals what the command would write", metavar="FILE"),
@@ -118,8 +124,6 @@ MEANINGS: dict[str, Meaning] = {
     "--request-timeout": Meaning(text=f"{SECONDS}: one request"),
     "--level-timeout": Meaning(text=f"{SECONDS}: one sweep level"),
     "--startup-timeout": Meaning(text=f"{SECONDS}: the server's start (k8s startup probe)"),
-    "--nproc-per-node": Meaning(text="ranks to start on this node"),
-    "--nnodes": Meaning(text="nodes of a torchrun-style launch"),
     "--node-rank": Meaning(text="this node's rank"),
     "--master-addr": Meaning(text="the rendezvous host"),
     "--master-port": Meaning(text="the rendezvous port"),
@@ -129,7 +133,6 @@ MEANINGS: dict[str, Meaning] = {
     "--min-bandwidth-ratio": Meaning(text="the least smoke / test_ep bandwidth that passes"),
     # Serving.
     "--model-path": Meaning(text="model weights: a path or a hub id"),
-    "--gpus": Meaning(text="GPUs of this node"),
     "--a2a": _choice("the MoE all-to-all backend"),
     "--sglang-arg": Meaning(text="an SGLang flag to add", metavar="FLAG"),
     "--vllm-arg": Meaning(text="a vLLM flag to add", metavar="FLAG"),
@@ -145,8 +148,8 @@ MEANINGS: dict[str, Meaning] = {
     "--startup": _flag("plot server start-ups"),
     # Clusters.
     "--job": _choice("the job's kind: elastic-smoke or serve"),
-    "--nodes": Meaning(text="nodes"),
-    "--gpus-per-node": Meaning(text="GPUs per node"),
+    "--nodes": Meaning(text="nodes of the job or run"),
+    "--gpus-per-node": Meaning(text="GPUs (one rank each) per node"),
     "--name": Meaning(text="the job's name"),
     "--k8s-kind": _choice("the Kubernetes workload: job or lws"),
     "--fabric-devices": Meaning(text="fabric devices per pod"),
@@ -191,7 +194,19 @@ MEANINGS: dict[str, Meaning] = {
     "--watch": _flag("follow the build and exit with its status"),
     "--source-version": Meaning(text="the commit to build"),
     "--region": Meaning(text="the AWS region"),
+    "--smoke-fleet": Meaning(text="the CodeBuild fleet (Hopper, Blackwell) the smoke runs on", metavar="ARN"),
+    "--no-smoke": _flag("no smoke tasks"),
     "--poll": Meaning(text="seconds between status reads"),
+}
+
+
+# Names retired so that one concept has one name: each lives on only as an old name kept one release
+# (common.rename), never as an option of its own.
+RETIRED: dict[str, str] = {
+    "--nproc-per-node": "--gpus-per-node",
+    "--gpus": "--gpus-per-node",
+    "--nnodes": "--nodes",
+    "--preset": "--profile",
 }
 
 
@@ -205,7 +220,9 @@ def conflicts(uses: Iterable[tuple[str, argparse.Action]]) -> list[str]:
     for command, action in uses:
         for name in (n for n in action.option_strings if n.startswith("--")):
             meaning = MEANINGS.get(name)
-            if meaning is None:
+            if name in RETIRED:
+                found.append(f"{command} {name}: a retired name, one name per concept; fix: {RETIRED[name]}")
+            elif meaning is None:
                 found.append(f"{command} {name}: no meaning in epstack.commands.meanings; fix: add one")
             elif _takes(action) != meaning.takes:
                 found.append(f"{command} {name}: takes a {_takes(action)}, its meaning a {meaning.takes}")

@@ -1,6 +1,6 @@
-"""`epstack nccl check`: is this NCCL the pinned one? A source tree, a built library or the libnccl torch
-loads (epstack.guard.nccl), against NCCL_VERSION of the pins (or --nccl-version). scripts/gpu/install-nccl.sh
-calls it instead of reading versions in awk.
+"""`epstack image nccl-check`: is this NCCL the pinned one? A source tree, a built library or the
+libnccl torch loads (epstack.guard.nccl), against NCCL_VERSION of the pins (or --nccl-version).
+scripts/gpu/install-nccl.sh calls it instead of reading versions in awk.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 from rich.console import Console
 from rich.markup import escape
 
-from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, rename
+from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, rename, results_console
 from epstack.errors import BadInput
 from epstack.guard.nccl import library_version, loaded_version, source_version
 from epstack.pins.load import pin_values
@@ -43,16 +43,18 @@ def cmd_nccl_check(args: argparse.Namespace, console: Console) -> int:
     wrong = [(version, what) for version, what in found if version != expected]
     for version, what in found:
         mark = "[green]ok[/]" if version == expected else "[red]mismatch[/]"
-        console.print(f"NCCL {escape(version)} ({escape(what)}), pinned {escape(expected)}: {mark}")
+        results_console(console).print(
+            f"NCCL {escape(version)} ({escape(what)}), pinned {escape(expected)}: {mark}"
+        )
     return 1 if wrong else 0
 
 
 def register(subparsers: SubParsers) -> None:
-    """Add `nccl check` to the top-level subcommands."""
-    nccl = subparsers.add_parser("nccl", help="check an NCCL source tree or library against the pins")
-    commands = nccl.add_subparsers(dest="nccl_command", required=True, metavar="SUBCOMMAND")
-    check = commands.add_parser(
-        "check", parents=[PINS], help="exit 0 when each NCCL named is NCCL_VERSION (1 otherwise)"
+    """Add `nccl-check` to `epstack image`'s commands."""
+    check = subparsers.add_parser(
+        "nccl-check",
+        parents=[PINS],
+        help="check an NCCL source tree or library against the pins: exit 0 when each is NCCL_VERSION",
     )
     check.add_argument(
         "--nccl-version", metavar="VERSION", help="expected NCCL version instead of the pins' NCCL_VERSION"

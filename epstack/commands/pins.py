@@ -41,9 +41,11 @@ from epstack.commands.common import (
     path_arg,
     pins_path,
     positive_int,
+    results_console,
     working,
 )
 from epstack.commands.lock import moves_table
+from epstack.commands.lock import register as register_lock
 from epstack.errors import BadInput, EnvironmentProblem
 from epstack.journal import exclusive, staging
 from epstack.layers import LAYER_NAMES
@@ -73,8 +75,9 @@ def cmd_pins_check(args: argparse.Namespace, console: Console) -> int:
     for target in pins.targets:
         for layer in LAYER_NAMES:
             table.add_row(escape(target), layer, escape(pins.image_ref(layer, target)))
-    console.print(table)
-    console.print(
+    out = results_console(console)
+    out.print(table)
+    out.print(
         f"[green]{escape(str(path))}: ok[/] "
         f"({len(pins.targets)} targets, default {escape(pins.default_target)})"
     )
@@ -107,7 +110,7 @@ def _print_locks(console: Console, pins: Pins, directory: Path) -> None:
         _print(console, f"the locks cannot be resolved for these pins: {run}", "red")
     elif run.moves:
         console.print(
-            moves_table(run.moves, f"against {escape(str(directory))}: what `epstack lock` would move")
+            moves_table(run.moves, f"against {escape(str(directory))}: what `epstack pins lock` would move")
         )
     else:
         _print(console, "resolved again, the stale locks keep every version", "green")
@@ -121,6 +124,7 @@ def cmd_pins_predict(args: argparse.Namespace, console: Console) -> int:
     path = pins_path(args.pins)
     pins = load_pins(path)
     prediction = predict_pins(pins, locks_dir(args.locks))
+    console = results_console(console)  # what uv would install is this command's result
     console.print(
         f"uv would install {prediction.installs} distributions for {prediction.requested} "
         f"(Python {pins.image_target.python_version}, {pins.image_target.platform}; "
@@ -296,6 +300,7 @@ def _bump(args: argparse.Namespace, console: Console, path: Path, directory: Pat
                 installable=partial(check_installable, workdir=folder),
                 build_report=args.build_report,
             )
+        console = results_console(console)  # the bump's tables, verdict and what it wrote
         for section in sections(bump):
             console.print(_table(section))
         for line in verdict(bump):
@@ -354,9 +359,10 @@ def cmd_pins_outdated(args: argparse.Namespace, console: Console) -> int:
         check_writable(args.json, what="the report", inputs=[path])
     with working(console, "pins outdated: asking the package index, git remotes and registries"):
         report = outdated(pins, path, Sources(index=index_url(), candidates=args.candidates))
-    _print_outdated(console, report)
+    out = results_console(console, document=args.json)
+    _print_outdated(out, report)
     for command in next_commands(report):
-        console.print(f"next: {escape(command)}")
+        out.print(f"next: {escape(command)}")
     if args.json:
         write_file(args.json, OUTDATED.dumps(report), what="the report")
         console.print(f"report: {escape(str(args.json))}")
@@ -382,8 +388,10 @@ def _add_candidates(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: SubParsers) -> None:
-    """Add `pins check`, `get`, `predict`, `bump` and `outdated` to the top-level subcommands."""
-    pins = subparsers.add_parser("pins", help="check the pins file, read a pin, predict SGLang's moves")
+    """Add `pins check`, `get`, `predict`, `bump`, `outdated` and `lock` to the top-level subcommands."""
+    pins = subparsers.add_parser(
+        "pins", help="check the pins file, read a pin, predict and bump moves, see upstream, lock the layers"
+    )
     commands = pins.add_subparsers(dest="pins_command", required=True, metavar="SUBCOMMAND")
     check = commands.add_parser("check", parents=[PINS], help="validate pins.env and its compatibility rules")
     check.add_argument(
@@ -451,3 +459,4 @@ def register(subparsers: SubParsers) -> None:
     )
     _add_candidates(newer)
     newer.set_defaults(func=cmd_pins_outdated)
+    register_lock(commands)

@@ -8,19 +8,20 @@ from pathlib import Path
 from rich.console import Console
 
 from epstack.aws.publish import publish, pull
-from epstack.commands.common import PINS, SubParsers, path_arg, pins_path
+from epstack.commands.aws import register_ecr
+from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, rename, results_console
 from epstack.image.engine import DockerEngine
 from epstack.layers import LAYER_NAMES, TOP
 from epstack.output import check_writable
 from epstack.pins.load import load_pins
 
 DEFAULT_OUT = Path("build/codebuild")
-PUSHED = ("build-manifest.json", "guard-junit.xml", "image.env")  # what `push` writes into --out
-PULLED = "image.env"  # what `pull` writes into --out
+PUSHED = ("build-manifest.json", "guard-junit.xml", "image.env")  # what `push` writes into --out-dir
+PULLED = "image.env"  # what `pull` writes into --out-dir
 
 
 def _check_outputs(out: Path, names: tuple[str, ...], inputs: list[Path]) -> None:
-    """Before any work: none of the files written into --out is a file the command reads."""
+    """Before any work: none of the files written into --out-dir is a file the command reads."""
     for name in names:
         check_writable(out / name, what=f"--out's {name}", inputs=inputs)
 
@@ -38,9 +39,10 @@ def cmd_publish(args: argparse.Namespace, console: Console) -> int:
         engine=DockerEngine.find(),
         console=console,
     )
+    out = results_console(console)  # each image's guard and where it went
     for image in manifest.images:
         where = f"{image.uri} {image.digest}" if image.pushed else "not pushed (--push top)"
-        console.print(f"{image.tag}: guard ok ({image.guard_checks} checks), {where}", markup=False)
+        out.print(f"{image.tag}: guard ok ({image.guard_checks} checks), {where}", markup=False)
     console.print(
         f"wrote {args.out / 'build-manifest.json'}, {args.out / 'guard-junit.xml'}, {args.out / 'image.env'}",
         markup=False,
@@ -59,25 +61,37 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _add_out_dir(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--out-dir",
+        dest="out",
+        metavar="DIR",
+        type=path_arg,
+        default=DEFAULT_OUT,
+        help=f"{what} (default {DEFAULT_OUT})",
+    )
+    rename(parser, "--out-dir", "--out")
+
+
 def register(subparsers: SubParsers) -> None:
-    """Add `publish push` and `publish pull` to the top-level subcommands."""
+    """Add `publish push|pull|login|digest|promote` to the top-level subcommands."""
     commands = subparsers.add_parser(
-        "publish", help="push guarded images by digest; pull them by digest"
+        "publish", help="push guarded images to a registry by digest, pull them by digest; ECR's login"
     ).add_subparsers(dest="publish_command", required=True, metavar="SUBCOMMAND")
     push = commands.add_parser(
         "push", parents=[PINS], help="guard the images a build made, push them, write the build manifest"
     )
     push.add_argument("report", type=path_arg, help="build report from `epstack build --report`")
-    push.add_argument("--registry", required=True, help="HOST[:PORT][/NAMESPACE]: ECR or a loopback registry")
+    push.add_argument(
+        "--registry",
+        required=True,
+        help="HOST[:PORT][/NAMESPACE]: any registry Docker's credentials reach (docker login; ECR: publish "
+        "login); stand-in images only to a loopback one",
+    )
     push.add_argument(
         "--push", choices=("all", "top"), default="all", help="every built image (default), or the top one"
     )
-    push.add_argument(
-        "--out",
-        type=path_arg,
-        default=DEFAULT_OUT,
-        help=f"manifest, JUnit and image.env (default {DEFAULT_OUT})",
-    )
+    _add_out_dir(push, "manifest, JUnit and image.env")
     push.set_defaults(func=cmd_publish)
     pull_parser = commands.add_parser(
         "pull", parents=[PINS], help="resolve an image's digest in the registry and pull by it"
@@ -88,7 +102,6 @@ def register(subparsers: SubParsers) -> None:
         "--layer", choices=LAYER_NAMES, default=TOP.name, help=f"which layer's image (default {TOP.name})"
     )
     pull_parser.add_argument("--image", help="REPOSITORY:TAG instead of --target and --layer")
-    pull_parser.add_argument(
-        "--out", type=path_arg, default=DEFAULT_OUT, help=f"where image.env goes (default {DEFAULT_OUT})"
-    )
+    _add_out_dir(pull_parser, "where image.env goes")
     pull_parser.set_defaults(func=cmd_pull)
+    register_ecr(commands)

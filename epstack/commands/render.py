@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rich.markup import escape
 
-from epstack.commands.common import LOCKS, PINS, SubParsers, path_arg, pins_path
+from epstack.commands.common import LOCKS, PINS, SubParsers, path_arg, pins_path, rename
 from epstack.image.render import output_directory, plan_checkout, write_plan
 from epstack.pins.load import load_pins
 
@@ -22,15 +22,20 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     write_plan(plan, out)
     console.print(f"rendered {len(plan.files)} files for {len(pins.targets)} targets into {escape(str(out))}")
     for stale in plan.stale_locks:
-        console.print(f"[yellow]{escape(stale)}[/]: `epstack build` refuses it; fix: epstack lock")
+        console.print(f"[yellow]{escape(stale)}[/]: `epstack build` refuses it; fix: epstack pins lock")
     return 0
 
 
 def add_render_arguments(parser: argparse.ArgumentParser) -> None:
-    """--out and --sources, shared by render and build (build renders first)."""
+    """--out-dir and --sources, shared by render and build (build renders first)."""
     parser.add_argument(
-        "--out", default=DEFAULT_OUT, help=f"output directory, new or made by epstack (default {DEFAULT_OUT})"
+        "--out-dir",
+        dest="out",
+        metavar="DIR",
+        default=DEFAULT_OUT,
+        help=f"output directory, new or made by epstack (default {DEFAULT_OUT})",
     )
+    rename(parser, "--out-dir", "--out")
     parser.add_argument("--sources", type=path_arg, help="folder of `git archive` tarballs and installers")
 
 

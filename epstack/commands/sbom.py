@@ -1,4 +1,5 @@
-"""`epstack sbom`: write or validate this image's CycloneDX SBOM (epstack.image.sbom, epstack.image.cdx)."""
+"""`epstack image sbom`: write or validate this image's CycloneDX SBOM (epstack.image.sbom,
+epstack.image.cdx)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 from rich.console import Console
 from rich.markup import escape
 
-from epstack.commands.common import LOCKS, PINS, SubParsers, path_arg, pins_path, rename
+from epstack.commands.common import LOCKS, PINS, SubParsers, path_arg, pins_path, rename, results_console
 from epstack.errors import BadInput
 from epstack.image.sbom import SBOM_DIR, collect
 from epstack.inputs import read_text
@@ -26,16 +27,17 @@ def cmd_sbom(args: argparse.Namespace, console: Console) -> int:
         except ValueError as exc:
             fix = f"pass a CycloneDX {cdx.SPEC_VERSION} JSON SBOM"
             raise BadInput(f"{args.validate}: {exc}; fix: {fix}") from None
+        results = results_console(console)
         for error in errors:
-            console.print(f"{args.validate}: {error}", style="red", markup=False)
+            results.print(f"{args.validate}: {error}", style="red", markup=False)
         if not errors:
-            console.print(f"{args.validate}: valid CycloneDX {cdx.SPEC_VERSION}", style="green", markup=False)
+            results.print(f"{args.validate}: valid CycloneDX {cdx.SPEC_VERSION}", style="green", markup=False)
         return 1 if errors else 0
     layer = args.layer or os.environ.get("EPSTACK_GUARD_LAYER", "")
     pins_file = pins_path(args.pins)
     if layer not in LAYER_NAMES or not pins_file.name:
         raise BadInput(
-            "epstack sbom: no --layer or --pins (nor EPSTACK_GUARD_LAYER, EPSTACK_PINS); fix: pass both"
+            "epstack image sbom: no --layer or --pins (nor EPSTACK_GUARD_LAYER, EPSTACK_PINS); fix: pass both"
         )
     locks = locks_dir(args.locks)
     out = args.out or SBOM_DIR / f"{layer}.cdx.json"
@@ -56,7 +58,7 @@ def cmd_sbom(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(subparsers: SubParsers) -> None:
-    """Add `sbom` to the top-level subcommands."""
+    """Add `sbom` to `epstack image`'s commands."""
     parser = subparsers.add_parser(
         "sbom", parents=[PINS, LOCKS], help="write this image's CycloneDX SBOM (run inside an image)"
     )
@@ -69,7 +71,7 @@ def register(subparsers: SubParsers) -> None:
     )
     rename(parser, "--image-tag", "--version")
     parser.add_argument("--base-image", default="", help="NAME:TAG@sha256:... the image is built FROM")
-    parser.add_argument("--out", type=path_arg, help=f"default {SBOM_DIR}/<layer>.cdx.json")
+    parser.add_argument("--out", type=path_arg, metavar="FILE", help=f"default {SBOM_DIR}/<layer>.cdx.json")
     parser.add_argument(
         "--validate", type=path_arg, metavar="FILE", help="only validate FILE (exit 1 if invalid)"
     )

@@ -29,10 +29,11 @@ from epstack.commands.common import (
     port,
     positive_int,
     rename,
+    results_console,
     seconds,
 )
 from epstack.errors import OK, BadInput, shown
-from epstack.output import check_writable
+from epstack.output import STDOUT, check_writable
 from epstack.smoke import elastic
 from epstack.smoke.config import DEFAULT_NUM_TOKENS, PRESETS, SmokeConfig, resolve_shape
 from epstack.smoke.elastic import Settings, Upstream
@@ -51,7 +52,7 @@ from epstack.smoke.supervise import Supervised
 from epstack.smoke.upstream import UpstreamResult
 
 ELASTIC = """\
-Start one rank per GPU here (--nproc-per-node) or under torchrun, Slurm or Kubernetes; each builds
+Start one rank per GPU here (--gpus-per-node) or under torchrun, Slurm or Kubernetes; each builds
 DeepEP V2's ElasticBuffer, checks dispatch and combine against torch's all_to_all at the model's shape,
 then times them. One JSON report (--json) from rank 0.
 
@@ -141,10 +142,17 @@ def register(subparsers: SubParsers) -> None:
         "FILE.sha256) for `epstack jit layer`",
     )
     where = p.add_argument_group("launch (flags win over torchrun/Slurm/Kubernetes variables)")
-    where.add_argument("--nproc-per-node", type=positive_int, help="ranks to start here (no launcher)")
     where.add_argument(
-        "--nnodes", type=positive_int, help="nodes of the run (default: the launcher's, else 1)"
+        "--gpus-per-node",
+        dest="nproc_per_node",
+        type=positive_int,
+        help="ranks (one per GPU) to start here (no launcher)",
     )
+    rename(where, "--gpus-per-node", "--nproc-per-node")
+    where.add_argument(
+        "--nodes", dest="nnodes", type=positive_int, help="nodes of the run (default: the launcher's, else 1)"
+    )
+    rename(where, "--nodes", "--nnodes")
     where.add_argument(
         "--node-rank", type=non_negative_int, help="this node's rank (default: the launcher's, else 0)"
     )
@@ -233,9 +241,12 @@ def _register_serve(smoke: Any) -> None:
         "--engine",
         choices=tuple(ENGINES),
         default=DEFAULT_ENGINE,
-        help=f"the server: SGLang, or vLLM (--gpus N: --data-parallel-size N) (default {DEFAULT_ENGINE})",
+        help=f"SGLang, or vLLM (--gpus-per-node N is --data-parallel-size N) (default {DEFAULT_ENGINE})",
     )
-    what.add_argument("--gpus", type=positive_int, default=1, help="GPUs of this node: TP = EP = GPUs")
+    what.add_argument(
+        "--gpus-per-node", dest="gpus", type=positive_int, default=1, help="GPUs of this node: TP = EP = GPUs"
+    )
+    rename(what, "--gpus-per-node", "--gpus")
     what.add_argument("--a2a", choices=A2A_BACKENDS, default="deepep_v2", help="MoE all-to-all backend")
     what.add_argument(
         "--sglang-arg",
@@ -326,8 +337,14 @@ def _register_tiny_model(smoke: Any) -> None:
         description=tinymodel.__doc__,
     )
     p.add_argument(
-        "--out", type=path_arg, required=True, help="the model folder, e.g. /models/tiny-qwen3-moe"
+        "--out-dir",
+        dest="out",
+        metavar="DIR",
+        type=path_arg,
+        required=True,
+        help="the model folder, e.g. /models/tiny-qwen3-moe",
     )
+    rename(p, "--out-dir", "--out")
     p.add_argument(
         "--seed", type=non_negative_int, default=tinymodel.SEED, help="the weights' seed (default 0)"
     )
@@ -463,7 +480,7 @@ def _register_plot(smoke: Any) -> None:
         help="the report `epstack smoke serve --json` wrote (--startup: several)",
     )
     p.add_argument("--startup", action="store_true", help="each report's server start-up, one timeline each")
-    p.add_argument("--out", type=path_arg, required=True, help="the PNG to write")
+    p.add_argument("--out", type=path_arg, metavar="FILE", required=True, help="the PNG to write")
     p.set_defaults(func=cmd_plot)
 
 
@@ -516,7 +533,8 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         report=args.json,
     )
     code = serving_run.run(settings, _ServePrinter(console))
-    console.print(f"report: {escape(str(args.json))}")
+    if args.json != STDOUT:
+        console.print(f"report: {escape(str(args.json))}")
     return code
 
 
@@ -524,6 +542,7 @@ def cmd_elastic(args: argparse.Namespace, console: Console) -> int:
     outcome = elastic.run(_settings(args), _Printer(console))
     if outcome.reported:
         if outcome.ranks:
-            console.print(_table(outcome.verdict, outcome.ranks))
-        console.print(f"report: {escape(str(args.json))}")
+            results_console(console, document=args.json).print(_table(outcome.verdict, outcome.ranks))
+        if args.json != STDOUT:
+            console.print(f"report: {escape(str(args.json))}")
     return outcome.code

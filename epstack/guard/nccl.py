@@ -1,5 +1,5 @@
 """The version of an NCCL: a source tree (what its makefiles/version.mk declares), a built library (its
-own ncclGetVersion) or the libnccl torch loads. `epstack nccl check` compares them with the pins.
+own ncclGetVersion) or the libnccl torch loads. `epstack image nccl-check` compares them with the pins.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The build's record of a passing guard: what a container start compares before it trusts the build.
 
-guard-layer.sh writes it (`epstack guard --record`) once a layer's guard passed, beside the report:
+guard-layer.sh writes it (`epstack image guard --record`) once a layer's guard passed, beside the report:
 the digests of the pins file and of that report, the environment variables that decide what the guard
 sees, a stat fingerprint of the files that decide it, and the sha256 of the interpreter and the loader's
-own configuration. At start (`epstack guard --at-start`) a record equal to the container's own facts,
+own configuration. At start (`epstack image guard --at-start`) a record equal to the container's own facts,
 and no file of those trees changed in this container, means the build's proof holds; the first
 difference is named in one line, and the full guard runs.
 

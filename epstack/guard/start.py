@@ -1,4 +1,4 @@
-"""`epstack guard --at-start`: a container's start trusts what its build proved while nothing that
+"""`epstack image guard --at-start`: a container's start trusts what its build proved while nothing that
 decides it changed (guard.record), and checks now only what can change after the build.
 
 Checked now, without importing torch: the NVIDIA driver the runtime mounted (libcuda.so.1 through

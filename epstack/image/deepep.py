@@ -1,4 +1,4 @@
-"""`epstack deepep build`: the one DeepEP V2 builder, for images and for bare GPU hosts alike.
+"""`epstack image deepep-build`: the one DeepEP V2 builder, for images and for bare GPU hosts alike.
 
 1. Source: the pinned commit with its fmt submodule, from `git archive` tarballs in a sources folder
    (verified whole and their commits checked before unpacking: epstack.image.gitarchive), or cloned

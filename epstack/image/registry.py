@@ -1,18 +1,23 @@
 """Registries epstack pushes to and reads digests from, behind one Protocol.
 
-Two backends: Amazon ECR (epstack.aws.ecr, through boto3) and a registry on this machine's loopback
-address (Docker's distribution, e.g. Debian's docker-registry, read over its HTTP API v2). Any other
-host is refused: epstack publishes to ECR, and tests and run-local use a loopback registry.
+Three backends: Amazon ECR (epstack.aws.ecr, through boto3: its immutable tags are known), a registry
+on this machine's loopback address (Docker's distribution, e.g. Debian's docker-registry, read over its
+HTTP API v2), and any other OCI registry the Docker credentials reach (`docker login HOST`: GHCR,
+Harbor, Artifactory, Quay, a site's own), read with the Docker CLI's `docker manifest inspect`, so its
+credential helpers and certificates are those `docker push` uses.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import re
 from dataclasses import dataclass
 from typing import Protocol
 
-from epstack import httpclient
-from epstack.errors import BadInput, EnvironmentProblem
+from epstack import cmd, httpclient
+from epstack.errors import BadInput, EnvironmentProblem, shown
 from epstack.inputs import parse_json
 
 ECR_HOST = re.compile(
@@ -109,3 +114,60 @@ def config_of(manifest: bytes | str) -> str | None:
         return str(parse_json(manifest)["config"]["digest"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DockerRegistry:
+    """Any OCI registry, read with `docker manifest inspect` (the Docker CLI `cli`, its credentials).
+    Such a registry says nothing of immutable tags: an existing tag is moved only when it already
+    names this image (publish checks the image's config digest first)."""
+
+    host: str
+    cli: str
+    timeout: float = 60.0
+
+    def _inspect(self, repository: str, tag: str) -> dict[str, object] | None:
+        """The verbose manifest of `repository:tag`, None when the tag does not exist."""
+        ref = f"{self.host}/{repository}:{tag}"
+        insecure = ["--insecure"] if httpclient.is_loopback(self.host) else []
+        done = cmd.run(
+            self.cli, "manifest", "inspect", "--verbose", *insecure, ref, echo=False, timeout=self.timeout
+        )
+        if done.returncode != 0:
+            said = (done.stderr.strip().splitlines() or ["no answer"])[0]
+            if "no such manifest" in said or "manifest unknown" in said:
+                return None
+            raise EnvironmentProblem(
+                f"{ref}: `docker manifest inspect` failed ({shown(said, quote=False)}); fix: docker login "
+                f"{self.host}, or check the registry's name"
+            )
+        try:
+            found = parse_json(done.stdout)
+        except ValueError:
+            found = None
+        if not isinstance(found, dict) or not isinstance(found.get("Descriptor"), dict):
+            raise EnvironmentProblem(
+                f"{ref}: not one image's manifest (a multi-platform index?); fix: publish pushes one image "
+                "per tag: use another tag"
+            )
+        return found
+
+    def digest(self, repository: str, tag: str) -> str | None:
+        found = self._inspect(repository, tag)
+        descriptor: object = found["Descriptor"] if found else None
+        return str(descriptor["digest"]) if isinstance(descriptor, dict) else None
+
+    def tag_immutable(self, repository: str) -> bool:
+        return False
+
+    def config_digest(self, repository: str, tag: str) -> str | None:
+        """From the parsed manifest the CLI shows (Docker's or OCI's), else its raw bytes (newer CLIs)."""
+        found = self._inspect(repository, tag) or {}
+        for key in ("SchemaV2Manifest", "OCIManifest"):
+            if key in found:
+                return config_of(json.dumps(found[key]))
+        try:
+            raw = base64.b64decode(str(found["Raw"]), validate=True)
+        except (binascii.Error, KeyError):
+            return None
+        return config_of(raw)

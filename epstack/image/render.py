@@ -204,7 +204,7 @@ def _lock_files(pins: Pins, directory: Path) -> dict[str, str]:
         lock = read_lock(directory, spec.name)
         if lock is None:
             raise BadInput(
-                f"{lock_path(directory, spec.name)}: no such lock; fix: epstack lock --locks {directory}"
+                f"{lock_path(directory, spec.name)}: no such lock; fix: epstack pins lock --locks {directory}"
             )
         files[f"{spec.name}.txt"] = lock.text
         if spec.name == "base":

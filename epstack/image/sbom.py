@@ -1,4 +1,4 @@
-"""`epstack sbom`: what an image holds, as one CycloneDX document per image, written inside the image.
+"""`epstack image sbom`: what an image holds, as one CycloneDX document per image, written inside the image.
 
 Run in the image build right after the layer's guard passed (so the venv is exactly its locks):
 - the Python distributions of the layer's locks (and the deep_ep wheel, from its manifest);

@@ -5,8 +5,9 @@ of reach (CI, air-gapped builders) a sources folder holds `<name>-<commit>.tar.g
 each is verified whole (epstack.image.gitarchive: every member, size caps, read to its end) and the
 commit that tool writes into its pax header is compared with the pin before anything is unpacked.
 render copies the matching archives into the build context (sources/), the image's builders and the
-GPU host verify them again the same way (`epstack deepep build`, `epstack sources verify`), and unpack
-only then. A pinned archive that is present but wrong is refused, never replaced by a clone.
+GPU host verify them again the same way (`epstack image deepep-build`, `epstack image
+sources-verify`), and unpack only then. A pinned archive that is present but wrong is refused, never
+replaced by a clone.
 """
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ def probe_deepep(archs: Sequence[str], work: Path) -> Compiled:
     smoke = [
         "smoke",
         "elastic",
-        "--nproc-per-node",
+        "--gpus-per-node",
         "1",
         "--num-tokens",
         "128",

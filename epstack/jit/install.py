@@ -1,4 +1,4 @@
-"""At container start (`epstack jit install`, run by scripts/image/jit-caches.sh): the JIT caches the
+"""At container start (`epstack image jit-install`, run by scripts/image/jit-caches.sh): the JIT caches the
 image ships, each a read-only folder $EPSTACK_HOME/jit/<name> with its sha256sum list beside it, into the
 writable caches the toolchains read.
 

@@ -1,6 +1,6 @@
-"""The JIT toolchains epstack ships caches of: every one in TOOLCHAINS, in the order `epstack jit install`
-copies their caches at container start; those a GPU run exports by the name `jit export --toolchain`
-takes."""
+"""The JIT toolchains epstack ships caches of: every one in TOOLCHAINS, in the order `epstack image
+jit-install` copies their caches at container start; those a GPU run exports by the name `jit export
+--toolchain` takes."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ class Toolchain(Protocol):
     NAME: str  # its name: `jit export --toolchain NAME` for an exported one
     TITLE: str  # in messages: "DeepGEMM"
     SHIPPED: Path  # where the image ships its kernels, under imagepaths.JIT
-    HOME: CacheHome  # its writable cache, which `epstack jit install` fills from SHIPPED at start
+    HOME: CacheHome  # its writable cache, which `epstack image jit-install` fills from SHIPPED at start
     COMPONENT: str  # its guard row's component: "JIT cache DeepGEMM"
     GUARD_SCOPES: tuple[str, ...]  # the guard scopes whose build checks its row: ("sglang", "vllm")
     CHECKED_AT_START: bool  # whether the start guard checks its row again, or keeps the build's

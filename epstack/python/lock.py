@@ -1,4 +1,4 @@
-"""The whole Python closure of every layer, resolved once by uv and committed in locks/ (`epstack lock`).
+"""The whole Python closure of every layer, resolved once by uv and committed in locks/ (`epstack pins lock`).
 
 One lock per install step (lock_specs): `base` (torch, NCCL, NVSHMEM, and the venv's own pip and uv),
 `deepep-build` (what DeepEP's setup.py builds with, in a build stage only), `sglang` and `vllm` (each

@@ -5,8 +5,8 @@ A lock's header says what it was resolved from; its entries are what an image in
 line is read too: the lock's requirements at their pins, its overrides and one-CUDA constraints
 wherever they apply, none of its exclusions and no wheel of another CUDA major, every entry hashed with
 sha256, the same versions as the locks below it (but those it owns), nothing but the lines uv writes,
-and the entries unchanged since `epstack lock` wrote them (their entries-sha256). Each problem names
-its line; the fix is always `epstack lock`.
+and the entries unchanged since `epstack pins lock` wrote them (their entries-sha256). Each problem names
+its line; the fix is always `epstack pins lock`.
 """
 
 from __future__ import annotations
@@ -142,11 +142,13 @@ def _digest_problem(lock: LockFile) -> str | None:
     if not lock.entries_digest:
         return (
             f"line {lock.body_start - 1}: the header records no {ENTRIES_KEY}, so nothing says the entries "
-            "are as `epstack lock` wrote them"
+            "are as `epstack pins lock` wrote them"
         )
     if not lock.entries_intact:
         last = lock.body_start + len(lock.resolution.text.splitlines()) - 1
-        return f"lines {lock.body_start}-{last}: not as `epstack lock` wrote them ({ENTRIES_KEY} differs)"
+        return (
+            f"lines {lock.body_start}-{last}: not as `epstack pins lock` wrote them ({ENTRIES_KEY} differs)"
+        )
     return None
 
 
@@ -162,7 +164,7 @@ def content_problems(
     own: tuple[str, ...] = (),
 ) -> tuple[str, ...]:
     """Every way the lock's entries differ from what its spec and `below` (the locks under it, by
-    name) say it holds, the first MAX_SHOWN of them; () for a lock as `epstack lock` wrote it."""
+    name) say it holds, the first MAX_SHOWN of them; () for a lock as `epstack pins lock` wrote it."""
     entries, foreign = read_entries(lock)
     problems = [
         *foreign,

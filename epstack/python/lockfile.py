@@ -74,6 +74,7 @@ class LockFile:
 
 def render_lock(name: str, inputs: Mapping[str, str], resolution: Resolution) -> str:
     """Header (inputs, their digest, the entries' digest) and uv's output."""
+    # The header is part of every committed lock (its old command name included): unchanged.
     lines = [f"# epstack lock {name}: written by `epstack lock` from pins.env; do not edit."]
     lines += [f"# {key}: {value}" for key, value in inputs.items()]
     lines.append(f"# {DIGEST_KEY}: {inputs_digest(inputs)}")
@@ -116,7 +117,7 @@ def entry_text(lock: LockFile, name: str) -> str:
     canonical = canonicalize_name(name)
     package = next((p for p in lock.resolution.packages if p.name == canonical), None)
     if package is None or not package.hashes:
-        raise BadInput(f"lock {lock.name} has no hashed {name} entry; fix: run epstack lock")
+        raise BadInput(f"lock {lock.name} has no hashed {name} entry; fix: run epstack pins lock")
     hashes = "".join(f" \\\n    --hash={digest}" for digest in package.hashes)
     return f"{package.pin}{hashes}\n"
 
@@ -130,14 +131,14 @@ def expected_distributions(directory: Path, layer: str) -> tuple[dict[str, tuple
         lock = read_lock(directory, name)
         path = lock_path(directory, name)
         if lock is None:
-            raise BadInput(f"{path}: no such lock; fix: run epstack lock (images carry theirs)")
+            raise BadInput(f"{path}: no such lock; fix: run epstack pins lock (images carry theirs)")
         files.append(str(path))
         for package in lock.resolution.packages:
             version, origin = expected.get(package.name, (package.version, path.name))
             if version != package.version:
                 raise BadInput(
                     f"{path}: {package.pin}, but {origin} has {version}; "
-                    "fix: run epstack lock (an upper lock never moves a lower one)"
+                    "fix: run epstack pins lock (an upper lock never moves a lower one)"
                 )
             expected[package.name] = (version, origin)
     return expected, files

@@ -5,7 +5,7 @@ platform (epstack.python.resolve). Each base-layer package it would install at a
 resolved again with its pin as a constraint: when that fails the pin cannot hold, and uv's explanation
 names the requirement that forces the move. Distributions that would bring their own deep_ep over the
 one built from DEEPEP_REF are named too. Then, against the committed locks: each lock the change makes
-stale is resolved again as `epstack lock` would (nothing written), and every distribution that would
+stale is resolved again as `epstack pins lock` would (nothing written), and every distribution that would
 move is listed, before anything is built.
 
 When every lock is fresh for the pins, the locks hold the answer: uv resolves SGLang offline, from its
@@ -180,7 +180,7 @@ def predict_pins(pins: Pins, directory: Path, resolver: Resolver = compile_requi
 
 
 def predict_locks(pins: Pins, directory: Path, resolver: Resolver = compile_requirements) -> LockRun | str:
-    """What `epstack lock` would move in `directory` for these pins (nothing is written), or uv's reason
+    """What `epstack pins lock` would move in `directory` for these pins (nothing is written), or uv's reason
     why the locks cannot be resolved."""
     try:
         return relock(pins, directory, resolver=resolver)

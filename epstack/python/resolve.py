@@ -1,6 +1,6 @@
 """Resolve Python requirements the way the images install them: uv, for the image's Python and platform.
 
-One home for uv's flags: `pins predict` and `epstack lock` resolve with RESOLVE_FLAGS here, and every
+One home for uv's flags: `pins predict` and `epstack pins lock` resolve with RESOLVE_FLAGS here, and every
 image installs its locks with INSTALL_FLAGS (rendered into the Dockerfiles), so a resolution that
 succeeds is an install that succeeds: wheels only on both sides, every distribution pinned with its
 hashes, nothing resolved again at build time. uv runs with no user or system configuration and only

@@ -85,7 +85,7 @@ _RULES = (
         summary="deep_ep/_C.so defines and exports libstdc++ symbols (built with a second g++); "
         "DeepEP's JIT then crashes with SIGSEGV in std::regex/locale",
         fix="rebuild DeepEP with the system toolchain: CC=/usr/bin/gcc CXX=/usr/bin/g++, "
-        "CUDAHOSTCXX unset (`epstack deepep build` does this)",
+        "CUDAHOSTCXX unset (`epstack image deepep-build` does this)",
     ),
 )
 

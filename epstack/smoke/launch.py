@@ -2,8 +2,8 @@
 
 Order: torchrun (it sets RANK/WORLD_SIZE/LOCAL_RANK), then Slurm (SLURM_PROCID), then a
 LeaderWorkerSet (LWS_WORKER_INDEX), then a Kubernetes indexed Job (JOB_COMPLETION_INDEX), else no
-launcher (`--nproc-per-node N`: the smoke starts the ranks itself). Under a launcher, each started
-process supervises `nproc` ranks (1 unless --nproc-per-node asks one task per node to start several).
+launcher (`--gpus-per-node N`: the smoke starts the ranks itself). Under a launcher, each started
+process supervises `nproc` ranks (1 unless --gpus-per-node asks one task per node to start several).
 Every variable name comes from epstack.smoke.launchenv, which the cluster jobs use too.
 """
 
@@ -103,7 +103,7 @@ class _Flags:
 def _torchrun(env: Mapping[str, str], flags: _Flags) -> Launch:
     if flags.nproc_per_node not in (None, 1):
         raise BadInput(
-            "torchrun already started one process per rank; drop --nproc-per-node "
+            "torchrun already started one process per rank; drop --gpus-per-node "
             "(give it to torchrun instead)"
         )
     world = _int(env, V.WORLD_SIZE)
@@ -166,7 +166,7 @@ def _pod(launcher: str, *, index: int, pods: int, per_pod: int, addr: str, port:
 
 def _leaderworkerset(env: Mapping[str, str], flags: _Flags) -> Launch:
     """One LeaderWorkerSet group: the controller sets the pod's index, the group size and the leader's
-    address; EPSTACK_NPROC_PER_NODE (or --nproc-per-node) says how many ranks each pod starts."""
+    address; EPSTACK_NPROC_PER_NODE (or --gpus-per-node) says how many ranks each pod starts."""
     index = _int(env, V.LWS_WORKER_INDEX)
     pods = flags.nnodes or _int(env, V.LWS_GROUP_SIZE)
     per_pod = flags.nproc_per_node or _int(env, V.EPSTACK_NPROC_PER_NODE, 1)
@@ -185,7 +185,7 @@ def _indexed_job(env: Mapping[str, str], flags: _Flags) -> Launch:
     pods = flags.nnodes or _int(env, V.EPSTACK_NNODES, 0)
     if pods < 1:
         raise BadInput(
-            "Kubernetes indexed Job: pass --nnodes (or set EPSTACK_NNODES) to the Job's completions count"
+            "Kubernetes indexed Job: pass --nodes (or set EPSTACK_NNODES) to the Job's completions count"
         )
     addr = flags.master_addr or env.get(V.MASTER_ADDR, "")
     if not addr:
@@ -194,7 +194,7 @@ def _indexed_job(env: Mapping[str, str], flags: _Flags) -> Launch:
             "through the headless service, e.g. <job>-0.<service>"
         )
     if index >= pods:
-        raise BadInput(f"JOB_COMPLETION_INDEX={index} but only {pods} nodes (--nnodes)")
+        raise BadInput(f"JOB_COMPLETION_INDEX={index} but only {pods} nodes (--nodes)")
     port = flags.master_port or _int(env, V.MASTER_PORT, DEFAULT_PORT)
     return _pod("kubernetes", index=index, pods=pods, per_pod=per_pod, addr=addr, port=port)
 
@@ -204,16 +204,16 @@ def _no_launcher(flags: _Flags, free_port: Callable[[], int]) -> Launch:
     if nproc is None:
         raise BadInput(
             "no launcher found (torchrun, Slurm, a LeaderWorkerSet or a Kubernetes indexed Job); "
-            "pass --nproc-per-node N to start N ranks here"
+            "pass --gpus-per-node N to start N ranks here"
         )
     if nproc < 1:
-        raise BadInput("--nproc-per-node must be >= 1")
+        raise BadInput("--gpus-per-node must be >= 1")
     nodes = flags.nnodes or 1
     this_node = flags.node_rank or 0
     if not 0 <= this_node < nodes:
-        raise BadInput(f"--node-rank {this_node} is outside --nnodes {nodes}")
+        raise BadInput(f"--node-rank {this_node} is outside --nodes {nodes}")
     if nodes > 1 and not flags.master_addr:
-        raise BadInput("--nnodes > 1 needs --master-addr (node 0's address)")
+        raise BadInput("--nodes > 1 needs --master-addr (node 0's address)")
     port = flags.master_port or (free_port() if nodes == 1 else DEFAULT_PORT)
     return Launch(
         launcher="none",

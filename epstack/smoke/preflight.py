@@ -89,12 +89,12 @@ def require(found: Found, *, local_ranks: int, first_local_rank: int, need_deep_
     if first_local_rank + local_ranks > found.gpus:
         raise EnvironmentProblem(
             f"this node's ranks need GPUs {first_local_rank}..{first_local_rank + local_ranks - 1} but "
-            f"{found.gpus} are visible; fix: start at most {found.gpus} ranks per node (--nproc-per-node)"
+            f"{found.gpus} are visible; fix: start at most {found.gpus} ranks per node (--gpus-per-node)"
         )
     if need_deep_ep and not found.deep_ep:
         raise EnvironmentProblem(
             f"deep_ep is not installed {where}; fix: run the smoke in the deepep or sglang image, "
-            "or install DeepEP (epstack deepep build)"
+            "or install DeepEP (epstack image deepep-build)"
         )
 
 

@@ -11,7 +11,7 @@
 #   --arch   the GPUs' SM without the dot, e.g. 90 for Hopper
 #   --pins   the pins file whose NCCL_VERSION is installed (default $EPSTACK_PINS or ./pins.env)
 # Without --src it clones https://github.com/NVIDIA/nccl at tag v<NCCL_VERSION>-1. The versions are read
-# and checked by epstack (`epstack pins get`, `epstack nccl check`), run from this checkout.
+# and checked by epstack (`epstack pins get`, `epstack image nccl-check`), run from this checkout.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -56,7 +56,7 @@ if [[ -n $wheel ]]; then
     fi
     echo "+ installing $(basename "$wheel") over $("$py" -c 'import sys; print(sys.prefix)')'s NCCL"
     "$py" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --force-reinstall "$wheel"
-    epstack nccl check --pins "$pins" --library "$(wheel_root)/lib/libnccl.so.2"
+    epstack image nccl-check --pins "$pins" --library "$(wheel_root)/lib/libnccl.so.2"
     exit
 fi
 if [[ ! $arch =~ ^[0-9]+[af]?$ ]]; then
@@ -76,7 +76,7 @@ else
 fi
 tree=$(dirname "$(find "$work" -maxdepth 3 -path '*/makefiles/version.mk' | head -n1)")/..
 tree=$(cd "$tree" && pwd)
-epstack nccl check --pins "$pins" --source "$tree"
+epstack image nccl-check --pins "$pins" --source "$tree"
 
 # One toolchain: the system gcc, whatever wrappers the environment points CC/CXX at.
 export CC=/usr/bin/gcc CXX=/usr/bin/g++
@@ -103,4 +103,4 @@ else
     lib=$prefix/lib/libnccl.so.2
 fi
 
-epstack nccl check --pins "$pins" --library "$lib"
+epstack image nccl-check --pins "$pins" --library "$lib"

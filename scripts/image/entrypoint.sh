@@ -29,7 +29,8 @@ report=${EPSTACK_GUARD_REPORT:-/tmp/epstack-guard.json}
 case "${mode}" in
   off) ;;
   warn | strict)
-    if ! epstack guard --layer "${EPSTACK_GUARD_LAYER}" --json "${report}" --at-start; then
+    # The guard's table on stderr: the container's stdout is the command's alone.
+    if ! epstack image guard --layer "${EPSTACK_GUARD_LAYER}" --json "${report}" --at-start >&2; then
       if [ "${mode}" = strict ]; then
         echo "epstack: the stack differs from its pins (table above, ${report}); EPSTACK_GUARD=warn starts anyway" >&2
         exit 1

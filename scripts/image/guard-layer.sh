@@ -13,4 +13,4 @@ layer=$1
 . "$(dirname "$0")/cuda-stub.sh"
 mkdir -p "${EPSTACK_HOME}/reports"
 epstack jit probe --layer "${layer}" --ship
-epstack guard --layer "${layer}" --json "${EPSTACK_HOME}/reports/${layer}.json" --record
+epstack image guard --layer "${layer}" --json "${EPSTACK_HOME}/reports/${layer}.json" --record

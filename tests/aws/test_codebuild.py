@@ -96,9 +96,9 @@ def test_start_watch_prints_each_phase_once_and_every_log_line_once(
     code = main(
         ["codebuild", "start", "--project", PROJECT, "--target", "hopper-ib", "--watch", "--pins", str(PINS)]
     )
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert code == 0, err
-    lines = err.splitlines()
+    lines = [*out.splitlines(), *err.splitlines()]  # what started, then how it went
     assert lines[0].startswith(f"started {PROJECT}:") and f"source {head()[:12]}" in lines[0]
     phases = [line for line in lines if line.startswith("phase ")]
     assert [p.split()[1] for p in phases] == [
@@ -258,7 +258,7 @@ def test_a_failed_build_exits_1_with_the_failing_phase_and_its_log(
         )
         == 1
     )
-    lines = capsys.readouterr().err.splitlines()
+    lines = [*(captured := capsys.readouterr()).out.splitlines(), *captured.err.splitlines()]
     assert lines[1:] == [
         "phase INSTALL SUCCEEDED in 3 s",
         "epstack build",
@@ -344,7 +344,7 @@ def test_a_batch_starts_the_batch_buildspec_and_reports_each_build(
         {"buildBatches": [{"id": "x", "buildBatchStatus": "FAILED", "buildGroups": groups}]},
     )
     assert main(["codebuild", "start", "--project", PROJECT, "--batch", "--watch", "--pins", str(PINS)]) == 1
-    lines = capsys.readouterr().err.splitlines()
+    lines = [*(captured := capsys.readouterr()).out.splitlines(), *captured.err.splitlines()]
     assert "batch over hopper-efa, hopper-ib, blackwell-efa, blackwell-ib" in lines[0]
     assert lines[1:] == [
         "build_hopper_efa: SUCCEEDED (a1)",

@@ -1,4 +1,4 @@
-"""`epstack ecr digest|promote|login` against moto's ECR over HTTP; Stubber for what moto cannot do.
+"""`epstack publish digest|promote|login` against moto's ECR over HTTP; Stubber for what moto cannot do.
 
 Where moto differs from AWS (and what these tests do about it):
 - an image pushed without imageDigest gets a digest moto makes from its layer digests, not the
@@ -73,21 +73,24 @@ def repos(aws: str) -> tuple[str, str]:
 
 @pytest.mark.aws
 def test_digest_prints_the_tags_digest(repos: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["ecr", "digest", f"{HOST}/epstack:sglang-candidate"]) == 0
+    assert main(["publish", "digest", f"{HOST}/epstack:sglang-candidate"]) == 0
     assert capsys.readouterr().out == repos[0] + "\n"
-    assert main(["ecr", "digest", "epstack:no-such-tag"]) == 2
+    assert main(["publish", "digest", "epstack:no-such-tag"]) == 2
     assert "epstack:no-such-tag: no such tag" in capsys.readouterr().err
-    assert main(["ecr", "digest", "missing-repo:x"]) == 2
+    assert main(["publish", "digest", "missing-repo:x"]) == 2
 
 
 @pytest.mark.aws
 def test_promote_retags_by_manifest(repos: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     digest = repos[0]
-    assert main(["ecr", "promote", f"{HOST}/epstack:sglang-candidate", f"{HOST}/epstack:sglang-release"]) == 0
+    assert (
+        main(["publish", "promote", f"{HOST}/epstack:sglang-candidate", f"{HOST}/epstack:sglang-release"])
+        == 0
+    )
     assert tags_of("epstack", digest) == ["sglang-candidate", "sglang-release"]
     assert f"{HOST}/epstack:sglang-release -> {digest}" in capsys.readouterr().err
     # again: the tag already names the image, so nothing is written and nothing fails
-    assert main(["ecr", "promote", "epstack:sglang-candidate", "epstack:sglang-release"]) == 0
+    assert main(["publish", "promote", "epstack:sglang-candidate", "epstack:sglang-release"]) == 0
     assert f"epstack:sglang-release already is {digest}" in capsys.readouterr().err
 
 
@@ -96,7 +99,7 @@ def test_promote_never_moves_an_immutable_tag(
     repos: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     other = push("epstack", "sglang-other", "two")
-    assert main(["ecr", "promote", "epstack:sglang-other", "epstack:sglang-candidate"]) == 2
+    assert main(["publish", "promote", "epstack:sglang-other", "epstack:sglang-candidate"]) == 2
     err = capsys.readouterr().err
     expected = f"epstack:sglang-candidate: the tag already exists (it names {repos[0]}) and epstack's tags"
     assert f"{expected} are immutable; fix: promote to a new tag" in err
@@ -108,7 +111,7 @@ def test_promote_never_moves_an_immutable_tag(
 @pytest.mark.aws
 def test_promote_moves_a_mutable_tag(repos: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     other = push("epstack-dev", "sglang-other", "two")
-    assert main(["ecr", "promote", "epstack-dev:sglang-other", "epstack-dev:sglang-candidate"]) == 0
+    assert main(["publish", "promote", "epstack-dev:sglang-other", "epstack-dev:sglang-candidate"]) == 0
     assert tags_of("epstack-dev", other) == ["sglang-candidate", "sglang-other"]
     assert f"(was {repos[1]})" in capsys.readouterr().err
 

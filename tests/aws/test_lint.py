@@ -28,7 +28,7 @@ def lint(capsys: pytest.CaptureFixture[str], *files: Path) -> tuple[int, list[st
     code = main(
         ["codebuild", "lint", "--pins", str(PINS), "--source", str(files[0].parent), *map(str, files)]
     )
-    return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    return code, [line for line in "".join(capsys.readouterr()).splitlines() if line.strip()]
 
 
 def test_the_schema_is_a_valid_2020_12_schema() -> None:
@@ -39,7 +39,7 @@ def test_the_shipped_buildspecs_pass(capsys: pytest.CaptureFixture[str]) -> None
     assert [p.name for p in SHIPPED] == ["batch.yml", "build.yml", "outdated.yml", "smoke.yml"]
     code = main(["codebuild", "lint", "--pins", str(PINS), *map(str, SHIPPED)])
     assert code == 0, capsys.readouterr().err
-    assert "4 buildspecs ok" in capsys.readouterr().err
+    assert "4 buildspecs ok" in capsys.readouterr().out
 
 
 def test_a_bad_phase_name_names_its_line_and_the_near_miss(
@@ -231,7 +231,7 @@ def test_a_batch_must_build_every_target_and_run_docker_privileged(buildspec: Wr
     assert (
         2,
         f"the batch leaves out {', '.join(pins.targets[1:])} of pins.env's targets; "
-        f"fix: epstack codebuild batchspec > {path}",
+        f"fix: epstack codebuild batchspec --no-smoke|--smoke-fleet ARN > {path}",
     ) in messages
     assert any(
         line == 4 and "runs Docker (" in m and "docker.yml:5) without privileged mode" in m
@@ -243,13 +243,41 @@ def test_a_batch_must_build_every_target_and_run_docker_privileged(buildspec: Wr
 
 
 def test_the_shipped_batch_is_the_rendering_of_pins_env(pins: Pins) -> None:
-    assert (REPO / "buildspecs" / "batch.yml").read_text() == render_batchspec(pins)
+    assert (REPO / "buildspecs" / "batch.yml").read_text() == render_batchspec(pins, smoke_fleet=None)
+
+
+FLEET = "arn:aws:codebuild:us-east-1:123456789012:fleet/hopper-smoke:0b6e3f2a-7c41-4d6e-9f0a-2b5c8d1e3f47"
+
+
+def test_a_smoke_fleet_runs_each_smoke_there_and_lints(pins: Pins, tmp_path: Path) -> None:
+    """CodeBuild's on-demand GPU types (A10G, T4) cannot run DeepEP V2: the smoke goes to a fleet."""
+    path = tmp_path / "buildspecs" / "batch.yml"
+    path.parent.mkdir()
+    path.write_text(render_batchspec(pins, smoke_fleet=FLEET))
+    text = path.read_text()
+    assert text.count(f"fleet: {FLEET}") == len(pins.targets) and "LINUX_GPU_CONTAINER" not in text
+    assert lint_files([path], pins, source=tmp_path, rules="aws") == []
+    without = render_batchspec(pins, smoke_fleet=None)
+    assert "smoke" not in without.split("version: 0.2")[1] and without.count("identifier: build_") == 8, (
+        "4 targets, each engine's image"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv", [[], ["--smoke-fleet", "h100-fleet"], ["--no-smoke", "--smoke-fleet", FLEET]]
+)
+def test_batchspec_needs_one_answer_about_the_smoke(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["codebuild", "batchspec", "--pins", str(PINS), *argv]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "--smoke-fleet" in line
 
 
 def test_the_batch_builds_each_targets_vllm_image_after_its_sglang_image(pins: Pins) -> None:
     """vLLM's build follows the default engine's (its base and deepep layers in the registry cache by
     then) and asks build.yml for the vllm image (EPSTACK_ENGINE, epstack build --engine)."""
-    graph = yaml.safe_load(render_batchspec(pins))["batch"]["build-graph"]
+    graph = yaml.safe_load(render_batchspec(pins, smoke_fleet=None))["batch"]["build-graph"]
     tasks = {task["identifier"]: task for task in graph}
     for target in pins.targets:
         name = target.replace("-", "_")
@@ -280,7 +308,8 @@ def test_run_local_refuses_a_buildspec_with_findings_and_runs_nothing(
         f"version: 0.2\nphases:\n  build:\n    commands:\n      - touch {marker}\n  biuld: {{}}\n"
     )
     assert (
-        main(["codebuild", "run-local", str(path), "--pins", str(PINS), "--out", str(tmp_path / "out")]) == 2
+        main(["codebuild", "run-local", str(path), "--pins", str(PINS), "--out-dir", str(tmp_path / "out")])
+        == 2
     )
     assert "did you mean build?" in capsys.readouterr().err
     assert not marker.exists() and not (tmp_path / "out").exists()
@@ -642,7 +671,7 @@ def test_a_batch_of_every_target_passes_and_a_wrong_or_missing_one_is_named(
             2,
             "epstack",
             f"the batch leaves out {pins.targets[-1]} of pins.env's targets; "
-            f"fix: epstack codebuild batchspec > {wrong}",
+            f"fix: epstack codebuild batchspec --no-smoke|--smoke-fleet ARN > {wrong}",
         ),
         (
             4 + 4 * len(pins.targets),

@@ -58,7 +58,7 @@ phases:
 
 def cli_lint(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
     code = main(["codebuild", "lint", "--pins", str(PINS), *args])
-    return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    return code, [line for line in "".join(capsys.readouterr()).splitlines() if line.strip()]
 
 
 def test_an_empty_commands_in_a_phase_is_accepted_and_runs_nothing(
@@ -112,7 +112,7 @@ def test_version_0_1_is_linted_and_run_local_names_its_shell_semantics(
     code, lines = cli_lint(capsys, str(path))
     assert code == 0, lines
     out = tmp_path / "out"
-    assert main(["codebuild", "run-local", str(path), "--pins", str(PINS), "--out", str(out)]) == 2
+    assert main(["codebuild", "run-local", str(path), "--pins", str(PINS), "--out-dir", str(out)]) == 2
     err = capsys.readouterr().err
     assert f"{path}:1: run-local runs buildspec 0.2 (one shell for the whole build)" in err
     assert "0.1 runs each command in its own shell; fix: write version: 0.2" in err

@@ -80,7 +80,8 @@ def test_a_stand_in_is_never_pushed_to_ecr(
     out = tmp_path / "out"
     ecr = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
     assert (
-        main(["publish", "push", str(report), "--registry", ecr, "--out", str(out), "--pins", str(PINS)]) == 2
+        main(["publish", "push", str(report), "--registry", ecr, "--out-dir", str(out), "--pins", str(PINS)])
+        == 2
     )
     err = capsys.readouterr().err
     tag = standin_ref(load_pins(PINS).image_ref("base", TARGET).replace(":base-", ":devel-"))
@@ -99,7 +100,7 @@ def test_push_guards_pushes_and_pull_comes_back_by_digest(
         str(report),
         "--registry",
         f"{registry}/epstack-cb",
-        "--out",
+        "--out-dir",
         str(out),
         "--pins",
         str(PINS),
@@ -132,7 +133,16 @@ def test_push_guards_pushes_and_pull_comes_back_by_digest(
     pulled = tmp_path / "pulled"
     assert (
         main(
-            ["publish", "pull", "--registry", f"{registry}/epstack-cb", "--image", tag, "--out", str(pulled)]
+            [
+                "publish",
+                "pull",
+                "--registry",
+                f"{registry}/epstack-cb",
+                "--image",
+                tag,
+                "--out-dir",
+                str(pulled),
+            ]
         )
         == 0
     )
@@ -168,7 +178,7 @@ def test_a_failing_guard_pushes_nothing(
             str(bad_report),
             "--registry",
             registry,
-            "--out",
+            "--out-dir",
             str(out),
             "--pins",
             str(PINS),

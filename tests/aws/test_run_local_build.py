@@ -58,7 +58,7 @@ def test_build_yml_builds_guards_pushes_and_pulls_back_by_the_exported_digest(
             "--registry",
             registry,
             *(f"--env={value}" for value in overrides),
-            "--out",
+            "--out-dir",
             str(out),
             "--pins",
             str(PINS),

@@ -256,9 +256,9 @@ def test_the_cli_exits_with_the_build_status_and_names_the_failed_command(
     path = buildspec(
         "version: 0.2\nphases:\n  build:\n    commands:\n      - echo fine\n      - test 1 = 2\n"
     )
-    args = ["codebuild", "run-local", str(path), "--pins", str(PINS), "--out", str(tmp_path / "out")]
+    args = ["codebuild", "run-local", str(path), "--pins", str(PINS), "--out-dir", str(tmp_path / "out")]
     assert main(args) == 1
-    assert f"build: FAILED at {path}:6: test 1 = 2" in capsys.readouterr().err
+    assert f"build: FAILED at {path}:6: test 1 = 2" in capsys.readouterr().out
     assert main([*args, "--env", "not-a-pair"]) == 2
 
 
@@ -287,7 +287,7 @@ def test_parameter_store_and_secrets_manager_come_from_aws_and_are_masked(
               - test "$HF_TOKEN" = s3cr3t-json
         """
     )
-    args = ["codebuild", "run-local", str(path), "--pins", str(PINS), "--out", str(tmp_path / "out")]
+    args = ["codebuild", "run-local", str(path), "--pins", str(PINS), "--out-dir", str(tmp_path / "out")]
     assert main(args) == 0, capsys.readouterr().err
     log = (tmp_path / "out" / "build.log").read_text()
     assert "registry=*** token=*** hf=***" in log.splitlines()
@@ -304,7 +304,7 @@ def test_run_local_writes_only_where_epstack_may(
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
-    args = ["codebuild", "run-local", str(path), "--pins", str(PINS), "--out"]
+    args = ["codebuild", "run-local", str(path), "--pins", str(PINS), "--out-dir"]
     assert main([*args, str(mine)]) == 2
     assert f"{mine} is a non-empty directory epstack did not make" in capsys.readouterr().err
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]

@@ -56,13 +56,13 @@ def write(tree: Path, text: str) -> Path:
 
 def run_cli(tree: Path, path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     argv = ["codebuild", "run-local", str(path), "--pins", str(PINS), "--source", str(tree / "src")]
-    code = main([*argv, "--out", str(tree / "run")])
+    code = main([*argv, "--out-dir", str(tree / "run")])
     return code, capsys.readouterr().err
 
 
 def lint_cli(tree: Path, path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     code = main(["codebuild", "lint", "--pins", str(PINS), "--source", str(tree / "src"), str(path)])
-    return code, capsys.readouterr().err
+    return code, "".join(capsys.readouterr())  # the findings (stdout), the verdict (stderr)
 
 
 def written(root: Path) -> Iterator[Path]:

@@ -27,7 +27,7 @@ def test_the_smoke_phases(bare: FakeHost, phase: str, name: str, extra: list[str
     rank0.parent.mkdir(parents=True)
     rank0.write_text("Testing with mode 0\n")
     main([phase], bare.host)
-    expected = ["-m", "epstack.smoke", "elastic", "--nproc-per-node", "2", "--timeout", "300",
+    expected = ["-m", "epstack.smoke", "elastic", "--gpus-per-node", "2", "--timeout", "300",
                 *(arg.format(root=bare.root) for arg in extra),
                 "--run-dir", f"{bare.root}/tmp/{name}", "--json", f"{bare.host.out}/{name}.json"]  # fmt: skip
     assert bare.argvs() == [expected]
@@ -43,7 +43,7 @@ def test_nproc_and_upstream_timeout_come_from_the_environment(
     host = fake_host(tmp_path, NPROC="8", UPSTREAM_TIMEOUT="900")
     main(["upstream"], host.host)
     [argv] = host.argvs()
-    assert argv[argv.index("--nproc-per-node") + 1] == "8"
+    assert argv[argv.index("--gpus-per-node") + 1] == "8"
     assert argv[argv.index("--upstream-timeout") + 1] == "900"
     assert argv[argv.index("--json") + 1].endswith("/test_ep-8rank-144.json")
 

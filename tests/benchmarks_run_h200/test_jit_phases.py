@@ -53,7 +53,7 @@ def test_the_entrypoints_copy_fills_the_cache_and_its_moves_reach_the_next_comma
     digest = hashlib.sha256(b"cubin").hexdigest()
     Path(f"{shipped}.sha256").write_text(f"{digest}  cache/kernel.dispatch.0123\n")
     (tmp_path / "a-file").write_text("")
-    host = _host(tmp_path, EPSTACK_PATH)  # `epstack jit install` beside this Python, as on the host
+    host = _host(tmp_path, EPSTACK_PATH)  # `epstack image jit-install` beside this Python, as on the host
     env = host.environ({"EPSTACK_HOME": str(tmp_path / "image"), "EP_JIT_CACHE_DIR": str(tmp_path / "a-file"),
                         "TMPDIR": str(tmp_path / "tmp")})  # fmt: skip
     after = jit.entrypoint_copy(host, env)

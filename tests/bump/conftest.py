@@ -22,12 +22,12 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def locked(tmp_path_factory: pytest.TempPathFactory, index: str) -> Path:
-    """The shipped pins.env and its locks, resolved by `epstack lock` against the local index."""
+    """The shipped pins.env and its locks, resolved by `epstack pins lock` against the local index."""
     root = tmp_path_factory.mktemp("checkout")
     shutil.copy(PINS, root / "pins.env")
     with pytest.MonkeyPatch.context() as monkeypatch:
         use_index(monkeypatch, index, root / "uv-cache")
-        assert main(["lock", "--pins", str(root / "pins.env"), "--locks", str(root / "locks")]) == 0
+        assert main(["pins", "lock", "--pins", str(root / "pins.env"), "--locks", str(root / "locks")]) == 0
     return root
 
 

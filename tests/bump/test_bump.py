@@ -44,7 +44,7 @@ def test_a_clean_bump_relocks_only_sglang_and_keeps_every_comment(
     )
     assert after["base.txt"] == before["base.txt"] and after["deepep-build.txt"] == before["deepep-build.txt"]
     assert b"sglang==0.5.24" in after["sglang.txt"]
-    err = capsys.readouterr().err
+    err = "".join(capsys.readouterr())
     rows = {tuple(cell.strip() for cell in line.split("│")[1:5]) for line in err.splitlines()}
     assert ("sglang", "tinydep", "1.0", "2.0") in rows and ("sglang", "sglang", "0.5.23", "0.5.24") in rows
     images = {row[:2]: row[3] for row in rows if len(row) == 4 and row[1] in ("base", "deepep", "sglang")}
@@ -55,7 +55,17 @@ def test_a_clean_bump_relocks_only_sglang_and_keeps_every_comment(
     assert summary.startswith("## epstack pins bump SGLANG_VERSION=0.5.24")
     assert "| `sglang` | `tinydep` | `1.0` | `2.0` |" in summary
     assert (
-        main(["lock", "--check", "--pins", str(checkout / "pins.env"), "--locks", str(checkout / "locks")])
+        main(
+            [
+                "pins",
+                "lock",
+                "--check",
+                "--pins",
+                str(checkout / "pins.env"),
+                "--locks",
+                str(checkout / "locks"),
+            ]
+        )
         == 0
     )
 
@@ -97,7 +107,7 @@ def test_a_sglang_bump_pulls_only_the_sglang_images_and_moves_only_the_sglang_gu
     ]
     assert bump(checkout, *args) == 0
     assert snapshot(checkout) == before
-    err = capsys.readouterr().err
+    err = "".join(capsys.readouterr())
     rows = {tuple(cell.strip() for cell in line.split("│")[1:4]) for line in err.splitlines()}
     assert ("hopper-ib", "sglang", "4.50 GB") in rows, "14.5 GB less the reused deepep image's 10 GB"
     assert ("hopper-ib", "a node's pull", "4.50 GB") in rows
@@ -122,7 +132,7 @@ def test_a_bump_that_moves_torch_is_refused_and_writes_nothing(
     """sglang 0.6.0 requires torch 2.15.0: the locks' overrides hold 2.14.1, a plain install would not."""
     before = snapshot(checkout)
     assert bump(checkout, "SGLANG_VERSION=0.6.0") == 1
-    err = capsys.readouterr().err
+    err = "".join(capsys.readouterr())
     assert "refused: torch 2.14.1 -> 2.15.0 (Because sglang>=0.6.0 depends on torch==2.15.0" in " ".join(
         err.split()
     )
@@ -166,7 +176,7 @@ def test_a_dry_run_leaves_every_file_byte_identical(
 ) -> None:
     before = snapshot(checkout)
     assert bump(checkout, "NCCL_VERSION=2.33.1", "--dry-run") == 0
-    err = capsys.readouterr().err
+    err = "".join(capsys.readouterr())
     assert snapshot(checkout) == before
     assert "--dry-run:" in err
     rows = [tuple(cell.strip() for cell in line.split("│")[1:5]) for line in err.splitlines()]
@@ -189,7 +199,7 @@ def test_a_base_pin_bump_pulls_the_whole_base_image_and_a_bad_report_is_refused(
     report = build_report(checkout)
     assert bump(checkout, "NCCL_VERSION=2.33.1", "--dry-run", "--build-report", str(report)) == 0
     rows = {
-        tuple(cell.strip() for cell in line.split("│")[1:4]) for line in capsys.readouterr().err.splitlines()
+        tuple(cell.strip() for cell in line.split("│")[1:4]) for line in capsys.readouterr().out.splitlines()
     }
     assert {("hopper-ib", "base", "9.00 GB"), ("hopper-ib", "deepep", "1.00 GB")} <= rows
     assert ("hopper-ib", "a node's pull", "14.50 GB") in rows, "every layer rebuilt: the whole sglang image"
@@ -367,4 +377,4 @@ def test_a_second_bump_is_refused_naming_the_first_and_nothing_is_torn(
     assert snapshot(checkout) == before, "the second read nothing and wrote nothing"
     assert bump(checkout, "SGLANG_VERSION=0.5.24") == 0, "once the first ended"
     locks = ["--pins", str(checkout / "pins.env"), "--locks", str(checkout / "locks")]
-    assert main(["lock", "--check", *locks]) == 0, "pins.env and the locks agree"
+    assert main(["pins", "lock", "--check", *locks]) == 0, "pins.env and the locks agree"

@@ -59,7 +59,7 @@ def test_create_then_nothing_to_do_then_update(
 ) -> None:
     main_head = git(clone, "rev-parse", "HEAD").strip()
     assert open_pr(clone) == 0
-    err = capsys.readouterr().err
+    err = "".join(capsys.readouterr())
     assert f"pull request #1 created: https://github.com/{OWNER}/{REPO}/pull/1" in err
     origin = clone.parent / "origin.git"
     commit = git(origin, "rev-parse", BRANCH).strip()
@@ -92,7 +92,7 @@ def test_create_then_nothing_to_do_then_update(
     # The next scheduled run, in a fresh checkout of main: the same commit, the same pull request.
     git(clone, "checkout", "-q", "--", "pins.env", "locks")
     assert open_pr(clone) == 0
-    err = capsys.readouterr().err
+    err = "".join(capsys.readouterr())
     assert f"branch {BRANCH}: {commit[:12]} already there" in err and "pull request #1 unchanged" in err
     assert len(forge.writes()) == 1, "nothing to do: no call that writes"
     assert [c.method for c in forge.calls] == ["GET", "POST", "GET"]
@@ -100,7 +100,7 @@ def test_create_then_nothing_to_do_then_update(
     forge.pulls[0]["body"] = "edited by hand"
     git(clone, "checkout", "-q", "--", "pins.env", "locks")
     assert open_pr(clone) == 0
-    assert "pull request #1 updated" in capsys.readouterr().err
+    assert "pull request #1 updated" in "".join(capsys.readouterr())
     assert forge.writes()[-1] == ("PATCH", f"/repos/{OWNER}/{REPO}/pulls/1")
     assert forge.pulls[0]["body"] == created["body"] and len(forge.pulls) == 1
 

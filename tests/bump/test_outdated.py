@@ -72,7 +72,7 @@ def github_at(monkeypatch: pytest.MonkeyPatch, base: str) -> None:
 
 def outdated(pins: Path, report: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, Outdated, str]:
     code = main(["pins", "outdated", "--pins", str(pins), "--json", str(report)])
-    return code, OUTDATED.read(report), capsys.readouterr().err
+    return code, OUTDATED.read(report), "".join(capsys.readouterr())
 
 
 def rows(report: Outdated) -> dict[tuple[str, str], Row]:

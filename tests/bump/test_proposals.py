@@ -116,13 +116,23 @@ def test_the_sglang_group_moves_torch_and_nccl_with_it(
     (tests/bump/test_bump.py); as a group it holds, NCCL at torch 2.15.0's own pin (newer than the
     pinned 2.32.6), NVSHMEM kept."""
     assert bump(checkout, "--group", "sglang") == 0
-    err = capsys.readouterr().err
+    err = "".join(capsys.readouterr())
     assert "holds: every pins rule" in err
     pins = load_pins(checkout / "pins.env")
     moved = (pins.sglang_version, pins.torch_version, pins.nccl_version, pins.nvshmem_version)
     assert moved == ("0.6.0", "2.15.0", "2.33.1", "3.4.5")
     assert (
-        main(["lock", "--check", "--pins", str(checkout / "pins.env"), "--locks", str(checkout / "locks")])
+        main(
+            [
+                "pins",
+                "lock",
+                "--check",
+                "--pins",
+                str(checkout / "pins.env"),
+                "--locks",
+                str(checkout / "locks"),
+            ]
+        )
         == 0
     )
 
@@ -132,7 +142,7 @@ def test_the_nccl_group_moves_nccl_over_torchs_pin_to_the_newest_the_rules_allow
 ) -> None:
     """torch 2.14.1 pins NCCL 2.30.7 exactly, NCCL 3.0.0 is another major: 2.33.1, the lock's override."""
     assert bump(checkout, "--group", "nccl") == 0
-    err = " ".join(capsys.readouterr().err.split())
+    err = " ".join("".join(capsys.readouterr()).split())
     assert "holds: every pins rule" in err
     pins = load_pins(checkout / "pins.env")
     assert (pins.torch_version, pins.nccl_version) == ("2.14.1", "2.33.1")
@@ -141,7 +151,7 @@ def test_the_nccl_group_moves_nccl_over_torchs_pin_to_the_newest_the_rules_allow
     assert "\nnvidia-nccl-cu13==2.33.1 \\\n" in base
     predict = ["pins", "predict", "--pins", str(checkout / "pins.env"), "--locks", str(checkout / "locks")]
     assert main(predict) == 0
-    said = " ".join(capsys.readouterr().err.split())
+    said = " ".join(capsys.readouterr().out.split())
     assert "nvidia-nccl-cu13: a plain install takes 2.30.7 (torch==2.14.1); the images install 2.33.1" in said
 
 

@@ -148,7 +148,7 @@ def test_the_tiny_model_is_written_where_the_server_reads_it(tmp_path: Path) -> 
             marker,
             "/models/.epstack-fetch.lock",
         ]
-        assert f"{imagepaths.COMMAND} smoke tiny-model --out" in init["command"][2]
+        assert f"{imagepaths.COMMAND} smoke tiny-model --out-dir" in init["command"][2]
         assert {"name": "model", "mountPath": "/models"} in init["volumeMounts"]
         (server,) = spec["containers"]
         assert server["resources"]["requests"]["ephemeral-storage"] == "8Gi"

@@ -62,10 +62,12 @@ print(sorted({m.split(".")[0] if not m.startswith("epstack") else ".".join(m.spl
 """
 
 
-def test_the_guard_imports_no_other_subsystem() -> None:
-    """The container entrypoint runs `epstack guard` at every start."""
+@pytest.mark.parametrize("argv", [["guard"], ["image", "guard"], ["image", "jit-install"]])
+def test_the_guard_imports_no_other_subsystem(argv: list[str]) -> None:
+    """The container entrypoint runs `epstack image guard --at-start` and `epstack image jit-install`
+    at every start: `epstack image` imports only the chosen command's module."""
     result = subprocess.run(
-        [sys.executable, "-c", IMPORTED, "guard", "--help"],
+        [sys.executable, "-c", IMPORTED, *argv, "--help"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -41,7 +41,7 @@ def _parsed(*argv: str) -> argparse.Namespace:
 
 def test_smoke_elastic_flags_reach_its_settings(tmp_path: Path) -> None:
     args = _parsed("elastic", "--profile", "tiny", "--num-tokens", "256", "--seed", "7", "--iters", "3",
-                   "--nnodes", "2", "--node-rank", "1", "--master-addr", "head", "--master-port", "29511",
+                   "--nodes", "2", "--node-rank", "1", "--master-addr", "head", "--master-port", "29511",
                    "--timeout", "90", "--json", str(tmp_path / "r.json"), "--run-dir", str(tmp_path / "run"),
                    "--upstream-only")  # fmt: skip
     settings = smoke._settings(args)

@@ -1,4 +1,4 @@
-"""`epstack jit unpack` end to end, in-process: a verified export made for this install goes into a new
+"""`epstack image jit-unpack` end to end, in-process: a verified export made for this install goes into a new
 folder; a wrong digest, an export made for another install or arch, or a folder that exists is one
 line, exit 2, and nothing written."""
 
@@ -37,7 +37,7 @@ def image_archs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def unpack(export: Path, sha: str, into: Path) -> int:
-    return main(["jit", "unpack", str(export), "--sha256", sha, "--into", str(into)])
+    return main(["image", "jit-unpack", str(export), "--sha256", sha, "--into", str(into)])
 
 
 def refused(capsys: pytest.CaptureFixture[str]) -> str:
@@ -139,7 +139,7 @@ def test_a_gzip_bomb_is_refused_in_one_line_before_it_is_read(
         with open("/dev/zero", "rb") as zeros:
             tar.addfile(member, zeros)
     into = tmp_path / "jit" / TOOL
-    args = ["jit", "unpack", str(bomb), "--sha256", sha256(bomb.read_bytes()), "--into", str(into)]
+    args = ["image", "jit-unpack", str(bomb), "--sha256", sha256(bomb.read_bytes()), "--into", str(into)]
     result = subprocess.run([sys.executable, "-c", _PEAK, *args], capture_output=True, text=True, check=False)
     assert result.returncode == BAD_INPUT
     (line,) = result.stderr.strip().splitlines()

@@ -30,6 +30,8 @@ def test_every_meaning_is_used() -> None:
         ("--profile", {}, "takes a value, its meaning a choice"),
         ("--arch", {"metavar": "LIST"}, "metavar LIST, its meaning's ARCH"),
         ("--brand-new", {}, "no meaning in epstack.commands.meanings"),
+        ("--nnodes", {}, "a retired name, one name per concept"),
+        ("--out", {"metavar": "DIR"}, "metavar DIR, its meaning's FILE"),
     ],
 )
 def test_a_second_meaning_fails(
@@ -42,19 +44,27 @@ def test_a_second_meaning_fails(
         subparsers.choices["jit"].add_argument(name, help="an option with another meaning", **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(jit, "register", with_one_more)
-    fix = "; fix: add one" if "no meaning" in broken else ""
+    fix = "; fix: add one" if "no meaning" in broken else "; fix: --nodes" if "retired" in broken else ""
     assert f"epstack jit {name}: {broken}{fix}" in conflicts(clireference.uses())
 
 
 IMAGE = "registry.example/sglang@sha256:" + "a" * 64
 RENAMED = [
-    (["cluster", "pull", "--target", "k8s", "--image", IMAGE], "--target", "--platform"),
-    (["deepep", "build", "--wheel-dir", "w", "--arch", "9.0"], "--arch", "--cuda-arch"),
+    (["cluster", "prepull", "--target", "k8s", "--image", IMAGE], "--target", "--platform"),
+    (["image", "deepep-build", "--wheel-dir", "w", "--arch", "9.0"], "--arch", "--cuda-arch"),
     (["jit", "probe", "--arch", "9.0a", "--arch", "10.0a"], "--arch", "--cuda-arch"),
-    (["sbom", "--version", "base-1"], "--version", "--image-tag"),
-    (["nccl", "check", "--version", "2.30.7"], "--version", "--nccl-version"),
+    (["image", "sbom", "--version", "base-1"], "--version", "--image-tag"),
+    (["image", "nccl-check", "--version", "2.30.7"], "--version", "--nccl-version"),
     (["smoke", "elastic", "--preset", "tiny"], "--preset", "--profile"),
-    (["codebuild", "batchspec", "--check", "batch.yml"], "--check", "--compare"),
+    (["codebuild", "batchspec", "--no-smoke", "--check", "batch.yml"], "--check", "--compare"),
+    (["smoke", "elastic", "--nproc-per-node", "8"], "--nproc-per-node", "--gpus-per-node"),
+    (["smoke", "elastic", "--nnodes", "2"], "--nnodes", "--nodes"),
+    (["smoke", "serve", "--gpus", "2"], "--gpus", "--gpus-per-node"),
+    (["render", "--out", "build/r"], "--out", "--out-dir"),
+    (["build", "--out", "build/r"], "--out", "--out-dir"),
+    (["publish", "push", "report.json", "--registry", "r.example", "--out", "o"], "--out", "--out-dir"),
+    (["publish", "pull", "--registry", "r.example", "--out", "o"], "--out", "--out-dir"),
+    (["codebuild", "run-local", "build.yml", "--out", "o"], "--out", "--out-dir"),
 ]
 
 
@@ -72,13 +82,13 @@ def test_an_old_name_works_and_warns_with_the_new_one(
 
 
 def test_an_old_name_is_not_in_help(capsys: pytest.CaptureFixture[str]) -> None:
-    assert parse(build_parser("cluster"), ["cluster", "pull", "--help"]) == 0
+    assert parse(build_parser("cluster"), ["cluster", "prepull", "--help"]) == 0
     out = capsys.readouterr().out
     assert "--platform {k8s,slurm}" in out and "--target" not in out
 
 
 def test_a_required_option_is_given_by_its_old_name_too(capsys: pytest.CaptureFixture[str]) -> None:
-    assert parse(build_parser("cluster"), ["cluster", "pull"]) == 2
+    assert parse(build_parser("cluster"), ["cluster", "prepull"]) == 2
     assert "the following arguments are required: --platform" in capsys.readouterr().err
 
 

@@ -128,7 +128,7 @@ def test_without_the_stack_exits_1_listing_every_missing_component(
     assert verdicts["CUDA major of distributions"] == "ok"
     jit = {c: v for c, v in verdicts.items() if c.startswith("JIT (")}
     assert jit == dict.fromkeys(("JIT (base layer)", "JIT (deepep layer)", "JIT (sglang layer)"), "skipped")
-    err = capsys.readouterr().err
+    err = "".join(capsys.readouterr())
     assert f"guard: {len(missing) + len(mismatched)} of {len(verdicts)} checks failed" in err
     assert "nvidia-nvshmem-cu13" in err and "3.4.5" in err
 

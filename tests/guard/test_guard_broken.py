@@ -107,5 +107,5 @@ def test_the_command_exits_1_with_a_table_not_a_traceback(
     layer = tmp_path / "python.pins.env"
     layer.write_text("CUDA_VERSION=13.0.3\nNCCL_VERSION=2.30.7\nNVSHMEM_VERSION=3.4.5\n")
     assert main(["guard", "--pins", str(layer), "--layer", "python", "--json", str(tmp_path / "g.json")]) == 1
-    err = capsys.readouterr().err
+    err = "".join(capsys.readouterr())
     assert "Traceback" not in err and "unreadable metadata" in err and "[3.4.5]" in err

@@ -1,4 +1,4 @@
-"""`epstack nccl check`: the version checks scripts/gpu/install-nccl.sh used to do in awk and an
+"""`epstack image nccl-check`: the version checks scripts/gpu/install-nccl.sh used to do in awk and an
 inline Python, in epstack, against the pins' NCCL_VERSION."""
 
 from __future__ import annotations
@@ -36,18 +36,23 @@ PINNED = load_pins(PINS).nccl_version  # 2.32.6; torch 2.14.1's own is 2.30.7
 
 
 def test_a_source_tree_of_the_pinned_version(tmp_path: Path) -> None:
-    assert main(["nccl", "check", "--pins", str(PINS), "--source", str(nccl_tree(tmp_path, PINNED))]) == 0
+    assert (
+        main(["image", "nccl-check", "--pins", str(PINS), "--source", str(nccl_tree(tmp_path, PINNED))]) == 0
+    )
 
 
 def test_a_source_tree_of_another_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["nccl", "check", "--pins", str(PINS), "--source", str(nccl_tree(tmp_path, "2.28.9"))]) == 1
-    assert "NCCL 2.28.9" in capsys.readouterr().err
+    assert (
+        main(["image", "nccl-check", "--pins", str(PINS), "--source", str(nccl_tree(tmp_path, "2.28.9"))])
+        == 1
+    )
+    assert "NCCL 2.28.9" in capsys.readouterr().out
 
 
 def test_built_libraries(fake_nccl: dict[str, Path]) -> None:  # noqa: F811
-    assert main(["nccl", "check", "--pins", str(PINS), "--library", str(fake_nccl[PINNED])]) == 0
-    assert main(["nccl", "check", "--version", "2.28.9", "--library", str(fake_nccl["2.28.9"])]) == 0
-    assert main(["nccl", "check", "--pins", str(PINS), "--library", str(fake_nccl["2.30.7"])]) == 1
+    assert main(["image", "nccl-check", "--pins", str(PINS), "--library", str(fake_nccl[PINNED])]) == 0
+    assert main(["image", "nccl-check", "--version", "2.28.9", "--library", str(fake_nccl["2.28.9"])]) == 0
+    assert main(["image", "nccl-check", "--pins", str(PINS), "--library", str(fake_nccl["2.30.7"])]) == 1
 
 
 def test_an_older_libnccl_first_on_the_library_path_is_refused_naming_it_and_the_pin(
@@ -66,7 +71,7 @@ def test_an_older_libnccl_first_on_the_library_path_is_refused_naming_it_and_the
 
     def start(*path: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "epstack", "nccl", "check", "--pins", str(PINS), "--loaded"],
+            [sys.executable, "-m", "epstack", "image", "nccl-check", "--pins", str(PINS), "--loaded"],
             env={**os.environ, "PYTHONPATH": f"{tmp_path / 'site'}:{REPO}",
                  "LD_LIBRARY_PATH": ":".join(map(str, path)), "COLUMNS": "200"},
             capture_output=True, text=True, check=False, cwd=tmp_path,
@@ -74,10 +79,10 @@ def test_an_older_libnccl_first_on_the_library_path_is_refused_naming_it_and_the
 
     refused = start(older, pinned)
     assert refused.returncode == 1, refused.stderr
-    assert f"NCCL 2.30.7 (loaded {older}/libnccl.so.2), pinned {PINNED}: mismatch" in refused.stderr
+    assert f"NCCL 2.30.7 (loaded {older}/libnccl.so.2), pinned {PINNED}: mismatch" in refused.stdout
     passed = start(pinned, older)
     assert passed.returncode == 0, passed.stderr
-    assert f"NCCL {PINNED} (loaded {pinned}/libnccl.so.2), pinned {PINNED}: ok" in passed.stderr
+    assert f"NCCL {PINNED} (loaded {pinned}/libnccl.so.2), pinned {PINNED}: ok" in passed.stdout
 
 
 @pytest.mark.parametrize(
@@ -90,7 +95,7 @@ def test_an_older_libnccl_first_on_the_library_path_is_refused_naming_it_and_the
     ],
 )
 def test_bad_input(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["nccl", "check", "--pins", str(PINS), *args]) == 2
+    assert main(["image", "nccl-check", "--pins", str(PINS), *args]) == 2
     assert "Traceback" not in capsys.readouterr().err
 
 

@@ -117,7 +117,7 @@ def test_caches_reports_and_the_sbom_are_no_change(image: Path) -> None:
     build(image)
     (image / "venv/lib/site-packages/torch/__pycache__").mkdir()
     (image / "venv/lib/site-packages/torch/__pycache__/__init__.cpython-312.pyc").write_bytes(b"pyc")
-    (image / "sbom").mkdir()  # `epstack sbom` runs after guard-layer.sh
+    (image / "sbom").mkdir()  # `epstack image sbom` runs after guard-layer.sh
     (image / "sbom/sglang.cdx.json").write_text("{}")
     (image / "reports/start.json").write_text("{}")
     assert change(image) == ""
@@ -179,7 +179,9 @@ def test_no_record_or_a_corrupt_one_runs_the_full_guard(
     else:
         record_path(LAYER).write_text(text)
     out = image / "start.json"
-    assert main(["guard", "--pins", str(PINS), "--layer", LAYER, "--at-start", "--json", str(out)]) == 1
+    assert (
+        main(["image", "guard", "--pins", str(PINS), "--layer", LAYER, "--at-start", "--json", str(out)]) == 1
+    )
     err = capsys.readouterr().err
     assert why in err and ": full guard" in err
     components = {check.component for check in GUARD_REPORT.read(out).checks}
@@ -191,7 +193,7 @@ def test_a_trusted_start_reports_the_builds_rows_and_checks_the_rest_now(
 ) -> None:
     build(image)
     out = tmp_path / "start.json"
-    args = ["guard", "--pins", str(PINS), "--layer", LAYER, "--at-start", "--json", str(out)]
+    args = ["image", "guard", "--pins", str(PINS), "--layer", LAYER, "--at-start", "--json", str(out)]
     assert main(args) == 0
     assert "full guard" not in capsys.readouterr().err
     rows = {check.component: check for check in GUARD_REPORT.read(out).checks}
@@ -212,10 +214,12 @@ def test_record_needs_json_and_a_failing_guard_records_nothing(
     image: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for json_to in ([], ["--json", "-"]):  # a record vouches for a report file; stdout is none
-        assert main(["guard", "--pins", str(PINS), "--layer", LAYER, "--record", *json_to]) == 2
+        assert main(["image", "guard", "--pins", str(PINS), "--layer", LAYER, "--record", *json_to]) == 2
         assert "--record needs --json" in capsys.readouterr().err
     out = image / "reports" / f"{LAYER}.json"
-    assert main(["guard", "--pins", str(PINS), "--layer", LAYER, "--record", "--json", str(out)]) == 1
+    assert (
+        main(["image", "guard", "--pins", str(PINS), "--layer", LAYER, "--record", "--json", str(out)]) == 1
+    )
     assert out.exists() and not record_path(LAYER).exists()
 
 

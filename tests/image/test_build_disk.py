@@ -63,7 +63,7 @@ def test_build_stops_before_any_image_when_the_disk_is_short(
     cli, log = fake_docker(tmp_path, tmp_path)
     monkeypatch.setenv("EPSTACK_DOCKER", str(cli))
     monkeypatch.setenv("PATH", str(tmp_path))  # no other docker CLI is found first
-    argv = ["build", "--pins", str(PINS), "--out", str(tmp_path / "render")]
+    argv = ["build", "--pins", str(PINS), "--out-dir", str(tmp_path / "render")]
     assert main([*argv, "--min-free-gb", str(free_gb(tmp_path) + 1)]) == 3
     assert "the Docker engine's data root" in capsys.readouterr().err
     assert not [line for line in log.read_text().splitlines() if line.startswith(("build ", "buildx build "))]

@@ -1,4 +1,4 @@
-"""epstack deepep build's parts: the source (archives or a clone, checked), the build environment, the
+"""epstack image deepep-build's parts: the source (archives or a clone, checked), the build environment, the
 extension check. The compile itself runs in the image build (tests/image/test_docker_build.py) and on the GPU
 host (benchmarks/elastic/run_h200.sh)."""
 

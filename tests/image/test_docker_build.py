@@ -314,7 +314,7 @@ def test_the_efa_step_runs_the_installer_as_the_real_one_needs(
     sources.mkdir()
     pins = pins_variant(tmp_path, EFA_INSTALLER_SHA256=fake_efa_installer(sources))
     out = tmp_path / "render"
-    render = ["render", "--pins", str(pins), "--out", str(out), "--sources", str(sources)]
+    render = ["render", "--pins", str(pins), "--out-dir", str(out), "--sources", str(sources)]
     assert main([*render, "--locks", str(REPO / "locks")]) == 0
     image = next(
         i

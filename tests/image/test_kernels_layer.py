@@ -77,11 +77,13 @@ def test_it_unpacks_the_export_by_its_sha256_over_the_image_then_guards() -> Non
     text = render()
     steps = instructions(text)
     assert steps[:2] == [f"ARG SGLANG_IMAGE={IMAGE}", "FROM ${SGLANG_IMAGE} AS kernels"]
-    (run,) = [step for step in steps if "epstack jit unpack" in step]
-    unpack = run.index(f"epstack jit unpack /tmp/epstack-kernels/{ARCHIVE} --sha256 {SHA256} && ")
+    (run,) = [step for step in steps if "epstack image jit-unpack" in step]
+    unpack = run.index(f"epstack image jit-unpack /tmp/epstack-kernels/{ARCHIVE} --sha256 {SHA256} && ")
     stub = run.index(f". {imagepaths.SCRIPTS}/cuda-stub.sh && ")
     layer = "${EPSTACK_GUARD_LAYER}"
-    guard = run.index(f'epstack guard --layer "{layer}" --json "{imagepaths.REPORTS}/{layer}.json" --record')
+    guard = run.index(
+        f'epstack image guard --layer "{layer}" --json "{imagepaths.REPORTS}/{layer}.json" --record'
+    )
     assert unpack < stub < guard and run.startswith("RUN ") and ARCHIVE in run[:unpack]
     (label,) = [step for step in steps if step.startswith("LABEL ")]
     assert f'org.opencontainers.image.base.name="{IMAGE}"' in label
@@ -93,15 +95,15 @@ def test_it_unpacks_the_export_by_its_sha256_over_the_image_then_guards() -> Non
 def test_each_export_is_mounted_and_unpacked_by_its_own_digest_and_labelled_by_theirs(tmp_path: Path) -> None:
     dg = deepgemm_export(tmp_path)
     text = render(exports=(DEEPEP, dg))
-    (run,) = [step for step in instructions(text) if "epstack jit unpack" in step]
+    (run,) = [step for step in instructions(text) if "epstack image jit-unpack" in step]
     for item in (DEEPEP, dg):
         mount = f"--mount=type=bind,source={item.archive},target=/tmp/epstack-kernels/{item.archive}"
-        unpack = f"epstack jit unpack /tmp/epstack-kernels/{item.archive} --sha256 {item.sha256} && "
+        unpack = f"epstack image jit-unpack /tmp/epstack-kernels/{item.archive} --sha256 {item.sha256} && "
         assert (
             run.index(mount)
-            < run.index("epstack jit unpack")
+            < run.index("epstack image jit-unpack")
             <= run.index(unpack)
-            < run.index("epstack guard")
+            < run.index("epstack image guard")
         )
     assert f'io.epstack.kernels.sha256="{exports_digest([SHA256, dg.sha256])}"' in text
     assert "deep_gemm: 2 kernels" in text and "nvcc V13.0.88" in text
@@ -114,7 +116,7 @@ def test_an_export_whose_key_names_no_nvcc_is_layered_too(tmp_path: Path) -> Non
     triton = triton_export(tmp_path)
     text = render(exports=(DEEPEP, triton))
     assert f"#   triton_kernels: 2 kernels, {triton.manifest.bytes:,} bytes; NVIDIA H200, sm 9.0\n" in text
-    assert f"epstack jit unpack /tmp/epstack-kernels/{triton.archive} --sha256 {triton.sha256}" in text
+    assert f"epstack image jit-unpack /tmp/epstack-kernels/{triton.archive} --sha256 {triton.sha256}" in text
     assert hadolint(text, tmp_path) == []
 
 

@@ -33,8 +33,8 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_render_twice_is_byte_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764374400")
-    assert main(["render", "--pins", str(PINS), "--out", str(tmp_path / "a")]) == 0
-    assert main(["render", "--pins", str(PINS), "--out", str(tmp_path / "b")]) == 0
+    assert main(["render", "--pins", str(PINS), "--out-dir", str(tmp_path / "a")]) == 0
+    assert main(["render", "--pins", str(PINS), "--out-dir", str(tmp_path / "b")]) == 0
     assert tree_digest(tmp_path / "a") == tree_digest(tmp_path / "b")
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
         ".epstack-output",
@@ -178,11 +178,11 @@ def test_bad_pins_leave_an_existing_directory_untouched(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    assert main(["render", "--pins", str(PINS), "--out", str(out)]) == 0
+    assert main(["render", "--pins", str(PINS), "--out-dir", str(out)]) == 0
     before = tree_digest(out)
     bad = pins_variant(tmp_path, NCCL_VERSION="2.28.9")
     capsys.readouterr()
-    assert main(["render", "--pins", str(bad), "--out", str(out)]) == 2
+    assert main(["render", "--pins", str(bad), "--out-dir", str(out)]) == 2
     assert tree_digest(out) == before
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "fix:" in err
@@ -191,7 +191,7 @@ def test_bad_pins_leave_an_existing_directory_untouched(
 
 def test_bad_pins_create_no_directory(tmp_path: Path) -> None:
     bad = pins_variant(tmp_path, DEEPEP_REF="main")
-    assert main(["render", "--pins", str(bad), "--out", str(tmp_path / "new")]) == 2
+    assert main(["render", "--pins", str(bad), "--out-dir", str(tmp_path / "new")]) == 2
     assert not (tmp_path / "new").exists()
 
 

@@ -28,7 +28,7 @@ def manifest(tmp_path: Path) -> Path:
         commit=load_pins(PINS).deepep_ref,
         fmt_commit=load_pins(PINS).deepep_fmt_ref,
         wheel=wheel.name,
-        # As epstack deepep build writes it (str(sources.Patch)).
+        # As epstack image deepep-build writes it (str(sources.Patch)).
         patches=(f"https://example.org/patches/0001-efa-qp-cap.patch#sha256={PATCH_SHA}",),
     )
 
@@ -97,10 +97,10 @@ def test_an_ib_image_on_the_standin_says_so_and_has_no_efa_installer(tmp_path: P
 def test_validation_catches_a_broken_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = tmp_path / "good.cdx.json"
     good.write_text(cdx.document(facts(tmp_path)))
-    assert main(["sbom", "--validate", str(good)]) == 0
+    assert main(["image", "sbom", "--validate", str(good)]) == 0
     broken = json.loads(good.read_text())
     broken["components"][0]["type"] = "spaceship"
     bad = tmp_path / "bad.cdx.json"
     bad.write_text(json.dumps(broken))
-    assert main(["sbom", "--validate", str(bad)]) == 1
-    assert "spaceship" in capsys.readouterr().err
+    assert main(["image", "sbom", "--validate", str(bad)]) == 1
+    assert "spaceship" in capsys.readouterr().out

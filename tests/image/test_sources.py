@@ -127,8 +127,8 @@ def test_sources_verify_command(
 ) -> None:
     path, pinned = folder
     deepep = str(path / f"DeepEP-{pinned['DEEPEP_REF']}.tar.gz")
-    assert main(["sources", "verify", deepep, pinned["DEEPEP_REF"]]) == 0
-    assert main(["sources", "verify", deepep, "3" * 40]) == 2
+    assert main(["image", "sources-verify", deepep, pinned["DEEPEP_REF"]]) == 0
+    assert main(["image", "sources-verify", deepep, "3" * 40]) == 2
     assert "fix: git archive" in capsys.readouterr().err
 
 
@@ -141,10 +141,10 @@ def test_render_puts_every_fabrics_pinned_patches_in_the_context(tmp_path: Path)
     (folder / "fix.patch").write_bytes(patch)
     pins = pins_variant(tmp_path, DEEPEP_PATCHES_IB=f"https://example.invalid/fix.patch#sha256={digest}")
     out = tmp_path / "out"
-    assert main(["render", "--pins", str(pins), "--out", str(out), "--sources", str(folder)]) == 0
+    assert main(["render", "--pins", str(pins), "--out-dir", str(out), "--sources", str(folder)]) == 0
     assert (out / "sources/deepep/fix.patch").read_bytes() == patch
     (folder / "fix.patch").write_bytes(patch + b"\n")
-    assert main(["render", "--pins", str(pins), "--out", str(out), "--sources", str(folder)]) == 2
+    assert main(["render", "--pins", str(pins), "--out-dir", str(out), "--sources", str(folder)]) == 2
 
 
 @pytest.mark.parametrize("given", ["prefix", "empty", "upper-case"])
@@ -156,7 +156,7 @@ def test_sources_verify_wants_the_whole_commit(
     sha = pinned["DEEPEP_REF"]
     deepep = path / f"DeepEP-{sha}.tar.gz"
     commit = {"prefix": sha[:7], "empty": "", "upper-case": sha.upper()}[given]
-    assert main(["sources", "verify", str(deepep), commit]) == 2
+    assert main(["image", "sources-verify", str(deepep), commit]) == 2
     err = capsys.readouterr().err
     assert f"holds commit {sha}, the pin is {commit};" in err
     with pytest.raises(

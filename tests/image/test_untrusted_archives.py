@@ -118,9 +118,9 @@ def within(seconds: float) -> Iterator[None]:
 
 
 def sources_verify(path: Path, capsys: pytest.CaptureFixture[str], commit: str = COMMIT) -> str:
-    """`epstack sources verify PATH COMMIT`, which must refuse with exit 2 and one line with its fix."""
+    """`epstack image sources-verify PATH COMMIT`, which must refuse with exit 2 and one line with its fix."""
     with within(20):
-        assert main(["sources", "verify", str(path), commit]) == 2
+        assert main(["image", "sources-verify", str(path), commit]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "; fix: " in err, err
     return err
@@ -158,7 +158,7 @@ def test_render_copies_no_hostile_archive_into_the_context(tmp_path: Path) -> No
     folder.mkdir()
     write(folder / f"DeepEP-{ref}.tar.gz", tar_bytes(*HOSTILE["outside-symlink"][0], commit=ref))
     out = tmp_path / "out"
-    assert main(["render", "--pins", str(pins), "--out", str(out), "--sources", str(folder)]) == 2
+    assert main(["render", "--pins", str(pins), "--out-dir", str(out), "--sources", str(folder)]) == 2
     assert not out.exists()
 
 

@@ -321,13 +321,14 @@ def test_jit_export_and_unpack_as_a_user_runs_them(
     assert "jit export: 2 DeepGEMM kernels" in capsys.readouterr().err
     assert out.with_name(f"{out.name}.sha256").read_text() == f"{digest}  {out.name}\n"
     into = tmp_path / "opt" / "jit" / "deep_gemm"
-    assert main(["jit", "unpack", str(out), "--sha256", digest, "--into", str(into)]) == OK
+    assert main(["image", "jit-unpack", str(out), "--sha256", digest, "--into", str(into)]) == OK
     unpacked = deepgemm.read_manifest(into)
     assert unpacked is not None and unpacked.key == KEY
     assert manifest_beside(into).is_file() and sums_beside(into).is_file()
     monkeypatch.setattr(deepgemm, "installed_version", lambda: "0.2.4")
     assert (
-        main(["jit", "unpack", str(out), "--sha256", digest, "--into", str(tmp_path / "other")]) == BAD_INPUT
+        main(["image", "jit-unpack", str(out), "--sha256", digest, "--into", str(tmp_path / "other")])
+        == BAD_INPUT
     )
     err = capsys.readouterr().err
     assert "made for another install (deep_gemm 0.2.3.post2 != 0.2.4), so DeepGEMM here would compile" in err

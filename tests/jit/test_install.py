@@ -1,4 +1,4 @@
-"""`epstack jit install` (epstack.jit.install): the shipped caches into the writable ones at start, each
+"""`epstack image jit-install` (epstack.jit.install): the shipped caches into the writable ones at start, each
 toolchain's specifics from its HOME, and the `export` lines scripts/image/jit-caches.sh evaluates."""
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def test_the_command_prints_one_quoted_export_per_moved_variable(
     monkeypatch.setenv("EPSTACK_HOME", str(tmp_path / "opt"))
     monkeypatch.setenv("TMPDIR", str(tmpdir))
     ship(tmp_path / "opt", "triton", {"key/launcher.so": b"so"})
-    assert main(["jit", "install"]) == OK
+    assert main(["image", "jit-install"]) == OK
     out, err = capsys.readouterr()
     assert out == (
         f"export EP_JIT_CACHE_DIR={shlex.quote(f'{tmpdir}/epstack/deep_ep')}\n"
@@ -207,6 +207,6 @@ def test_the_command_prints_one_quoted_export_per_moved_variable(
     )
     assert len(err.splitlines()) == 2 and (tmpdir / "epstack" / "triton" / "key" / "launcher.so").is_file()
     monkeypatch.setenv("TMPDIR", str(unwritable(tmp_path, "tmp")))
-    assert main(["jit", "install"]) == ENVIRONMENT
+    assert main(["image", "jit-install"]) == ENVIRONMENT
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1 and "fix: set TMPDIR or EP_JIT_CACHE_DIR" in err

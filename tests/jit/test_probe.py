@@ -123,7 +123,7 @@ def test_a_toolchain_that_fails_fails_the_command_with_its_own_error(
     (probe,) = json.loads(out.read_text())["probes"]
     assert probe["toolchain"] == "triton-launcher" and probe["verdict"] == "failed"
     assert "No module named 'triton'" in probe["detail"]
-    assert "No module named 'triton'" in capsys.readouterr().err
+    assert "No module named 'triton'" in capsys.readouterr().out
 
 
 def test_arches_come_from_the_flag_or_the_images_pins(

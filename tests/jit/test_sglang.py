@@ -215,7 +215,7 @@ def test_jit_export_and_unpack_on_the_command_line(
     assert "2 SGLang kernels" in capsys.readouterr().err
     digest = out.with_name("x.tar.gz.sha256").read_text().split()[0]
     into = tmp_path / "into"
-    assert main(["jit", "unpack", str(out), "--sha256", digest, "--into", str(into)]) == OK
+    assert main(["image", "jit-unpack", str(out), "--sha256", digest, "--into", str(into)]) == OK
     assert sglang.read_manifest(into) is not None and sglang.read_manifest(into).key.device == "NVIDIA H200"  # type: ignore[union-attr]
-    assert main(["jit", "unpack", str(out), "--sha256", digest, "--into", str(into)]) == BAD_INPUT
+    assert main(["image", "jit-unpack", str(out), "--sha256", digest, "--into", str(into)]) == BAD_INPUT
     assert "already holds SGLang JIT kernels; fix:" in capsys.readouterr().err

@@ -295,12 +295,15 @@ def test_jit_export_and_unpack_on_the_command_line(
     assert "2 Triton kernels" in capsys.readouterr().err
     digest = out.with_name("x.tar.gz.sha256").read_text().split()[0]
     into = tmp_path / "into"
-    assert main(["jit", "unpack", str(out), "--sha256", digest, "--into", str(into)]) == OK
+    assert main(["image", "jit-unpack", str(out), "--sha256", digest, "--into", str(into)]) == OK
     made = tritonserve.read_manifest(into)
     assert made is not None and (made.key.device, made.key.cache_dir) == ("NVIDIA H200", str(cache))
-    assert main(["jit", "unpack", str(out), "--sha256", digest, "--into", str(into)]) == BAD_INPUT
+    assert main(["image", "jit-unpack", str(out), "--sha256", digest, "--into", str(into)]) == BAD_INPUT
     assert "already holds Triton kernels; fix:" in capsys.readouterr().err
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "other"))
-    assert main(["jit", "unpack", str(out), "--sha256", digest, "--into", str(tmp_path / "b")]) == BAD_INPUT
+    assert (
+        main(["image", "jit-unpack", str(out), "--sha256", digest, "--into", str(tmp_path / "b")])
+        == BAD_INPUT
+    )
     err = capsys.readouterr().err
     assert f"TRITON_CACHE_DIR {cache} != {tmp_path}/other" in err and "--toolchain triton-kernels" in err

@@ -168,7 +168,7 @@ def test_a_layer_pins_file_is_validated_when_loaded(tmp_path: Path) -> None:
 
 
 def test_a_rendered_layer_pins_file_loads(tmp_path: Path) -> None:
-    assert main(["render", "--pins", str(PINS), "--out", str(tmp_path / "out")]) == 0
+    assert main(["render", "--pins", str(PINS), "--out-dir", str(tmp_path / "out")]) == 0
     for layer in ("base", "deepep", "sglang"):
         values = read_layer_pins(tmp_path / "out" / "targets" / "blackwell-efa" / f"{layer}.pins.env")
         assert values["NCCL_VERSION"] == load_pins(PINS).nccl_version
@@ -187,7 +187,7 @@ def test_cuda_12_renders_cu12_wheel_names_throughout(
     pins) are named stale, and `epstack build` refuses them with the reason and the fix."""
     out = tmp_path / "out"
     pins = cuda12(tmp_path)
-    assert main(["render", "--pins", str(pins), "--out", str(out)]) == 0
+    assert main(["render", "--pins", str(pins), "--out-dir", str(out)]) == 0
     assert "locks/base.txt: stale" in capsys.readouterr().err
     rendered = [
         p
@@ -207,9 +207,9 @@ def test_cuda_12_renders_cu12_wheel_names_throughout(
     assert (
         load_expected(out / "targets/hopper-ib/deepep.pins.env", ["python"]).wheels.nccl == "nvidia-nccl-cu12"
     )
-    assert main(["build", "--pins", str(pins), "--out", str(tmp_path / "build")]) == 2
+    assert main(["build", "--pins", str(pins), "--out-dir", str(tmp_path / "build")]) == 2
     err = capsys.readouterr().err
-    assert "nvidia-nccl-cu12" in err and "fix: epstack lock" in err
+    assert "nvidia-nccl-cu12" in err and "fix: epstack pins lock" in err
 
 
 def test_cuda_14_is_refused_with_the_reason(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""epstack lock: the committed locks are fresh, a pins change names exactly the stale ones, a relock
+"""epstack pins lock: the committed locks are fresh, a pins change names exactly the stale ones, a relock
 resolves only what it must (with uv's real answers, recorded in the committed locks), and uv itself
 against the index for --upgrade."""
 
@@ -34,8 +34,8 @@ def committed(name: str) -> Resolution:
 
 
 def test_the_committed_locks_are_fresh_and_hashed(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["lock", "--check", "--pins", str(PINS), "--locks", str(LOCKS)]) == 0
-    assert "every lock is fresh" in capsys.readouterr().err
+    assert main(["pins", "lock", "--check", "--pins", str(PINS), "--locks", str(LOCKS)]) == 0
+    assert "every lock is fresh" in capsys.readouterr().out
     for spec in lock_specs(load_pins(PINS)):
         resolution = committed(spec.name)
         assert resolution.packages and all(p.hashes for p in resolution.packages), spec.name
@@ -106,8 +106,8 @@ def test_another_sglang_version_names_the_stale_lock(
 ) -> None:
     """A temporary copy of the pins: only the sglang lock is stale, and the line says why."""
     pins = pins_variant(tmp_path, SGLANG_VERSION="0.5.22")
-    assert main(["lock", "--check", "--pins", str(pins), "--locks", str(LOCKS)]) == 1
-    stale = [line for line in capsys.readouterr().err.splitlines() if "stale" in line]
+    assert main(["pins", "lock", "--check", "--pins", str(pins), "--locks", str(LOCKS)]) == 1
+    stale = [line for line in capsys.readouterr().out.splitlines() if "stale" in line]
     assert stale == [f"{LOCKS}/sglang.txt: stale (requires: sglang==0.5.23 {NIXL} -> sglang==0.5.22 {NIXL})"]
 
 
@@ -139,11 +139,11 @@ def test_an_unreadable_lock_is_one_line_of_bad_input(
     locks = tmp_path / "locks"
     shutil.copytree(LOCKS, locks)
     (locks / "base.txt").write_bytes((locks / "base.txt").read_bytes() + "# caf\xe9\n".encode("latin-1"))
-    assert main(["lock", "--check", "--pins", str(PINS), "--locks", str(locks)]) == 2
+    assert main(["pins", "lock", "--check", "--pins", str(PINS), "--locks", str(locks)]) == 2
     assert f"{locks / 'base.txt'}: not UTF-8 text" in capsys.readouterr().err
     (locks / "base.txt").unlink()
     os.mkfifo(locks / "base.txt")
-    assert main(["lock", "--check", "--pins", str(PINS), "--locks", str(locks)]) == 2
+    assert main(["pins", "lock", "--check", "--pins", str(PINS), "--locks", str(locks)]) == 2
     assert "a FIFO" in capsys.readouterr().err
 
 
@@ -283,7 +283,7 @@ def test_upgrade_relocks_the_locks_that_hold_it_and_nothing_else_is_written_on_f
         relock(load_pins(PINS), locks, upgrade="triton", resolver=RecordedUv(fail="sglang"),
                installable=no_install_check)  # fmt: skip
     assert {path.name: path.read_bytes() for path in locks.iterdir()} == before
-    assert main(["lock", "--locks", str(locks), "--upgrade", "not-a-locked-package"]) == 2
+    assert main(["pins", "lock", "--locks", str(locks), "--upgrade", "not-a-locked-package"]) == 2
     assert "is in no lock" in capsys.readouterr().err
 
 
@@ -305,14 +305,14 @@ def test_upgrade_against_the_index_moves_one_package_and_what_follows(
     locks = tmp_path / "locks"
     shutil.copytree(LOCKS, locks)
     start = time.monotonic()
-    assert main(["lock", "--locks", str(locks), "--upgrade", "pydantic==2.13.0"]) == 0
-    print(f"epstack lock --upgrade: {time.monotonic() - start:.1f} s")
-    err = capsys.readouterr().err
+    assert main(["pins", "lock", "--locks", str(locks), "--upgrade", "pydantic==2.13.0"]) == 0
+    print(f"epstack pins lock --upgrade: {time.monotonic() - start:.1f} s")
+    err = capsys.readouterr().out  # what moved is the result
     assert "1 other distributions move with it" in err
     rows = [line for line in err.splitlines() if line.startswith("│ sglang")]
     assert [row.split("│")[2].strip() for row in rows] == ["pydantic", "pydantic-core"]
     assert (locks / "base.txt").read_bytes() == (LOCKS / "base.txt").read_bytes()
-    assert main(["lock", "--check", "--locks", str(locks)]) == 0
+    assert main(["pins", "lock", "--check", "--locks", str(locks)]) == 0
 
 
 def test_a_header_from_other_inputs_is_stale_naming_each_changed_input(tmp_path: Path) -> None:
@@ -562,7 +562,7 @@ def test_a_vllm_lock_that_moves_torch_or_nccl_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], package: str, moved: str, says: str
 ) -> None:
     """vllm 0.33.0 asks for torch 2.14.0: a lock holding it (or another NCCL), even one whose header
-    and entries digest are as `epstack lock` writes them, is stale, and build refuses it (exit 2,
+    and entries digest are as `epstack pins lock` writes them, is stale, and build refuses it (exit 2,
     before any image is built)."""
     locks = tmp_path / "locks"
     shutil.copytree(LOCKS, locks)
@@ -575,7 +575,8 @@ def test_a_vllm_lock_that_moves_torch_or_nccl_is_refused(
     (locks / "vllm.txt").write_text(edited)
     (stale,) = stale_locks(load_pins(PINS), locks)
     assert stale.name == "vllm" and any(says in reason for reason in stale.reasons), stale.reasons
-    assert main(["lock", "--check", "--pins", str(PINS), "--locks", str(locks)]) == 1
+    assert main(["pins", "lock", "--check", "--pins", str(PINS), "--locks", str(locks)]) == 1
     out = str(tmp_path / "r")
-    assert main(["build", "--engine", "vllm", "--pins", str(PINS), "--locks", str(locks), "--out", out]) == 2
+    build = ["build", "--engine", "vllm", "--pins", str(PINS), "--locks", str(locks), "--out-dir", out]
+    assert main(build) == 2
     assert says in capsys.readouterr().err and not (tmp_path / "r").exists()

@@ -1,5 +1,5 @@
 """A lock is read, not trusted: `lock --check`, render and build compare each lock's entries with what
-its spec says it holds and with the entries-sha256 `epstack lock` wrote; a hand-edited lock is stale,
+its spec says it holds and with the entries-sha256 `epstack pins lock` wrote; a hand-edited lock is stale,
 naming the file, the line and the fix (epstack.python.lockcontent)."""
 
 from __future__ import annotations
@@ -67,14 +67,14 @@ def test_another_sglang_with_sgl_deep_ep_appended_is_stale_naming_each_line(
     text = path.read_text().replace("\nsglang==0.5.23 ", "\nsglang==0.5.22 ")
     text += f"sgl-deep-ep==0.0.1 \\\n    --hash={HASH}\n"
     path.write_text(text)
-    assert main(["lock", "--check", "--pins", str(PINS), "--locks", str(locks)]) == 1
-    err = capsys.readouterr().err
+    assert main(["pins", "lock", "--check", "--pins", str(PINS), "--locks", str(locks)]) == 1
+    err = capsys.readouterr().out
     (stale,) = [line for line in err.splitlines() if "stale" in line]
     assert stale.startswith(f"{path}: stale (")
     assert f"line {line_of(text, 'sglang==')}: sglang==0.5.22, but sglang==0.5.23 (required)" in stale
     assert f"line {line_of(text, 'sgl-deep-ep==')}: sgl-deep-ep==0.0.1: excluded from this lock" in stale
     assert "entries-sha256 differs" in stale
-    assert f"fix: epstack lock --pins {PINS} --locks {locks}" in err
+    assert f"fix: epstack pins lock --pins {PINS} --locks {locks}" in err
 
 
 def test_a_changed_hash_is_stale_and_build_refuses_it(
@@ -86,12 +86,12 @@ def test_a_changed_hash_is_stale_and_build_refuses_it(
     first = text.index("--hash=sha256:") + len("--hash=sha256:")
     path.write_text(text[:first] + ("1" if text[first] != "1" else "2") + text[first + 1 :])
     (why,) = reasons(locks, "base")
-    assert why.endswith("not as `epstack lock` wrote them (entries-sha256 differs)")
+    assert why.endswith("not as `epstack pins lock` wrote them (entries-sha256 differs)")
     assert reasons(locks, "sglang") == ("base.txt is stale",)
-    argv = ["build", "--pins", str(PINS), "--locks", str(locks), "--out", str(tmp_path / "out")]
+    argv = ["build", "--pins", str(PINS), "--locks", str(locks), "--out-dir", str(tmp_path / "out")]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert f"{path}: stale (lines " in err and "fix: epstack lock" in err
+    assert f"{path}: stale (lines " in err and "fix: epstack pins lock" in err
     assert not (tmp_path / "out").exists(), "nothing rendered from a refused lock"
 
 
@@ -311,8 +311,8 @@ def test_the_digest_problems_name_the_header_line_or_every_entry_line() -> None:
     unsealed = lock.text.replace(f"# entries-sha256: {lock.entries_digest}\n", "")
     assert problems(parse_lock("x", unsealed)) == (
         "line 3: the header records no entries-sha256, so nothing says the entries are as "
-        "`epstack lock` wrote them",
+        "`epstack pins lock` wrote them",
     )
     edited = parse_lock("x", lock.text.replace("bar==1.0", "bar==1.1"))
     assert len(edited.text.splitlines()) == 8
-    assert problems(edited) == ("lines 5-8: not as `epstack lock` wrote them (entries-sha256 differs)",)
+    assert problems(edited) == ("lines 5-8: not as `epstack pins lock` wrote them (entries-sha256 differs)",)

@@ -175,7 +175,7 @@ def test_an_unhashed_or_absent_entry_is_refused_naming_the_lock_and_the_fix(name
     lock = parse_lock("base", render_lock("base", {}, resolution()))
     with pytest.raises(BadInput) as refused:
         entry_text(lock, name)
-    assert str(refused.value) == f"lock base has no hashed {name} entry; fix: run epstack lock"
+    assert str(refused.value) == f"lock base has no hashed {name} entry; fix: run epstack pins lock"
 
 
 def test_a_layers_distributions_are_its_locks_union_each_from_the_lowest_file() -> None:
@@ -199,7 +199,7 @@ def test_locks_of_one_layer_that_disagree_are_refused_naming_both(tmp_path: Path
         expected_distributions(locks, "sglang")
     assert str(refused.value) == (
         f"{locks / 'sglang.txt'}: torch==2.14.0, but base.txt has 2.14.1; "
-        "fix: run epstack lock (an upper lock never moves a lower one)"
+        "fix: run epstack pins lock (an upper lock never moves a lower one)"
     )
 
 
@@ -210,7 +210,7 @@ def test_a_missing_lock_of_the_layer_is_refused_with_the_fix(tmp_path: Path) -> 
     with pytest.raises(BadInput) as refused:
         expected_distributions(locks, "sglang")
     assert str(refused.value) == (
-        f"{locks / 'sglang.txt'}: no such lock; fix: run epstack lock (images carry theirs)"
+        f"{locks / 'sglang.txt'}: no such lock; fix: run epstack pins lock (images carry theirs)"
     )
 
 

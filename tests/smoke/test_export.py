@@ -20,7 +20,7 @@ from epstack.smoke.__main__ import main as smoke_main
 from epstack.smoke.stage import HANG_RANK_ENV, HANG_STAGE_ENV
 from tests.jit.test_deepep import fake_nvcc, h200_kernels, write_cache
 
-RUN = ["elastic", "--nproc-per-node", "2", "--timeout", "20"]
+RUN = ["elastic", "--gpus-per-node", "2", "--timeout", "20"]
 H200 = {"arch": "9.0", "device": "NVIDIA H200", "sm_count": 132}
 
 

@@ -42,7 +42,7 @@ def test_torchrun() -> None:
 
 
 def test_torchrun_refuses_a_second_spawner() -> None:
-    with pytest.raises(BadInput, match="drop --nproc-per-node"):
+    with pytest.raises(BadInput, match="drop --gpus-per-node"):
         detect(TORCHRUN, nproc_per_node=4)
 
 
@@ -92,7 +92,7 @@ def test_kubernetes_indexed_job() -> None:
 @pytest.mark.parametrize(
     ("env", "match"),
     [
-        ({"JOB_COMPLETION_INDEX": "0", "MASTER_ADDR": "x"}, "--nnodes"),
+        ({"JOB_COMPLETION_INDEX": "0", "MASTER_ADDR": "x"}, "--nodes"),
         ({"JOB_COMPLETION_INDEX": "0", "EPSTACK_NNODES": "2"}, "headless service"),
         ({"JOB_COMPLETION_INDEX": "2", "EPSTACK_NNODES": "2", "MASTER_ADDR": "x"}, "only 2"),
         ({"SLURM_PROCID": "x", "SLURM_NTASKS": "2", "MASTER_ADDR": "h"}, "SLURM_PROCID='x'"),
@@ -105,7 +105,7 @@ def test_bad_environments_name_the_variable(env: dict[str, str], match: str) -> 
 
 
 def test_no_launcher() -> None:
-    with pytest.raises(BadInput, match="--nproc-per-node"):
+    with pytest.raises(BadInput, match="--gpus-per-node"):
         detect({})
     launch = detect({}, nproc_per_node=2, free_port=lambda: 40001)
     assert (launch.launcher, launch.world_size, launch.master_port) == ("none", 2, 40001)

@@ -23,7 +23,7 @@ from epstack.smoke.stage import HANG_RANK_ENV, HANG_STAGE_ENV
 from tests.conftest import REPO
 from tests.smoke.processes import gone
 
-RUN = ["elastic", "--nproc-per-node", "2", "--timeout", "20"]
+RUN = ["elastic", "--gpus-per-node", "2", "--timeout", "20"]
 
 
 def test_a_cpu_torch_is_named_before_any_rank_starts(
@@ -108,7 +108,7 @@ def test_a_reused_run_dir_never_reports_the_previous_run(
         ["--timeout", "-1"],
         ["--timeout", "inf"],
         ["--timeout", "0"],
-        ["--nproc-per-node", "0"],
+        ["--gpus-per-node", "0"],
         ["--iters", "0"],
         ["--master-port", "70000"],
         ["--master-port", "0"],

@@ -91,7 +91,7 @@ def test_one_gpu_passes_says_no_all_to_all_ran_and_compares_nothing(vsmoke: Vllm
 
 
 def test_two_gpus_ask_vllm_for_data_parallel_2_and_read_deepeps_buffer(vsmoke: VllmSmoke) -> None:
-    served = vsmoke.run("ok", "--gpus", "2", "--no-sweep", "--no-compare")
+    served = vsmoke.run("ok", "--gpus-per-node", "2", "--no-sweep", "--no-compare")
     assert served.code == OK, served.err
     (run,) = served.report["runs"]
     assert run["argv"][run["argv"].index("--data-parallel-size") + 1] == "2"
@@ -143,7 +143,10 @@ def test_a_completion_is_read_strictly() -> None:
         (_answer(["hello"]), "'hello' is not token_id:<id>"),
         (_answer(["token_id:5"], index=1), "choices are not indexed 0..0"),
         ({"choices": [{"index": 0}]}, "a choice without logprobs"),
-        (_answer(["token_id:5"], logprobs=True), "token_logprobs is not a number"),
+        (
+            _answer(["token_id:5"], logprobs=True),
+            "/v1/completions: token_logprobs is true, not a finite logprob",
+        ),
         (_answer(["token_id:5", "token_id:6"]), "asked for 1 tokens .* got 2 tokens"),
     ):
         with pytest.raises(RequestFailed, match=says):

@@ -83,7 +83,7 @@ def test_cli_hang_exits_1_within_timeout_naming_the_stage(
     code = smoke_main(
         [
             "elastic",
-            "--nproc-per-node",
+            "--gpus-per-node",
             "2",
             "--timeout",
             "3",
@@ -103,7 +103,7 @@ def test_cli_pass_and_bad_input(stub_cli: None, tmp_path: Path) -> None:
     report = tmp_path / "ok.json"
     assert (
         smoke_main(
-            ["elastic", "--nproc-per-node", "2", "--json", str(report), "--run-dir", str(tmp_path / "run")]
+            ["elastic", "--gpus-per-node", "2", "--json", str(report), "--run-dir", str(tmp_path / "run")]
         )
         == 0
     )
@@ -111,7 +111,7 @@ def test_cli_pass_and_bad_input(stub_cli: None, tmp_path: Path) -> None:
     # num_max_tokens_per_rank smaller than the batch is bad input: exit 2, nothing started
     assert (
         smoke_main(
-            ["elastic", "--nproc-per-node", "2", "--num-tokens", "4096", "--num-max-tokens-per-rank", "1024"]
+            ["elastic", "--gpus-per-node", "2", "--num-tokens", "4096", "--num-max-tokens-per-rank", "1024"]
         )
         == 2
     )

@@ -174,8 +174,8 @@ def test_the_command_writes_and_then_finds_it(
     config.write_text(small_config())
     monkeypatch.setattr(tinymodel, "CONFIG", config)
     out = tmp_path / "models" / "tiny-qwen3-moe"
-    assert epstack_main(["smoke", "tiny-model", "--out", str(out), "--seed", "3"]) == OK
+    assert epstack_main(["smoke", "tiny-model", "--out-dir", str(out), "--seed", "3"]) == OK
     assert "key " + tinymodel.key(small_config(), 3) in capsys.readouterr().err
-    assert epstack_main(["smoke", "tiny-model", "--out", str(out), "--seed", "3"]) == OK
+    assert epstack_main(["smoke", "tiny-model", "--out-dir", str(out), "--seed", "3"]) == OK
     assert "found written" in capsys.readouterr().err
-    assert epstack_main(["smoke", "tiny-model", "--out", str(config)]) == BAD_INPUT
+    assert epstack_main(["smoke", "tiny-model", "--out-dir", str(config)]) == BAD_INPUT

@@ -22,7 +22,7 @@ def epstack_dependencies(host: Host) -> None:
 
 def _nccl_loaded(host: Host) -> bool:
     """The pinned NCCL is the one torch loads (epstack's own check)."""
-    return cmd.succeeds(host.python, "-m", "epstack", "nccl", "check", "--pins", "pins.env", "--loaded",
+    return cmd.succeeds(host.python, "-m", "epstack", "image", "nccl-check", "--pins", "pins.env", "--loaded",
                         env=host.env)  # fmt: skip
 
 
@@ -51,10 +51,10 @@ def install(host: Host) -> None:
              *matches(host.sources, "nccl-*.tar.gz"), "--arch", "90", "--prefix", host.at("/opt/nccl")],
             console=log, append=True, tail=3,
         )  # fmt: skip
-    host.note("install: DeepEP (epstack deepep build)")
+    host.note("install: DeepEP (epstack image deepep-build)")
     wheels = host.at(imagepaths.WHEELS)  # where an image keeps it: the guard finds its manifest there
-    build = [host.python, "-m", "epstack", "deepep", "build", "--pins", "pins.env", "--cuda-arch", "9.0",
-             "--sources", host.sources, "--wheel-dir", wheels]  # fmt: skip
+    build = [host.python, "-m", "epstack", "image", "deepep-build", "--pins", "pins.env",
+             "--cuda-arch", "9.0", "--sources", host.sources, "--wheel-dir", wheels]  # fmt: skip
     host.record(build)
     host.run(build, console=log, append=True, tail=3)
     host.run([host.python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall",

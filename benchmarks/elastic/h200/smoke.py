@@ -11,7 +11,7 @@ from benchmarks.elastic.h200.host import Argv, Host, tail_file
 
 def elastic(host: Host) -> list[object]:
     """`epstack.smoke elastic` on NPROC ranks."""
-    return [host.python, "-m", "epstack.smoke", "elastic", "--nproc-per-node", str(host.nproc)]
+    return [host.python, "-m", "epstack.smoke", "elastic", "--gpus-per-node", str(host.nproc)]
 
 
 def upstream_name(host: Host) -> str:

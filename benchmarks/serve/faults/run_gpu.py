@@ -1,7 +1,7 @@
 """The serve smoke's power on a GPU host (issue 45): the healthy tiny profile passes, each fault injected into
 DeepEP V2 (site/sitecustomize.py) fails the comparison, and the generated checkpoint's start-up against
-SGLang's dummy weights. After the ferry and `epstack deepep build` (benchmarks/serve/README.md), from the
-repository root, with the ferried stack on PYTHONPATH (PYTHONPATH=/opt/sgl:$PWD:/opt/epstack-deps):
+SGLang's dummy weights. After the ferry and `epstack image deepep-build` (benchmarks/serve/README.md), from
+the repository root, with the ferried stack on PYTHONPATH (PYTHONPATH=/opt/sgl:$PWD:/opt/epstack-deps):
 
     python3 -m benchmarks.serve.faults.run_gpu start [PHASE...]   # detached; default: healthy startup faults
     WAIT_S=560 python3 -m benchmarks.serve.faults.run_gpu wait    # until done or WAIT_S, results to $OUT

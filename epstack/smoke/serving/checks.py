@@ -137,9 +137,9 @@ def probe(endpoint: Endpoint, *, a2a: str, log: Path | None, asked: Asked) -> Pr
     checks.append(buffer(log, a2a))
 
     def ask(prompts: list[list[int]]) -> list[Generation]:
-        answer = endpoint.json(
-            "/generate", generation.request(prompts, asked.tokens), timeout=asked.timeout_s
-        )
+        # NaN and Infinity read as floats: the answer-values row names them (a broken kernel's NaN)
+        request = generation.request(prompts, asked.tokens)
+        answer = endpoint.json("/generate", request, timeout=asked.timeout_s, nonfinite=True)
         if len(prompts) == 1:
             return [generation.parse(answer, asked.tokens)]
         return generation.parse_batch(answer, len(prompts), asked.tokens)

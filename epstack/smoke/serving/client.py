@@ -53,13 +53,14 @@ class Endpoint:
             return False
         return answer.status == 200
 
-    def json(self, path: str, body: object | None = None, *, timeout: float) -> Any:
-        """The JSON answer of GET (no body) or POST; RequestFailed for a status or a body that is not JSON."""
+    def json(self, path: str, body: object | None = None, *, timeout: float, nonfinite: bool = False) -> Any:
+        """The JSON answer of GET (no body) or POST; RequestFailed for a status or a body that is not JSON.
+        `nonfinite`: NaN and Infinity are read as floats, for the caller's checks to name."""
         answer = self._call(path, body, timeout)
         if answer.status != 200:
             raise RequestFailed(f"{path}: HTTP {answer.status}: {answer.snippet(300)}")
         try:
-            return parse_json(answer.body)
+            return parse_json(answer.body, nonfinite=nonfinite)
         except ValueError as exc:
             raise RequestFailed(f"{path}: malformed answer, {exc}: {answer.snippet(120)}") from None
 

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from epstack.smoke.serving.client import Endpoint, RequestFailed
-from epstack.smoke.serving.generation import TOP_N, Generation
+from epstack.smoke.serving.generation import TOP_N, BadValue, Generation, logprob
 
 HEALTH = "/health"
 COMPLETIONS = "/v1/completions"
@@ -43,9 +43,11 @@ def _token(text: object, where: str) -> int:
 
 
 def _number(value: object, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RequestFailed(f"{COMPLETIONS}: malformed answer: {where} is not a number")
-    return float(value)
+    """A logprob (generation.logprob: BadValue for one that is not finite, `true`), named as vLLM's."""
+    try:
+        return logprob(value, where)
+    except BadValue as bad:
+        raise BadValue(str(bad).replace("/generate:", f"{COMPLETIONS}:", 1)) from None
 
 
 def _generation(choice: object, asked: int) -> Generation:
@@ -89,7 +91,8 @@ def generate(
     endpoint: Endpoint, prompts: list[list[int]], asked: int, model: str, timeout: float
 ) -> list[Generation]:
     """The prompts' greedy generations, one request for all of them."""
-    answer = endpoint.json(COMPLETIONS, request(prompts, asked, model), timeout=timeout)
+    # NaN and Infinity read as floats: the answer-values row names them (a broken kernel's NaN)
+    answer = endpoint.json(COMPLETIONS, request(prompts, asked, model), timeout=timeout, nonfinite=True)
     return parse(answer, len(prompts), asked)
 
 

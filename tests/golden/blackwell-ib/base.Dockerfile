@@ -41,7 +41,7 @@ ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/blackwell-ib/base.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh base && \
-    epstack sbom --target blackwell-ib --image-tag base-cu13.0-nccl2.32.6-ib-a0fba3ea47d2 \
+    epstack image sbom --target blackwell-ib --image-tag base-cu13.0-nccl2.32.6-ib-a0fba3ea47d2 \
       --base-image nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:b7ae301dea2c162444795462ce17a05f6a516e5a75944b57af5b88540a1a2266
 LABEL \
     org.opencontainers.image.title="epstack base (blackwell-ib)" \
@@ -131,7 +131,7 @@ ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/blackwell-ib/base.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh base && \
-    epstack sbom --target blackwell-ib --image-tag base-cu13.0-nccl2.32.6-ib-a0fba3ea47d2 \
+    epstack image sbom --target blackwell-ib --image-tag base-cu13.0-nccl2.32.6-ib-a0fba3ea47d2 \
       --base-image nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
 LABEL \
     org.opencontainers.image.title="epstack base (blackwell-ib)" \

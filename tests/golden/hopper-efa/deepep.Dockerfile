@@ -14,7 +14,7 @@ COPY targets/hopper-efa/locks/deepep-build.txt /opt/epstack/locks/
 COPY targets/hopper-efa/deepep.pins.env /opt/epstack/pins/
 RUN --mount=type=cache,target=/root/.cache/uv \
     /opt/epstack/scripts/install-python-packages.sh /opt/epstack/locks/deepep-build.txt --require-hashes --no-deps --no-build && \
-    epstack deepep build --pins /opt/epstack/pins/deepep.pins.env --sources /opt/epstack/sources \
+    epstack image deepep-build --pins /opt/epstack/pins/deepep.pins.env --sources /opt/epstack/sources \
       --wheel-dir /opt/epstack/wheels
 
 FROM ${BASE_IMAGE} AS deepep
@@ -32,7 +32,7 @@ ENV EPSTACK_PINS=/opt/epstack/pins/deepep.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/hopper-efa/deepep.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh deepep && \
-    epstack sbom --target hopper-efa --image-tag deepep-d4f41e4-cu13.0-hopper-efa-9919eb46bd8e \
+    epstack image sbom --target hopper-efa --image-tag deepep-d4f41e4-cu13.0-hopper-efa-9919eb46bd8e \
       --base-image nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
 LABEL \
     org.opencontainers.image.title="epstack deepep (hopper-efa)" \

@@ -1,6 +1,6 @@
 # epstack 0.1.0: sglang layer for target hopper-efa. SGLang 0.5.23 and NIXL 1.5.1 over the DeepEP layer.
 # Rendered from images/sglang/Dockerfile.j2 and pins.env; do not edit, run `epstack render`.
-# Exactly locks/sglang.txt: resolved (epstack lock) with the base lock as constraints, the base
+# Exactly locks/sglang.txt: resolved (epstack pins lock) with the base lock as constraints, the base
 # packages overridden to their pins (torch, nvidia-nccl-cu13, nvidia-nvshmem-cu13),
 # CUDA's toolkit wheels at 13.0, neither another deep_ep nor another CUDA major
 # (sgl-deep-ep, deep-ep, nvidia-cutlass-dsl-libs-cu12, nixl-cu12);
@@ -35,7 +35,7 @@ ENV EPSTACK_PINS=/opt/epstack/pins/sglang.pins.env \
     EPSTACK_LOCKS=/opt/epstack/locks
 COPY targets/hopper-efa/sglang.pins.env /opt/epstack/pins/
 RUN /opt/epstack/scripts/guard-layer.sh sglang && \
-    epstack sbom --target hopper-efa --image-tag sglang-0.5.23-deepep-d4f41e4-cu13.0-hopper-efa-981fd62c9566 \
+    epstack image sbom --target hopper-efa --image-tag sglang-0.5.23-deepep-d4f41e4-cu13.0-hopper-efa-981fd62c9566 \
       --base-image nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
 LABEL \
     org.opencontainers.image.title="epstack sglang (hopper-efa)" \
