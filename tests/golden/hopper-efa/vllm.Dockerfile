@@ -21,10 +21,13 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 # FlashInfer compiles its modules at first use into its workspace (vLLM samples with FlashInfer's
 # `sampling`): the guard step compiles them (epstack jit probe --ship) there for the target's archs and
 # keeps them under /opt/epstack/jit; the entrypoint copies them back at start, into this folder.
+# FLASHINFER_USE_CUDA_NORM=1: FlashInfer's rmsnorm, wherever it is called, from the shipped `norm` module,
+# not CuTe DSL kernels compiled at start (vLLM's closure holds the CuTe DSL too).
 # VLLM_CACHE_ROOT holds torch.compile's artifacts (Inductor's code; Triton's kernels go to the base
 # layer's TRITON_CACHE_DIR, which vLLM keeps when it is set); vLLM's own DeepGEMM reads DG_JIT_CACHE_DIR.
 # VLLM_NO_USAGE_STATS=1: a served image reports nothing to vLLM's usage server.
 ENV FLASHINFER_WORKSPACE_BASE=/var/cache/epstack-jit/flashinfer \
+    FLASHINFER_USE_CUDA_NORM=1 \
     VLLM_CACHE_ROOT=/var/cache/epstack-jit/vllm \
     DG_JIT_CACHE_DIR=/var/cache/epstack-jit/deep_gemm \
     VLLM_NO_USAGE_STATS=1
