@@ -35,8 +35,9 @@ JOB_KINDS: tuple[JobKind, ...] = ("elastic-smoke", "serve")
 # what it serves, then keeps serving), exit (Slurm: the job ends with the smoke's verdict), off.
 ServeSmokeMode = Literal["on", "exit", "off"]
 SERVE_SMOKE_MODES: tuple[ServeSmokeMode, ...] = ("on", "exit", "off")
-# images/base/Dockerfile.j2's ENTRYPOINT: the guard, then the command (pyxis does not run it itself).
-IMAGE_ENTRYPOINT = str(imagepaths.SCRIPTS / "entrypoint.sh")
+# images/base/Dockerfile.j2's ENTRYPOINT: hold-env, the guard, then the command (pyxis does not run it
+# itself).
+IMAGE_ENTRYPOINT = (str(imagepaths.BIN / "hold-env"), str(imagepaths.SCRIPTS / "entrypoint.sh"))
 SMOKE_REPORT = "/tmp/epstack-smoke-elastic.json"  # without a results volume: lost with the container
 SMOKE_TIMEOUT_S = 900
 # What the command holds for the node's rank, node 0's host and what the other nodes add (vLLM's

@@ -45,13 +45,13 @@ def _container_image(job: Job, squashfs_dir: str | None) -> str:
 def _task_command(job: Job) -> str:
     """What each task runs in the container, as shell text for the batch script."""
     if job.kind == "elastic-smoke":
-        return shlex.join([IMAGE_ENTRYPOINT, *job.command(node_rank="", leader="")])
+        return shlex.join([*IMAGE_ENTRYPOINT, *job.command(node_rank="", leader="")])
     # The engine needs this task's node rank: expanded in the task, not in the batch script; so is what
     # the nodes but node 0 add (vLLM's --headless).
     node = f'"${V.SLURM_NODEID}"'
     worker = f"$([ {node} = 0 ] || echo {job.engine.worker})" if job.engine.worker else ""
     inner = job.words(shlex.quote, node_rank=node, leader=f'"${slurmserve.leader(job)}"', worker=worker)
-    return shlex.join([IMAGE_ENTRYPOINT, "bash", "-c", " ".join(["exec", *inner])])
+    return shlex.join([*IMAGE_ENTRYPOINT, "bash", "-c", " ".join(["exec", *inner])])
 
 
 _LITERAL = "the value is text: quoted, never expanded"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 from rich.markup import escape
@@ -13,9 +15,10 @@ from rich.table import Table
 from epstack.checkrow import Verdict
 from epstack.commands.common import PINS, SubParsers, path_arg, pins_path, results_console
 from epstack.errors import BadInput
-from epstack.guard.record import make_record, record_path
+from epstack.guard.record import write_record
 from epstack.guard.run import run_guard
-from epstack.guard.start import PROVEN, Trusted, trusted_report
+from epstack.guard.start import PROVEN, Refused, Trusted, judge_start
+from epstack.jit.compiles import epstack_python
 from epstack.layers import GUARD_CHOICES
 from epstack.output import STDOUT, check_writable, write_file
 
@@ -40,11 +43,15 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
         )
     if args.json:
         check_writable(args.json, what="the --json report", inputs=[pins, *([locks] if locks else [])])
-    trusted = trusted_report(pins, args.layer, locks, os.environ) if args.at_start else None
-    if isinstance(trusted, str):
-        console.print(f"guard: {escape(trusted)}: full guard")
-    report = trusted.report if isinstance(trusted, Trusted) else run_guard(pins, args.layer, locks)
     out = results_console(console, document=args.json)
+    judged = judge_start(pins, args.layer, locks, os.environ) if args.at_start else None
+    if isinstance(judged, Refused):
+        return _refused(judged, args.json, out)
+    if isinstance(judged, str):
+        console.print(f"guard: {escape(judged)}: full guard")
+        if sys.flags.no_site:
+            _full_guard_in_the_venv(pins, args.layer, locks, args.json)
+    report = judged.report if isinstance(judged, Trusted) else run_guard(pins, args.layer, locks)
     table = Table(
         "layer", "component", "expected", "found", "verdict", "detail", title=f"epstack guard {args.layer}"
     )
@@ -64,16 +71,34 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         write_file(args.json, report.to_json(), what="the --json report")
     if args.record and report.ok:
-        record = make_record(layer=args.layer, pins=pins, locks=locks, report=args.json, env=os.environ)
-        write_file(record_path(args.layer), record.to_json(), what="the guard's build record")
+        write_record(layer=args.layer, pins=pins, locks=locks, report=args.json, env=os.environ)
     failed = sum(check.failed for check in report.checks)
     counted = f"{len(report.checks)} checks"
-    if isinstance(trusted, Trusted):
-        counted += f": {trusted.live} now, the others {PROVEN}, nothing that decides them changed"
+    if isinstance(judged, Trusted):
+        counted += f": {judged.live} now, the others {PROVEN}, nothing that decides them changed"
     out.print(
         f"[green]guard: ok[/] ({counted})" if report.ok else f"[red]guard: {failed} of {counted} failed[/]"
     )
     return 0 if report.ok else 1
+
+
+def _full_guard_in_the_venv(pins: Path, layer: str, locks: Path | None, json_to: Path | None) -> NoReturn:
+    """The start's isolated interpreter (epstack-start: no site) has none of the venv's packages on its
+    path: the full guard runs as `epstack guard` does, this process replaced by it."""
+    argv = ["guard", "--pins", str(pins), "--layer", layer, *(["--locks", str(locks)] if locks else [])]
+    argv += ["--json", str(json_to)] if json_to else []
+    command = epstack_python("epstack.commands.main", "main")
+    os.execv(command[0], [*command, *argv])
+
+
+def _refused(refused: Refused, json_to: Path | None, out: Console) -> int:
+    """A refused start: each variable and change on a line of its own (paths stay whole), the report."""
+    out.print(f"[red]guard: refused[/]: {refused.summary()}")
+    for line in refused.lines():
+        out.print(f"  {escape(line)}")
+    if json_to:
+        write_file(json_to, refused.report.to_json(), what="the --json report")
+    return 1
 
 
 def _guard_parser(subparsers: SubParsers, help_text: str) -> argparse.ArgumentParser:
@@ -119,5 +144,6 @@ def register_image(subparsers: SubParsers) -> None:
         "--at-start",
         action="store_true",
         help="a container start: trust the build's record if nothing that decides it changed, and check "
-        "only the driver and DeepEP's JIT cache now; else the full guard",
+        "only the driver and the JIT caches now; refuse where a file or a variable that changes what runs "
+        "differs from the build's; else (no record, other pins) the full guard",
     )

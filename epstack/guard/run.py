@@ -39,6 +39,7 @@ from epstack.guard.distributions import (
 from epstack.guard.expected import Expected, load_expected
 from epstack.guard.libraries import check_cuda, check_nccl_loaded, try_import
 from epstack.guard.onecuda import cuda_home, cuda_home_checks, other_major_check, release_wheel_checks
+from epstack.guard.pythonfiles import python_file_checks
 from epstack.guard.report import GuardReport
 from epstack.guard.transfer import nixl_checks
 from epstack.guard.vllm import check_deep_ep_v2_gate, check_no_other_engine
@@ -146,12 +147,14 @@ SCOPE_CHECKS: dict[str, Callable[[Expected], list[Check]]] = {
 
 
 def run_guard(pins_path: Path, layer: str, locks: Path | None = None) -> GuardReport:
-    """The checks of `layer` and every layer below it ("all": every layer); with `locks`, every
-    distribution of the venv against the layer's locks too."""
+    """The checks of `layer` and every layer below it ("all": every layer), what Python runs beyond its
+    distributions (guard.pythonfiles); with `locks`, every distribution of the venv against the layer's
+    locks too."""
     scopes, owner = guard_scopes(layer)
     selected = [scope.name for scope in scopes]
     pins = load_expected(pins_path, selected)
     checks = [replace(check, layer=name) for name in selected for check in SCOPE_CHECKS[name](pins)]
+    checks += [replace(check, layer=selected[0]) for check in python_file_checks(layer)]
     distributions: list[closure.Distribution] = []
     if locks is not None and scopes[-1].closure:
         rows, distributions = closure_report(owner.name, locks)

@@ -1,5 +1,12 @@
 """`epstack image guard --at-start`: a container's start trusts what its build proved while nothing that
-decides it changed (guard.record), and checks now only what can change after the build.
+decides it changed (guard.record), refuses it where something did, and checks now only what can change
+after the build.
+
+Refused: any file or folder of the record's trees not as the build left it, or written in this
+container, and any refused variable (epstack.guard.environment) set otherwise than the build: each named
+with how it changed. The full guard runs only where the record cannot judge: no record (or none this
+epstack reads), other pins or locks asked for, or a variable the full guard judges (a JIT's compiler,
+NCCL's plugins) set otherwise.
 
 Checked now, without importing torch: the NVIDIA driver the runtime mounted (libcuda.so.1 through
 ctypes, against the pinned CUDA as check_cuda judges it), DeepEP's JIT cache, writable by this user
@@ -12,21 +19,29 @@ at build.
 
 from __future__ import annotations
 
+import sys
+import sysconfig
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from epstack.checkrow import Check
+from epstack.guard.changes import Change, shown_first
 from epstack.guard.deepep import JIT_CACHE, check_jit_cache
+from epstack.guard.environment import Difference, deciding, differences, given
 from epstack.guard.expected import load_expected
-from epstack.guard.libraries import CUDA_DRIVER, CUDA_RUNTIME, CUDA_SKIPPED, live_cuda_rows
-from epstack.guard.record import read_record, what_changed
+from epstack.guard.fingerprint import container_started
+from epstack.guard.libraries import CUDA_DRIVER, CUDA_RUNTIME, CUDA_SKIPPED, LoadedRuntime, live_cuda_rows
+from epstack.guard.record import file_changes, inputs_change, read_record
 from epstack.guard.report import GUARD_REPORT, GuardReport
 from epstack.jit.registry import TOOLCHAINS
 from epstack.layers import guard_scopes
 
 CUDA_COMPONENTS = frozenset({CUDA_SKIPPED, CUDA_RUNTIME, CUDA_DRIVER})
 PROVEN = "proven at build"
+CHANGED = "changed since the build"  # a refused start's row per file
+SHOWN = 25  # lines a refused start prints at most (its --json report holds every row)
+UNSET = "(unset)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,15 +52,95 @@ class Trusted:
     live: int  # rows checked now
 
 
-def trusted_report(pins: Path, layer: str, locks: Path | None, env: Mapping[str, str]) -> Trusted | str:
-    """The report at start from the build's record; or what changed since the build, in words."""
+@dataclass(frozen=True, kw_only=True)
+class Refused:
+    """A start refused: the refused variables set otherwise than the build, the files changed since it."""
+
+    pins: Path
+    layer: str
+    variables: tuple[Difference, ...]
+    changes: tuple[Change, ...]
+
+    def lines(self) -> list[str]:
+        """One line per variable and per change (at most SHOWN), then how many more."""
+        shown = [*map(str, self.variables), *map(str, self.changes)]
+        more = len(shown) - SHOWN
+        return shown[:SHOWN] + ([f"and {more} more (all in the --json report)"] if more > 0 else [])
+
+    def summary(self) -> str:
+        parts = []
+        if self.variables:
+            count = len(self.variables)
+            parts.append(f"{count} variable{'s' if count > 1 else ''} set otherwise than the build")
+        if self.changes:
+            count = len(self.changes)
+            parts.append(
+                f"{count} file{'s' if count > 1 else ''} or folder{'s' if count > 1 else ''} changed since it"
+            )
+        return " and ".join(parts)
+
+    @property
+    def report(self) -> GuardReport:
+        rows = [
+            Check(
+                component=d.name,
+                expected=d.built if d.built is not None else UNSET,
+                found=d.now if d.now is not None else UNSET,
+                verdict="mismatch",
+                detail=f"{d.variable.effect} ({d.variable.source})",
+                layer=self.layer,
+            )
+            for d in self.variables
+        ]
+        rows += [
+            Check(
+                component=CHANGED,
+                expected="as built",
+                found=c.kind,
+                verdict="mismatch",
+                detail=c.path,
+                layer=self.layer,
+            )
+            for c in self.changes
+        ]
+        return GuardReport(pins=self.pins, layer=self.layer, checks=tuple(rows))
+
+
+def judge_start(
+    pins: Path, layer: str, locks: Path | None, env: Mapping[str, str]
+) -> Trusted | Refused | str:
+    """The start's verdict from the build's record: trusted (the report at start), refused (what
+    changed), or why the record cannot judge it, in words (the full guard runs)."""
     record = read_record(layer)
     if isinstance(record, str):
         return record
-    change = what_changed(record, layer=layer, pins=pins, locks=locks, env=env)
-    if change:
-        return change
-    built = GUARD_REPORT.read(Path(record.report))
+    judged = differences(deciding(given(env)), record.env)
+    refused = tuple(d for d in judged if d.variable.verdict == "refused")
+    changes = tuple(shown_first(file_changes(record, layer, container_started())))
+    if refused or changes:
+        return Refused(pins=pins, layer=layer, variables=refused, changes=changes)
+    asked = inputs_change(record, layer=layer, pins=pins, locks=locks)
+    if asked or judged:
+        return asked or str(judged[0])
+    if sys.flags.no_site and record.env.get("VIRTUAL_ENV"):
+        _venv_last_on_path(record.env["VIRTUAL_ENV"])
+    return _trusted(record.report, pins, layer, record.cuda_runtime, env)
+
+
+def _venv_last_on_path(venv: str) -> None:
+    """In the start's isolated interpreter (epstack-start: no site), the venv's site-packages, just found
+    as the build left it, goes last on the path: the live rows read its distributions' metadata. Its .pth
+    files still do not run."""
+    scheme = {"base": venv, "platbase": venv}
+    for key in ("purelib", "platlib"):
+        folder = sysconfig.get_path(key, "venv", vars=scheme)
+        if folder not in sys.path:
+            sys.path.append(folder)
+
+
+def _trusted(report: str, pins: Path, layer: str, runtime: LoadedRuntime, env: Mapping[str, str]) -> Trusted:
+    """The build's report with the rows that can change after the build checked now."""
+    built = GUARD_REPORT.read(Path(report))
     expected = load_expected(pins, [scope.name for scope in guard_scopes(layer)[0]])
     rows: list[Check] = []
     live = 0
@@ -55,7 +150,7 @@ def trusted_report(pins: Path, layer: str, locks: Path | None, env: Mapping[str,
         if row.component in CUDA_COMPONENTS:
             if any(check.component in CUDA_COMPONENTS for check in rows):
                 continue  # a GPU host's build: two rows, both replaced by the live ones
-            now = live_cuda_rows(expected.cuda_major_minor, record.cuda_runtime)
+            now = live_cuda_rows(expected.cuda_major_minor, runtime)
         elif row.component == JIT_CACHE:
             now = [check_jit_cache(env)]
         elif row.component in checked:

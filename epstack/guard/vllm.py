@@ -5,7 +5,8 @@ The gate is vLLM's code, not a copy: vllm.utils.import_utils.deep_ep_v2_unavaila
 0.33.0) returns None only when `deep_ep` imports with ElasticBuffer and the libnccl.so.2 vLLM loads
 (VLLM_NCCL_SO_PATH, else by soname) is at least 2.30.4; otherwise it says why, and vLLM refuses
 `--all2all-backend deepep_v2`. The build's guard runs it; a start trusts that row while nothing that
-decides it changed (guard.record: the venv, library resolution, VLLM_NCCL_SO_PATH).
+decides it changed (guard.record: the venv, library resolution; VLLM_NCCL_SO_PATH is refused at start:
+guard.environment).
 """
 
 from __future__ import annotations

@@ -3,7 +3,12 @@
 # pins, then run the command.
 #   EPSTACK_GUARD=strict (default): refuse to start on drift; warn: report and start; off: skip.
 #   The JSON report lands in ${EPSTACK_GUARD_REPORT:-/tmp/epstack-guard.json}. The guard trusts what the
-#   image's build proved while nothing that decides it changed, and checks the driver now (--at-start).
+#   image's build proved while nothing that decides it changed, refuses a file or a variable that
+#   changes what runs, and checks the driver now (--at-start).
+# The image runs this through hold-env (its ENTRYPOINT): the variables the guard refuses arrive here with
+# the build's values, and `hold-env --restore` gives the command the ones it was given (warn and off).
+# The JIT install and the guard run as epstack-start (install-epstack.sh): no .pth, sitecustomize or
+# module of the venv runs in them.
 # Without a mounted NVIDIA driver the CUDA driver stub stands in (cuda-stub.sh), and this says so.
 set -euo pipefail
 
@@ -30,9 +35,9 @@ case "${mode}" in
   off) ;;
   warn | strict)
     # The guard's table on stderr: the container's stdout is the command's alone.
-    if ! epstack image guard --layer "${EPSTACK_GUARD_LAYER}" --json "${report}" --at-start >&2; then
+    if ! epstack-start image guard --layer "${EPSTACK_GUARD_LAYER}" --json "${report}" --at-start >&2; then
       if [ "${mode}" = strict ]; then
-        echo "epstack: the stack differs from its pins (table above, ${report}); EPSTACK_GUARD=warn starts anyway" >&2
+        echo "epstack: the guard refused this start (above, ${report}); EPSTACK_GUARD=warn starts anyway" >&2
         exit 1
       fi
       echo "epstack: starting despite the differences above (EPSTACK_GUARD=warn)" >&2
@@ -46,5 +51,9 @@ esac
 if [ -n "${warming}" ]; then  # no stray child for the command (as PID 1, it may reap none)
   kill "${warming}" 2>/dev/null || true
   wait "${warming}" 2>/dev/null || true
+fi
+hold_env="${0%/*}/../bin/hold-env"
+if [ -x "${hold_env}" ]; then
+  exec "${hold_env}" --restore "$@"
 fi
 exec "$@"

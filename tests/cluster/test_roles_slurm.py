@@ -43,8 +43,8 @@ def _recorded(tmp_path: Path) -> list[dict[str, Any]]:
 
 def _expanded(task: dict[str, Any]) -> list[str]:
     """SGLang's arguments as the task's `bash -c` expands them, with the task's own environment."""
-    entry, bash, dash_c, inner = task["argv"]
-    assert (entry, bash, dash_c) == (IMAGE_ENTRYPOINT, "bash", "-c")
+    hold_env, entry, bash, dash_c, inner = task["argv"]
+    assert (hold_env, entry, bash, dash_c) == (*IMAGE_ENTRYPOINT, "bash", "-c")
     words = subprocess.run(
         ["bash", "-c", inner.replace("exec ", 'printf "%s\\n" ', 1)],
         env={key: task["env"][key] for key in ("SLURM_NODEID", "PREFILL_ADDR", "DECODE_ADDR")},
@@ -61,7 +61,7 @@ def _flag(argv: list[str], flag: str) -> str | None:
 
 
 def _role_tasks(steps: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    servers = [task for task in steps if task["argv"][0] == IMAGE_ENTRYPOINT]
+    servers = [task for task in steps if tuple(task["argv"][:2]) == IMAGE_ENTRYPOINT]
     return {
         role: [task for task in servers if f"--disaggregation-mode {role} " in task["argv"][-1]]
         for role in roles.ROLES

@@ -95,7 +95,9 @@ def _job_step(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The tasks of the job's step (in its container, through the image's entrypoint), not the host
     steps before it nor the serve smoke beside it."""
     return [
-        task for task in steps if "container-image" in task["opts"] and task["argv"][0] == IMAGE_ENTRYPOINT
+        task
+        for task in steps
+        if "container-image" in task["opts"] and tuple(task["argv"][:2]) == IMAGE_ENTRYPOINT
     ]
 
 
@@ -106,8 +108,8 @@ def _tasks(tmp_path: Path, script: str, nodes: int) -> list[dict[str, Any]]:
 def expanded(task: dict[str, Any]) -> list[str]:
     """SGLang's arguments as a serve task's `bash -c` runs them, with its own SLURM_NODEID and the
     exported MASTER_ADDR."""
-    entry, bash, dash_c, inner = task["argv"]
-    assert (entry, bash, dash_c) == (IMAGE_ENTRYPOINT, "bash", "-c")
+    hold_env, entry, bash, dash_c, inner = task["argv"]
+    assert (hold_env, entry, bash, dash_c) == (*IMAGE_ENTRYPOINT, "bash", "-c")
     words = subprocess.run(
         ["bash", "-c", inner.replace("exec ", 'printf "%s\\n" ', 1)],
         env={"SLURM_NODEID": task["env"]["SLURM_NODEID"], "MASTER_ADDR": task["env"]["MASTER_ADDR"]},
@@ -152,7 +154,7 @@ def test_smoke_tasks_are_the_ranks_the_launcher_expects(tmp_path: Path) -> None:
     assert len(tasks) == 8  # one task per GPU
     for procid, task in enumerate(tasks):
         assert task["opts"]["container-image"] == IMAGE
-        assert task["argv"][:4] == [IMAGE_ENTRYPOINT, "epstack", "smoke", "elastic"]
+        assert task["argv"][:5] == [*IMAGE_ENTRYPOINT, "epstack", "smoke", "elastic"]
         launch = detect(task["env"])
         assert (launch.launcher, launch.rank, launch.world_size) == ("slurm", procid, 8)
         assert (launch.master_addr, launch.master_port) == ("gpu-st-0", 29500)
@@ -222,4 +224,4 @@ def test_the_entrypoint_pyxis_runs_is_the_images_own() -> None:
     """The base layer's stages set it; the layers above inherit it."""
     rendered = (REPO / "tests" / "golden" / "hopper-efa" / "base.Dockerfile").read_text()
     entrypoints = {line for line in rendered.splitlines() if line.startswith("ENTRYPOINT")}
-    assert entrypoints == {f'ENTRYPOINT ["{IMAGE_ENTRYPOINT}"]'}
+    assert entrypoints == {f"ENTRYPOINT {json.dumps(list(IMAGE_ENTRYPOINT))}"}

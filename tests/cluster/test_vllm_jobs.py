@@ -94,9 +94,9 @@ def _tasks(tmp_path: Path, script: str, nodes: int) -> list[list[str]]:
     steps = [json.loads(line) for line in (tmp_path / "srun.jsonl").read_text().splitlines()]
     argvs = []
     for task in steps:
-        if task["argv"][0] != IMAGE_ENTRYPOINT:
+        if tuple(task["argv"][:2]) != IMAGE_ENTRYPOINT:
             continue
-        _, bash, dash_c, inner = task["argv"]
+        _, _, bash, dash_c, inner = task["argv"]
         env = {key: task["env"][key] for key in ("SLURM_NODEID", "MASTER_ADDR") if key in task["env"]}
         printed = subprocess.run(
             [bash, dash_c, inner.replace("exec ", 'printf "%s\\n" ', 1)],

@@ -153,6 +153,10 @@ def test_layer_pins_file_needs_the_keys_of_its_layer(
         "nvidia-nvshmem-cu13",
         "NVSHMEM (headers)",
         "CUDA major of distributions",
+        "Python startup files",
+        "site-packages (RECORD)",
+        "bytecode",
+        "standard library (as built)",
     }
     assert rows["nvidia-nccl-cu13"].expected == "2.30.7"
     capsys.readouterr()

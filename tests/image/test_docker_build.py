@@ -47,6 +47,8 @@ SOURCES = os.environ.get("EPSTACK_TEST_SOURCES", "")
 # images (tags come from the pins hash); default pins.env.
 BUILD_PINS = Path(os.environ.get("EPSTACK_TEST_PINS") or PINS)
 FIXTURES = REPO / "tests" / "fixtures"
+# The image's own start, as its ENTRYPOINT has it: hold-env, then the entrypoint.
+START = f"{imagepaths.BIN}/hold-env {imagepaths.SCRIPTS}/entrypoint.sh"
 
 
 def docker(engine: DockerEngine, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -285,16 +287,14 @@ def drifted(
 def test_entrypoint_guard_modes_on_a_drifted_image(
     engine: DockerEngine, drifted: str, mode: str, exit_code: int, ran: bool
 ) -> None:
-    show = "echo started; grep -c mismatch /tmp/epstack-guard.json || true"
+    show = "echo started; grep -c 'nvidia_nvshmem_cu13-3.5.21.dist-info' /tmp/epstack-guard.json || true"
     result = docker(
         engine, "run", "--rm", "-e", f"EPSTACK_GUARD={mode}", drifted, "sh", "-c", show, check=False
     )
     assert result.returncode == exit_code, result.stderr[-2000:]
     assert ("started" in result.stdout) == ran
-    if mode == "warn":
-        # the distribution and its nvshmem_version.h; against the lock, its row and the summary row; and
-        # nvidia-cuda-cccl 13.3, which NVSHMEM 3.5.21 brought along: another CUDA minor
-        assert result.stdout.split() == ["started", "5"], "report written where the entrypoint says"
+    if mode == "warn":  # the layer's files named, the new distribution's among them
+        assert result.stdout.split() == ["started", "1"], "report written where the entrypoint says"
 
 
 def fake_efa_installer(folder: Path) -> str:
@@ -475,7 +475,12 @@ STUB = "/usr/local/cuda/lib64/stubs/libcuda.so"
 DRIVER_MOUNTS = {
     "/lib/x86_64-linux-gnu": f"cp {STUB} /usr/lib/x86_64-linux-gnu/libcuda.so.1 && ldconfig",
     "/usr/local/nvidia/lib64": f"mkdir -p /usr/local/nvidia/lib64 && cp {STUB} $_/libcuda.so.1",
-    "/opt/driver": f"mkdir /opt/driver && cp {STUB} $_/libcuda.so.1 && export LD_LIBRARY_PATH=/opt/driver",
+    # Elsewhere, as the NVIDIA Container Toolkit registers a folder: through ldconfig (a new LD_LIBRARY_PATH
+    # is refused: the guard cannot vouch for a folder it never saw).
+    "/opt/driver": (
+        f"mkdir /opt/driver && cp {STUB} /opt/driver/libcuda.so.1 && "
+        "echo /opt/driver > /etc/ld.so.conf.d/zz.conf && ldconfig"
+    ),
 }
 
 
@@ -496,7 +501,7 @@ def test_a_nodes_first_triton_launch_loads_the_launcher_the_base_image_shipped_f
     assert list(shipped) == ["/lib/x86_64-linux-gnu", "/usr/local/nvidia/lib64"]
     mount = DRIVER_MOUNTS[libcuda_dir]
     launch = 'python -c "$TRITON_LAUNCH" && cat /tmp/epstack-guard.json'
-    script = f"{mount} && exec {imagepaths.SCRIPTS}/entrypoint.sh bash -c '{launch}'"
+    script = f"{mount} && exec {START} bash -c '{launch}'"
     code = f"TRITON_LAUNCH={TRITON_LAUNCH}"
     started = docker(engine, "run", "--rm", "-e", code, "--entrypoint", "bash", image, "-c", script)
     keys, report = started.stdout.split("\n", 1)
@@ -648,104 +653,199 @@ def test_the_start_guard_trusts_the_build_and_checks_the_driver_now(
     assert driver.verdict == "skipped" and driver.detail == "no GPU: cuInit returned 34"
 
 
-def test_a_user_layer_that_installs_something_or_preloads_gets_the_full_guard(
+def test_a_user_layer_that_adds_a_pth_or_a_preload_is_refused_by_name(
     tmp_path: Path, built: BuildReport, engine: DockerEngine, made: list[str]
 ) -> None:
+    """Neither is a start the build's record can vouch for, nor one the full guard may run in place of it."""
     tag = "epstack-test/installs"
     purelib = "$(python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')"
     result = user_layer(engine, tmp_path, f'FROM {ref(built, "base")}\nRUN touch "{purelib}/user.pth"\n', tag)
     assert result.returncode == 0, result.stderr[-2000:]
     made.append(tag)
-    started = docker(engine, "run", "--rm", tag, "true")
-    assert f"guard: 1 folder changed in {imagepaths.VENV} since the build" in started.stderr
-    assert ": full guard" in started.stderr and PROVEN not in started.stderr
-    assert "guard: ok" in started.stderr and "│ nvcc (CUDA_HOME)" in started.stderr
+    started = docker(engine, "run", "--rm", tag, "true", check=False)
+    assert started.returncode == 1
+    assert f"  {imagepaths.VENV}/lib/python3.12/site-packages/user.pth: added" in started.stderr.splitlines()
+    assert "full guard" not in started.stderr and PROVEN not in started.stderr
     libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
-    preloaded = docker(engine, "run", "--rm", "-e", f"LD_PRELOAD={libc}", ref(built, "base"), "true")
-    assert f"guard: LD_PRELOAD={libc}, the build had (unset): full guard" in preloaded.stderr
-    assert PROVEN not in preloaded.stderr and "guard: ok" in preloaded.stderr
+    preloaded = docker(
+        engine, "run", "--rm", "-e", f"LD_PRELOAD={libc}", ref(built, "base"), "true", check=False
+    )
+    assert preloaded.returncode == 1
+    assert f"  LD_PRELOAD={libc}, the build had (unset)" in preloaded.stderr.splitlines()
 
 
-def test_an_older_nccl_loaded_at_start_is_refused_naming_it_and_the_pin(
+def test_without_a_record_the_full_guard_runs_in_the_venvs_python(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    """The start's own interpreter is isolated (no site): the full guard replaces it with the venv's."""
+    script = f"rm {imagepaths.REPORTS}/base.record.json; exec {START} true"
+    started = docker(engine, "run", "--rm", "--entrypoint", "bash", ref(built, "base"), "-c", script)
+    assert f"guard: no build record {imagepaths.REPORTS}/base.record.json: full guard" in started.stderr
+    assert "guard: ok" in started.stderr and "│ nvcc (CUDA_HOME)" in started.stderr
+    assert "│ bytecode" in started.stderr and "│ site-packages (RECORD)" in started.stderr
+
+
+def test_an_older_nccl_is_refused_at_start_and_named_by_the_full_guard(
     built: BuildReport, engine: DockerEngine
 ) -> None:
     """The devel image keeps the system NCCL NVIDIA's devel images ship (SYSTEM_NCCL_VERSION, 2.28.9),
-    older than the pin. First on LD_LIBRARY_PATH it is not what torch maps: libtorch_cuda.so finds the
-    wheel's libnccl.so.2 through its RPATH, which the loader searches first, so the full guard (the
-    variable changed) passes. Preloaded, it is the libnccl.so.2 torch gets: the start is refused with
-    the row naming the version loaded and the pin."""
+    older than the pin. Put first by LD_LIBRARY_PATH or LD_PRELOAD, a loader variable set otherwise
+    than the build, the strict start refuses it by name before anything loads (issue 50). The full
+    guard in such a container names what loaded: preloaded, the older libnccl.so.2 is the one torch gets,
+    a mismatch naming it and the pin; first on LD_LIBRARY_PATH it is not (libtorch_cuda.so finds the
+    wheel's libnccl.so.2 through its RPATH, which the loader searches first), and the guard passes."""
     pins, devel, system = load_pins(BUILD_PINS), ref(built, "devel"), "/usr/lib/x86_64-linux-gnu"
-    first = docker(engine, "run", "--rm", "-e", f"LD_LIBRARY_PATH={system}", devel, "echo", "started")
-    assert first.stdout == "started\n" and "full guard" in first.stderr and "guard: ok" in first.stderr
-    preload = f"LD_PRELOAD={system}/libnccl.so.2"
-    preloaded = docker(engine, "run", "--rm", "-e", preload, devel, "echo", "started", check=False)
-    assert (preloaded.returncode, preloaded.stdout) == (1, "")
-    row = next(line for line in preloaded.stderr.splitlines() if "│ NCCL (loaded)" in line)
+    path, preload = f"LD_LIBRARY_PATH={system}", f"LD_PRELOAD={system}/libnccl.so.2"
+    for variable in (path, preload):
+        started = docker(engine, "run", "--rm", "-e", variable, devel, "echo", "started", check=False)
+        assert (started.returncode, started.stdout) == (1, ""), started.stderr
+        assert "guard: refused" in started.stderr and f"  {variable}, the build had" in started.stderr
+    guard = 'exec epstack guard --layer "${EPSTACK_GUARD_LAYER}"'
+    first = docker(engine, "run", "--rm", "--entrypoint", "bash", "-e", path, devel, "-c", guard)
+    assert "guard: ok" in first.stdout
+    preloaded = docker(
+        engine, "run", "--rm", "--entrypoint", "bash", "-e", preload, devel, "-c", guard, check=False
+    )
+    assert preloaded.returncode == 1
+    row = next(line for line in preloaded.stdout.splitlines() if "│ NCCL (loaded)" in line)
     assert pins.nccl_version in row and SYSTEM_NCCL_VERSION in row and "mismatch" in row
 
 
-# Changes made inside a running container before the entrypoint (issue 29), each of which the record's
-# stat fingerprint alone let through: the start names each and runs the full guard instead of trusting.
 SITE = f"$(ls -d {imagepaths.VENV}/lib/python3*/site-packages)"
 STDLIB = "$(python -c 'import sysconfig; print(sysconfig.get_paths()[\"stdlib\"])')"
+# Changes made inside a running container before the entrypoint (issues 29 and 50): each is named and
+# refuses the start.
 IN_CONTAINER = {
     "a library rewritten, size and mtime put back": (
         f'f=$(ls {SITE}/torch/lib/libc10.so); cp -p "$f" /tmp/ref; '
         'head -c "$(stat -c %s "$f")" /dev/urandom > "$f"; touch -r /tmp/ref "$f"',
-        "changed in this container since it started (first: ",
+        "/torch/lib/libc10.so: written in this container",
     ),
     "a module edited at its size, mtime put back": (
         f'f={SITE}/torch/version.py; cp -p "$f" /tmp/ref; sed -i "s/__version__/__verzion__/" "$f"; '
         'touch -r /tmp/ref "$f"',
-        "torch/version.py; its ctime is later",
+        "/torch/version.py: written in this container",
     ),
     "unchecked-hash bytecode": (
         'python -c "import glob, importlib.util, py_compile; '
         f"src = glob.glob('{imagepaths.VENV}/lib/python3*/site-packages/torch/version.py')[0]; "
         "py_compile.compile(src, cfile=importlib.util.cache_from_source(src), "
         'invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)"',
-        "torch/__pycache__/version.cpython-312.pyc; its ctime is later",
+        "/torch/__pycache__/version.cpython-312.pyc: ",
     ),
     "the loader's preload file": (
         "echo /usr/lib/x86_64-linux-gnu/libc.so.6 > /etc/ld.so.preload",
-        "changed in files by content since the build (first: /etc/ld.so.preload)",
-    ),
-    "a sitecustomize in the standard library": (
-        f'echo "import os" > {STDLIB}/sitecustomize.py',
-        "1 folder changed in /usr/lib/python3",
+        "  /etc/ld.so.preload: added",
     ),
     "the standard library's ctypes appended to": (
         f'echo "#" >> {STDLIB}/ctypes/__init__.py',
-        "changed in /usr/lib/python3",
+        "/ctypes/__init__.py: size ",
     ),
     "a byte of a shipped JIT cache, mtime put back": (
         f'f=$(find {imagepaths.JIT} -type f -name "*.so" | sort | head -n 1); cp -p "$f" /tmp/ref; '
         'printf x | dd of="$f" bs=1 seek=64 conv=notrunc status=none; touch -r /tmp/ref "$f"',
-        f"changed in this container since it started (first: {imagepaths.JIT}/",
-    ),
-    "LD_AUDIT": (
-        "export LD_AUDIT=/nonexistent/audit.so",
-        "LD_AUDIT=/nonexistent/audit.so, the build had (unset)",
+        f"  {imagepaths.JIT}/",
     ),
     "PYTHONPYCACHEPREFIX": (
         "export PYTHONPYCACHEPREFIX=/tmp/pyc",
-        "PYTHONPYCACHEPREFIX=/tmp/pyc, the build had",
+        "  PYTHONPYCACHEPREFIX=/tmp/pyc, the build had",
     ),
 }
 
 
 @pytest.mark.parametrize("case", IN_CONTAINER)
-def test_a_change_inside_the_container_gets_the_full_guard(
+def test_a_change_inside_the_container_is_refused_by_name(
     built: BuildReport, engine: DockerEngine, case: str
 ) -> None:
     change, named = IN_CONTAINER[case]
-    script = f"set -e; {change}; exec {imagepaths.SCRIPTS}/entrypoint.sh true"
+    script = f"set -e; {change}; exec {START} true"
     started = docker(
         engine, "run", "--rm", "--entrypoint", "bash", ref(built, "base"), "-c", script, check=False
     )
-    assert named in started.stderr, started.stderr[-3000:]
-    assert "nothing that decides them changed" not in started.stderr
-    assert ": full guard" in started.stderr
+    assert started.returncode == 1
+    assert any(named in line for line in started.stderr.splitlines()), started.stderr[-3000:]
+    assert "guard: refused: " in started.stderr and "full guard" not in started.stderr
+
+
+# Issue 50's cases: code that the change makes run writes /tmp/probe. Strict: the start is refused by
+# name, and the probe proves the changed code never ran (neither in the start nor as the command); warn:
+# the same names, then the command runs it (the change is real). Each a shell step made in the container
+# before its real start; the command imports what was changed.
+PROBE = "import sys; open('/tmp/probe', 'a').write(' '.join(sys.argv) + chr(10))"
+PADDED = (  # a module's text replaced by PROBE at its size, its mtime put back, its bytecode removed
+    "import importlib.util, os, sys; f = sys.argv[1]; s = os.stat(f); p = sys.argv[2] + chr(10); "
+    "open(f, 'w').write(p + '#' * (s.st_size - len(p) - 1) + chr(10)); "
+    "os.utime(f, ns=(s.st_atime_ns, s.st_mtime_ns)); "
+    "os.remove(importlib.util.cache_from_source(f))"
+)
+AUDIT = (  # an audit library: the loader calls its la_version first, in every process it is named for
+    '#include <stdio.h>\\nunsigned int la_version(unsigned int v) { FILE *f = fopen("/tmp/probe", "a"); '
+    'if (f) { fputs("audit ", f); fclose(f); } return v; }\\n'
+)
+PROBED = {
+    "an unchecked-hash .pyc of deep_ep": (
+        f'printf \'%s\\n\' "{PROBE}" > /tmp/tampered.py; python -c "import importlib.util, py_compile; '
+        f"src = '$(ls {SITE}/deep_ep/__init__.py)'; py_compile.compile('/tmp/tampered.py', "
+        "cfile=importlib.util.cache_from_source(src), "
+        'invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)"',
+        "",
+        "python -c 'import deep_ep'",
+        "/deep_ep/__pycache__/__init__.cpython-312.pyc: size ",
+    ),
+    "a sitecustomize.py in the standard library": (
+        f"printf '%s\\n' \"{PROBE}\" > {STDLIB}/sitecustomize.py",
+        "",
+        "python -c pass",
+        "/python3.12/sitecustomize.py: size ",
+    ),
+    "a new .pth in the venv's site-packages": (
+        f"printf '%s\\n' \"{PROBE}\" > {SITE}/zz-probe.pth",
+        "",
+        "python -c pass",
+        "/site-packages/zz-probe.pth: added",
+    ),
+    "LD_AUDIT set": (
+        f"printf '{AUDIT}' > /tmp/audit.c; gcc -shared -fPIC -o /tmp/audit.so /tmp/audit.c",
+        "LD_AUDIT=/tmp/audit.so",
+        "true",
+        "  LD_AUDIT=/tmp/audit.so, the build had (unset)",
+    ),
+    "an edited stdlib module, size kept, touch -r": (
+        f'python -c "{PADDED}" {STDLIB}/html/__init__.py "{PROBE}"',
+        "",
+        "python -c 'import html'",
+        "/python3.12/html/__init__.py: written in this container",
+    ),
+    "an edited .py in the venv, size kept, touch -r": (
+        f'python -c "{PADDED}" {SITE}/filelock/__init__.py "{PROBE}"',
+        "",
+        "python -c 'import filelock'",
+        "/site-packages/filelock/__init__.py: written in this container",
+    ),
+}
+
+
+@needs_sources
+@pytest.mark.parametrize("case", PROBED)
+@pytest.mark.parametrize("mode", ["strict", "warn"])
+def test_a_change_that_runs_code_is_refused_before_it_runs(
+    built: BuildReport, engine: DockerEngine, case: str, mode: str
+) -> None:
+    change, variables, command, named = PROBED[case]
+    script = (
+        f"set -e; {change}; set +e; env EPSTACK_GUARD={mode} {variables} {START} {command}; "
+        "echo exit=$?; cat /tmp/probe 2>/dev/null || echo no-probe"
+    )
+    started = docker(engine, "run", "--rm", "--entrypoint", "bash", ref(built, "deepep"), "-c", script)
+    assert any(line.startswith("  ") and named in line for line in started.stderr.splitlines()), (
+        started.stderr[-3000:]
+    )
+    if mode == "strict":
+        assert started.stdout.split() == ["exit=1", "no-probe"], "refused, and the changed code never ran"
+        assert "EPSTACK_GUARD=warn starts anyway" in started.stderr
+    else:
+        assert started.stdout.split()[0] == "exit=0" and "no-probe" not in started.stdout, "it runs"
+        assert "starting despite the differences above (EPSTACK_GUARD=warn)" in started.stderr
 
 
 def test_a_shipped_cache_changed_in_the_container_is_never_copied(
@@ -757,13 +857,11 @@ def test_a_shipped_cache_changed_in_the_container_is_never_copied(
         f'f=$(find {imagepaths.JIT}/triton -type f -name "*.so" | sort | head -n 1); '
         'printf x | dd of="$f" bs=1 seek=64 conv=notrunc status=none'
     )
-    script = (
-        f'set -e; {change}; EPSTACK_GUARD=off {imagepaths.SCRIPTS}/entrypoint.sh ls -A "$TRITON_CACHE_DIR"'
-    )
+    script = f'set -e; {change}; EPSTACK_GUARD=off {START} ls -A "$TRITON_CACHE_DIR"'
     started = docker(engine, "run", "--rm", "--entrypoint", "bash", ref(built, "base"), "-c", script)
     assert started.stdout.split() == [], started.stdout
     assert f"epstack: {imagepaths.JIT}/triton differs from its sha256 list" in started.stderr
-    untouched = f'EPSTACK_GUARD=off {imagepaths.SCRIPTS}/entrypoint.sh ls -A "$TRITON_CACHE_DIR"'
+    untouched = f'EPSTACK_GUARD=off {START} ls -A "$TRITON_CACHE_DIR"'
     control = docker(engine, "run", "--rm", "--entrypoint", "bash", ref(built, "base"), "-c", untouched)
     assert len(control.stdout.split()) >= 1 and "differs" not in control.stderr
 
@@ -773,7 +871,7 @@ def test_a_start_after_other_processes_that_change_nothing_is_trusted(
 ) -> None:
     """The control: a shell as the first process, Python run before the entrypoint (it may write its
     own bytecode), and the start still trusts the build."""
-    script = f"python -c 'import json, email.parser'; exec {imagepaths.SCRIPTS}/entrypoint.sh true"
+    script = f"python -c 'import json, email.parser'; exec {START} true"
     started = docker(engine, "run", "--rm", "--entrypoint", "bash", ref(built, "base"), "-c", script)
     assert "nothing that decides them changed" in started.stderr, started.stderr[-3000:]
 

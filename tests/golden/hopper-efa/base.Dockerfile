@@ -32,10 +32,10 @@ COPY targets/hopper-efa/locks/uv-bootstrap.txt targets/hopper-efa/locks/base.txt
 RUN --mount=type=cache,target=/root/.cache/uv \
     /opt/epstack/scripts/install-python-packages.sh /opt/epstack/locks/base.txt --require-hashes --no-deps --no-build
 COPY scripts/image/install-epstack.sh scripts/image/guard-layer.sh scripts/image/cuda-stub.sh \
-     scripts/image/entrypoint.sh scripts/image/jit-caches.sh /opt/epstack/scripts/
+     scripts/image/entrypoint.sh scripts/image/jit-caches.sh scripts/image/hold-env.c /opt/epstack/scripts/
 COPY src/ /opt/epstack/src/
 RUN --mount=type=cache,target=/root/.cache/uv /opt/epstack/scripts/install-epstack.sh /opt/epstack/src
-ENTRYPOINT ["/opt/epstack/scripts/entrypoint.sh"]
+ENTRYPOINT ["/opt/epstack/bin/hold-env", "/opt/epstack/scripts/entrypoint.sh"]
 ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_GUARD_LAYER=base \
     EPSTACK_LOCKS=/opt/epstack/locks
@@ -129,7 +129,7 @@ ENV CUDA_HOME=/usr/local/cuda \
 # which the entrypoint copies in at start.
 ENV TRITON_CACHE_DIR=/var/cache/epstack-jit/triton
 RUN install -d -m 1777 /var/cache/epstack-jit /var/cache/epstack-jit/triton
-ENTRYPOINT ["/opt/epstack/scripts/entrypoint.sh"]
+ENTRYPOINT ["/opt/epstack/bin/hold-env", "/opt/epstack/scripts/entrypoint.sh"]
 ENV EPSTACK_PINS=/opt/epstack/pins/base.pins.env \
     EPSTACK_GUARD_LAYER=base \
     EPSTACK_LOCKS=/opt/epstack/locks

@@ -1,0 +1,265 @@
+"""The fingerprint of the files that decide what a container runs, and the changes it shows.
+
+Per folder, a digest of its own mode and its files' names, sizes, modes and mtimes in whole seconds (a
+layer pushed and pulled keeps only those: its tar truncates them), each subfolder a folder of its own,
+bytecode in __pycache__ included (the images compile every module and set PYTHONDONTWRITEBYTECODE).
+One stat per file, resolved against the folder's descriptor (the listing says which entries are
+folders; the walk's cost is these stats, the kernel's first lookup of each name in a new container).
+The build keeps every folder's rows too (its listing), read only to name what changed in a folder
+whose digest differs: the file added, removed, or its size, mtime, mode or type.
+
+The trees: epstack's home (the venv, the tool, pins, locks, wheels, shipped JIT caches; not reports/
+or sbom/, written after the record), the CUDA_HOME the JITs use, the interpreter's standard library,
+/etc/python3* (Ubuntu's sitecustomize.py is a link into it), and library resolution: `ldconfig -p` and
+the folders it names, without the NVIDIA driver's own libraries (a GPU host's runtime mounts them and
+runs ldconfig; the start checks the driver itself). By content (sha256): the interpreter, its
+libpython, and the loader's configuration.
+
+What a digest cannot see, a file rewritten in place with its size and mtime put back, the kernel's
+change time does: every write, chmod, rename or utime sets a file's ctime to now, and nothing in a
+container with the default capabilities can set it back (that needs the clock, CAP_SYS_TIME). So at
+start any file of those trees whose ctime is later than the container's first process started was
+changed in this container.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import marshal
+import math
+import os
+import re
+import sys
+import sysconfig
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from stat import S_ISLNK, S_ISREG
+
+from epstack import imagepaths
+from epstack.cmd import run
+from epstack.errors import EnvironmentProblem
+from epstack.guard.onecuda import cuda_home
+from epstack.jit.probereport import reports_folder
+
+# The NVIDIA driver's libraries: mounted by the container runtime on a GPU host, checked live instead.
+DRIVER_LIBRARY = re.compile(
+    r"^lib(cuda\.so|cudadebugger|nvidia-|nvcuvid|nvoptix|GLX_nvidia|EGL_nvidia|GLESv\w*_nvidia|vdpau_nvidia|dxcore)"
+)
+LIBRARY_RESOLUTION = "library resolution"  # the tree of `ldconfig -p` and the folders it names
+LDCONFIG = "ldconfig -p"  # its folder in that tree: one row per entry
+BY_CONTENT = "files by content"  # the interpreter and the loader's configuration, by sha256
+# Read by the loader of every process; /etc/ld.so.cache and ld.so.conf.d are not here: a GPU host's
+# runtime rewrites them at start, and `ldconfig -p` (library resolution) says what they resolve.
+LOADER_FILES = ("/etc/ld.so.preload", "/etc/ld.so.conf")
+PYTHON_CONFIG = "/etc/python3*"  # Debian's and Ubuntu's: sitecustomize.py, read at every start
+LINK = " ->"  # a row's name ends so for a link to a file: the row is the file it names
+SECOND = 1_000_000_000
+
+Row = tuple[str, int, int, int]  # an entry as its folder's digest sees it: name, size, mtime (s), mode
+Rows = dict[str, list[Row]]  # a tree's folders (relative; "." the root) and their rows
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tree:
+    """The fingerprint of one root: each folder's path (relative, "." the root) and its digest."""
+
+    root: str
+    folders: dict[str, str]
+    skip: tuple[str, ...] = ()  # folders under root the walk leaves out
+
+
+@dataclass(kw_only=True)
+class Changes:
+    """At start: the files of the walked trees changed in this container (ctime after `since`)."""
+
+    since: float  # the container's first process started (epoch seconds)
+    paths: list[str] = field(default_factory=list)
+
+
+def digest(rows: list[Row]) -> str:
+    """The rows sorted, in marshal's version 2 (plain values, no references to repeated ones)."""
+    return hashlib.sha256(marshal.dumps(sorted(rows), 2)).hexdigest()[:16]
+
+
+def _link(entry: os.DirEntry[str], folder: str, info: os.stat_result, changes: Changes | None) -> Row:
+    """A link to a file counts as the file it names too, wherever that is (Ubuntu's stdlib sitecustomize.py
+    is a link into /etc); a link to anything else as itself."""
+    try:
+        target = entry.stat()
+    except OSError:
+        return (entry.name + LINK, info.st_size, 0, info.st_mode)  # dangling
+    if not S_ISREG(target.st_mode):
+        return (entry.name, info.st_size, info.st_mtime_ns // SECOND, info.st_mode)
+    if changes is not None and target.st_ctime > changes.since:
+        path = f"{folder}/{entry.name}"
+        changes.paths.append(f"{path} -> {os.path.realpath(path)}")
+    return (entry.name + LINK, target.st_size, target.st_mtime_ns // SECOND, info.st_mode)
+
+
+def _rows(
+    folder: str, entries: Iterable[os.DirEntry[str]], changes: Changes | None
+) -> tuple[list[Row], list[str]]:
+    """The files' rows and the subfolders' names; with `changes`, each file changed since the start. A
+    subfolder is no row (its size, mtime and ctime move whenever anything is written in it): the walk
+    digests it on its own, its mode included."""
+    since = changes.since if changes is not None else math.inf
+    changed = changes.paths if changes is not None else []
+    rows: list[Row] = []
+    subfolders: list[str] = []
+    for entry in entries:  # the walk's loop: one stat per file, a path only for a changed one
+        if entry.is_dir(follow_symlinks=False):  # the listing's file type: no stat
+            subfolders.append(entry.name)
+            continue
+        info = entry.stat(follow_symlinks=False)
+        mode = info.st_mode
+        if info.st_ctime > since:
+            changed.append(f"{folder}/{entry.name}")
+        if S_ISLNK(mode):
+            rows.append(_link(entry, folder, info, changes))
+        else:
+            rows.append((entry.name, info.st_size, info.st_mtime_ns // SECOND, mode))
+    return rows, subfolders
+
+
+def _scan(folder: str, hidden: Collection[str], changes: Changes | None) -> tuple[list[Row], list[str]]:
+    """A folder's rows, its own mode as ".", and its subfolders, without `hidden` names. Scanned through a
+    descriptor, so each entry's stat resolves one name, not its whole path again (the walk's cost, in
+    overlayfs)."""
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # each entry's stat resolves against the descriptor: keep it open until they are done
+        with os.scandir(descriptor) as scan:
+            rows, subfolders = _rows(folder, (entry for entry in scan if entry.name not in hidden), changes)
+        return [*rows, (".", 0, 0, os.fstat(descriptor).st_mode)], subfolders
+    finally:
+        os.close(descriptor)
+
+
+def folder_rows(folder: str, hidden: Collection[str] = ()) -> list[Row]:
+    """One folder's rows (its files' and its own, "."), without `hidden` names."""
+    return _scan(folder, hidden, None)[0]
+
+
+def walk(
+    root: Path | str,
+    skip: Iterable[Path | str] = (),
+    changes: Changes | None = None,
+    rows: Rows | None = None,
+) -> Tree:
+    """Each folder under `root` (not following links; not `skip`) and its digest; with `changes`, each
+    file changed since the container started; with `rows`, each folder's rows kept there."""
+    skipped = tuple(str(path) for path in skip)
+    hidden: dict[str, set[str]] = {}
+    for path in skipped:
+        hidden.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
+    folders: dict[str, str] = {}
+    pending: list[tuple[str, str]] = [(".", str(root))]
+    while pending:
+        relative, folder = pending.pop()
+        try:
+            found, subfolders = _scan(folder, hidden.get(folder, ()), changes)
+        except OSError as exc:
+            folders[relative] = f"unreadable: {exc.strerror}"
+            continue
+        folders[relative] = digest(found)
+        if rows is not None:
+            rows[relative] = found
+        for name in subfolders:
+            pending.append((name if relative == "." else f"{relative}/{name}", f"{folder}/{name}"))
+    return Tree(root=str(root), folders=folders, skip=skipped)
+
+
+def library_tree(changes: Changes | None = None, rows: Rows | None = None) -> Tree:
+    """What the loader resolves: `ldconfig -p`'s entries, and the files of each folder they name plus
+    the default ones (a library dropped there without ldconfig is found too), driver libraries left out."""
+    result = run("ldconfig", "-p", echo=False)
+    if result.returncode != 0:
+        raise EnvironmentProblem(f"ldconfig -p failed: {result.stderr.strip()}")
+    lines = [line.strip() for line in result.stdout.splitlines()[1:]]
+    resolved = sorted(line for line in lines if not DRIVER_LIBRARY.match(line))
+    folders = {os.path.dirname(line.rsplit(" => ", 1)[-1]) for line in resolved} | {"/lib", "/usr/lib"}
+    digests = {LDCONFIG: hashlib.sha256("\n".join(resolved).encode()).hexdigest()[:16]}
+    if rows is not None:
+        rows[LDCONFIG] = [(line, 0, 0, 0) for line in resolved]
+    for folder in sorted(folders):
+        try:
+            with os.scandir(folder) as scan:
+                files = [e for e in scan if not DRIVER_LIBRARY.match(e.name) and not e.is_dir()]
+            found = _rows(folder, files, changes)[0]
+        except OSError as exc:
+            digests[folder] = f"unreadable: {exc.strerror}"
+            continue
+        digests[folder] = digest(found)
+        if rows is not None:
+            rows[folder] = found
+    return Tree(root=LIBRARY_RESOLUTION, folders=digests)
+
+
+def content_digest(path: str) -> str:
+    try:
+        with open(path, "rb") as file:
+            return hashlib.file_digest(file, "sha256").hexdigest()[:16]
+    except FileNotFoundError:
+        return "absent"
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+
+
+def content_files() -> list[str]:
+    """The interpreter (and its libpython, where it has one) and the loader's own configuration: the
+    venv's python is a link to the interpreter, and /etc/ld.so.preload is read by every process."""
+    files = [os.path.realpath(sys.executable), *LOADER_FILES]
+    if sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        files.insert(1, f"{sysconfig.get_config_var('LIBDIR')}/{sysconfig.get_config_var('INSTSONAME')}")
+    return files
+
+
+def content_tree(files: Iterable[str]) -> Tree:
+    return Tree(root=BY_CONTENT, folders={path: content_digest(path) for path in files})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Walked:
+    """A root to walk and the folders under it left out."""
+
+    root: str
+    skip: tuple[str, ...] = ()
+
+
+def roots(env: Mapping[str, str]) -> list[Walked]:
+    """The trees a build records, where this environment puts them (at start: the record's own)."""
+    home = env.get("EPSTACK_HOME") or str(imagepaths.EPSTACK_HOME)
+    venv = env.get("VIRTUAL_ENV") or str(imagepaths.VENV)
+    skip = (venv, f"{home}/reports", f"{home}/sbom", str(reports_folder()))
+    walked = [Walked(root=venv), Walked(root=home, skip=skip)]
+    cuda = os.path.realpath(cuda_home(env))
+    if os.path.isdir(cuda):
+        walked.append(Walked(root=cuda))
+    walked.append(Walked(root=sysconfig.get_paths()["stdlib"]))
+    walked += [Walked(root=folder) for folder in sorted(glob.glob(PYTHON_CONFIG)) if os.path.isdir(folder)]
+    return walked
+
+
+def fingerprint(
+    walked: Iterable[Walked],
+    files: Iterable[str],
+    changes: Changes | None = None,
+    rows: dict[str, Rows] | None = None,
+) -> tuple[Tree, ...]:
+    """The trees of `walked`, library resolution and `files` by content, as this container has them; with
+    `changes`, what changed in it since it started; with `rows`, each tree's rows there by root."""
+    trees = []
+    for where in walked:
+        kept = rows.setdefault(where.root, {}) if rows is not None else None
+        trees.append(walk(where.root, where.skip, changes, kept))
+    libraries = rows.setdefault(LIBRARY_RESOLUTION, {}) if rows is not None else None
+    return (*trees, library_tree(changes, libraries), content_tree(files))
+
+
+def container_started() -> float:
+    """When this container's first process started (epoch seconds): /proc/1/stat's start time in clock
+    ticks after boot, plus /proc/stat's boot time."""
+    fields = Path("/proc/1/stat").read_text().rsplit(")", 1)[1].split()
+    boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+    return int(boot.split()[1]) + int(fields[19]) / os.sysconf("SC_CLK_TCK")
