@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 TARGET ?=
 # A folder of `git archive` tarballs (DeepEP, fmt, GDRCopy) and installers, for builds without GitHub.
 SOURCES ?=
+# The serving engine's image to build (epstack build --engine: sglang, vllm or all; default sglang).
+ENGINE ?=
 # pip extras of the venv: CodeBuild's install phase needs only aws (make .venv/bin/epstack EXTRAS=aws);
 # `make image` only what building needs, epstack and the lint tools (IMAGE_EXTRAS), not the test ones.
 EXTRAS ?= test,aws
@@ -42,7 +44,7 @@ lint: render
 image:
 	$(MAKE) lint EXTRAS=$(IMAGE_EXTRAS)
 	-scripts/dev/docker-engine.sh start
-	$(BIN)/epstack build $(TARGET) --out-dir $(RENDER) $(if $(SOURCES),--sources $(SOURCES))
+	$(BIN)/epstack build $(TARGET) --out-dir $(RENDER) $(if $(SOURCES),--sources $(SOURCES)) $(if $(ENGINE),--engine $(ENGINE))
 
 test: $(BIN)/epstack
 	scripts/dev/docker-engine.sh start

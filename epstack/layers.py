@@ -40,13 +40,17 @@ class Layer:
     stages: tuple[str, ...]
     # The stage whose image starts from the CUDA devel image (its labels name that base); "" if none.
     devel_stage: str = ""
-    # Its image tag before the layer hash; fields: cuda (13.0), nccl, sglang, deepep (7 hex), fabric, target.
+    # Its image tag before the layer hash; fields: cuda (13.0), nccl, sglang, vllm, deepep (7 hex), fabric,
+    # target.
     tag: str
     # Built from git commits (DeepEP, fmt, GDRCopy): it needs a sources folder or GitHub.
     from_git: bool
     # Its venv holds the deep_ep wheel built in the deepep layer (the guard and the SBOM look for it).
     holds_deep_ep: bool
     guard: tuple[GuardScope, ...]
+    # A serving engine's layer: the distributions (name prefixes) that move with each of its releases,
+    # installed last, in a layer of their own, so a bump rebuilds and re-pulls that one, not the rest.
+    family: tuple[str, ...] = ()
 
     @property
     def template(self) -> str:
@@ -99,15 +103,40 @@ SGLANG = Layer(
     from_git=True,  # above the deepep layer
     holds_deep_ep=True,
     guard=(GuardScope(name="sglang", keys=("SGLANG_VERSION", "NIXL_VERSION")),),
+    # sglang, sglang-kernel, sgl-deep-gemm, sgl-flash-mla, flashinfer-*
+    family=("sglang", "sgl-", "flashinfer"),
 )
 
-# Every layer, each after the one it is built on; the last is the served image (the default to build,
-# pull and guard as "all").
-LAYERS: tuple[Layer, ...] = (BASE, DEEPEP, SGLANG)
+VLLM = Layer(
+    name="vllm",
+    on="deepep",  # the same DeepEP layer as SGLang's: vLLM over TORCH_VERSION (docs/explanation/vllm.md)
+    pin_keys=("VLLM_VERSION",),
+    per_arch=True,
+    locks=("vllm",),
+    stages=("vllm",),
+    tag="vllm-{vllm}-deepep-{deepep}-cu{cuda}-{target}",
+    from_git=True,  # above the deepep layer
+    holds_deep_ep=True,
+    guard=(GuardScope(name="vllm", keys=("VLLM_VERSION",)),),
+    family=("vllm", "flashinfer"),  # vllm pins flashinfer-python exactly: it moves with every release
+)
+
+# Every layer, each after the one it is built on.
+LAYERS: tuple[Layer, ...] = (BASE, DEEPEP, SGLANG, VLLM)
 LAYER_NAMES: tuple[str, ...] = tuple(layer.name for layer in LAYERS)
-TOP = LAYERS[-1]
-# The layers no other layer is built on: the images a target serves (bake's "all" group).
+# The layers no other layer is built on: the images a target serves, one per serving engine (bake's
+# "all" group, `--engine`).
 SERVED: tuple[Layer, ...] = tuple(each for each in LAYERS if all(other.on != each.name for other in LAYERS))
+ENGINES: tuple[str, ...] = tuple(each.name for each in SERVED)
+# The served image built, pulled and guarded when none is named (the default engine; guard's "all").
+TOP = SGLANG
+ALL_ENGINES = "all"  # `--engine all`: every served image
+
+
+def engine_layers(engine: str) -> tuple[str, ...]:
+    """The layers `--engine ENGINE` builds: the engine's and every one it is built on; "all": every layer."""
+    chosen = LAYERS if engine == ALL_ENGINES else up_to(engine)
+    return tuple(each.name for each in chosen)
 
 
 def layer_named(name: str) -> Layer:

@@ -118,16 +118,6 @@ IMAGE_OS_GLIBC = {"ubuntu24.04": "2.39", "ubuntu22.04": "2.35"}
 IMAGE_OS_CODENAME = {"ubuntu24.04": "noble", "ubuntu22.04": "jammy"}
 IMAGE_MACHINE = "x86_64"
 
-# The distributions that move with each SGLang release (sglang, sglang-kernel, sgl-deep-gemm,
-# sgl-flash-mla, flashinfer-*). The sglang layer installs them last, in a layer of their own: moving
-# them rebuilds and re-pulls that layer, not the rest of SGLang's closure.
-SGLANG_FAMILY_PREFIXES = ("sglang", "sgl-", "flashinfer")
-
-
-def in_sglang_family(name: str) -> bool:
-    return name.startswith(SGLANG_FAMILY_PREFIXES)
-
-
 # Distributions that install a top-level deep_ep package of their own (sglang requires the first).
 DEEP_EP_PROVIDERS = ("sgl-deep-ep", "deep-ep")
 # What DeepEP's setup.py builds with (torch 2.14 needs setuptools < 82). Checked 2026-11-29.

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-import pytest
-
 from epstack import layers
 from epstack.fabric import FABRICS
 from epstack.guard.run import SCOPE_CHECKS
 from epstack.image.render import plan_render, source_date
-from epstack.layers import BASE, DEEPEP, GuardScope, guard_scopes, up_to, venv_locks
+from epstack.layers import BASE, DEEPEP, SGLANG, VLLM, engine_layers, guard_scopes, up_to, venv_locks
 from epstack.pins.load import load_pins
 from epstack.pins.model import Pins
 from tests.conftest import PINS
 
 # What a target itself decides (its name, archs and fabric), not a layer.
 TARGET_WIDE = {"FABRICS", "DEFAULT_TARGET", "IMAGE_REPOSITORY"}
-# A layer beside sglang, on the deepep layer: what README's "Adding a layer" adds.
-VLLM = replace(
-    layers.SGLANG,
-    name="vllm",
-    pin_keys=("VLLM_VERSION",),
-    locks=("vllm",),
-    stages=("vllm",),
-    tag="vllm-{target}",
-    guard=(GuardScope(name="vllm", keys=("VLLM_VERSION",)),),
-)
 
 
 def test_every_pins_key_belongs_to_exactly_one_layer_or_fabric() -> None:
@@ -48,9 +34,12 @@ def test_the_guard_has_checks_for_every_scope_in_order() -> None:
     assert list(SCOPE_CHECKS) == [scope.name for scope in layers.GUARD_SCOPES]
 
 
-def test_a_layer_on_deepep_beside_sglang_gets_its_own_chain(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(layers, "LAYERS", (*layers.LAYERS, VLLM))
-    assert up_to("vllm") == (BASE, DEEPEP, VLLM)
+def test_a_layer_on_deepep_beside_sglang_gets_its_own_chain() -> None:
+    """vllm, as docs/contributing.md's "Adding a layer" adds one: its own chain over the same deepep."""
+    assert up_to("vllm") == (BASE, DEEPEP, VLLM) and up_to("sglang") == (BASE, DEEPEP, SGLANG)
+    assert layers.SERVED == (SGLANG, VLLM) and layers.TOP is SGLANG
+    assert engine_layers("vllm") == ("base", "deepep", "vllm")
+    assert engine_layers("all") == ("base", "deepep", "sglang", "vllm")
     assert venv_locks("vllm") == ("base", "vllm")
     scopes, owner = guard_scopes("vllm")
     assert [scope.name for scope in scopes] == ["python", "base", "deepep", "vllm"]
@@ -63,18 +52,21 @@ def test_each_image_is_built_on_the_stages_of_the_layer_below() -> None:
     pins = load_pins(PINS)
     plan = plan_render(pins, created=source_date({"SOURCE_DATE_EPOCH": "0"}), revision="0" * 40)
     images = {image.name: image for image in plan.images_for("hopper-efa")}
-    assert list(images) == ["hopper-efa-devel", "hopper-efa-base", "hopper-efa-deepep", "hopper-efa-sglang"]
+    assert list(images) == [
+        "hopper-efa-devel", "hopper-efa-base", "hopper-efa-deepep", "hopper-efa-sglang", "hopper-efa-vllm",
+    ]  # fmt: skip
     assert images["hopper-efa-deepep"].args == {
         "DEVEL_IMAGE": images["hopper-efa-devel"].tag,
         "BASE_IMAGE": images["hopper-efa-base"].tag,
     }
     assert images["hopper-efa-sglang"].depends_on == ("hopper-efa-deepep",)
+    assert images["hopper-efa-vllm"].depends_on == ("hopper-efa-deepep",)
     assert images["hopper-efa-devel"].tag == images["hopper-efa-base"].tag.replace(":base-", ":devel-")
     base_name = "org.opencontainers.image.base.name"
     assert images["hopper-efa-devel"].labels[base_name] == pins.cuda_devel_image.split("@")[0]
     assert images["hopper-efa-base"].labels[base_name] == pins.cuda_runtime_image.split("@")[0]
     created = [name for name, image in images.items() if "org.opencontainers.image.created" in image.labels]
-    assert created == ["hopper-efa-sglang"]
+    assert created == ["hopper-efa-sglang", "hopper-efa-vllm"], "the served images only"
 
 
 def test_a_layer_holds_the_pins_of_its_chain_and_its_fabric_only() -> None:

@@ -52,7 +52,7 @@ def test_an_installed_wheel_renders_the_golden_dockerfiles(tmp_path: Path) -> No
     _run(venv / "bin" / "epstack", "render", "--pins", PINS, "--locks", REPO / "locks", "--out-dir", out,
          cwd=tmp_path, env=env)  # fmt: skip
     goldens = sorted(GOLDEN.glob("*/*.Dockerfile"))
-    assert len(goldens) == 6
+    assert len(goldens) == 8, "two targets x base, deepep, sglang, vllm"
     for golden in goldens:
         rendered = (out / "targets" / golden.parent.name / golden.name).read_text()
         # The sglang image's revision label is the pins' checkout's commit; the golden one a fixed value.

@@ -1,8 +1,11 @@
-"""buildspecs/batch.yml, rendered from pins.env: one build per target, then (on a GPU fleet) its smoke.
+"""buildspecs/batch.yml, rendered from pins.env: one build per target, then (on a GPU fleet) its smoke;
+and one build of each other serving engine's image per target (vLLM's), after the default engine's.
 
-The targets are a fact of pins.env; the batch file is derived from it (`epstack codebuild
-batchspec`), and lint reports a batch that leaves a target out. A build graph, not a matrix: each
-smoke depends on its own target's build, and only on it.
+The targets are a fact of pins.env, and the engines of epstack.layers; the batch file is derived from
+them (`epstack codebuild batchspec`), and lint reports a batch that leaves a target out. A build graph,
+not a matrix: each smoke depends on its own target's build, and only on it; another engine's build
+depends on the default one's, whose base and deepep layers it then finds in the registry cache
+(`epstack build --cache-registry`) instead of building them again.
 
 The smoke needs Hopper or Blackwell GPUs. CodeBuild's on-demand GPU environments cannot give them:
 its guide lists two, `LINUX_GPU_CONTAINER` with BUILD_GENERAL1_SMALL (4 vCPUs, 16 GB) and
@@ -17,6 +20,7 @@ from __future__ import annotations
 import re
 
 from epstack.errors import BadInput
+from epstack.layers import ENGINES, TOP
 from epstack.pins.model import Pins
 
 BUILD_BUILDSPEC = "buildspecs/build.yml"
@@ -29,8 +33,10 @@ FLEET_ARN = re.compile(
 RENDER = "epstack codebuild batchspec --no-smoke|--smoke-fleet ARN"  # how a batch file is written
 
 
-def identifier(kind: str, target: str) -> str:
-    return f"{kind}_{target.replace('-', '_')}"
+def identifier(kind: str, target: str, engine: str = TOP.name) -> str:
+    """build_hopper_ib for the default engine's image, build_hopper_ib_vllm for another's."""
+    suffix = "" if engine == TOP.name else f"_{engine}"
+    return f"{kind}_{target.replace('-', '_')}{suffix}"
 
 
 def fleet_arn(text: str) -> str:
@@ -63,6 +69,7 @@ def render_batchspec(pins: Pins, *, smoke_fleet: str | None) -> str:
     lines = [
         f"# Rendered from pins.env by `{command(smoke_fleet)} > buildspecs/batch.yml`; do not edit.",
         smoke,
+        "# Each other engine's image (EPSTACK_ENGINE) is built after it, from the registry cache below it.",
         "# Start it with `epstack codebuild start --project P --batch`.",
         "version: 0.2",
         "",
@@ -91,5 +98,17 @@ def render_batchspec(pins: Pins, *, smoke_fleet: str | None) -> str:
                 "        privileged-mode: true",
                 "        variables:",
                 f"          EPSTACK_TARGET: {target}",
+            ]
+        for engine in (name for name in ENGINES if name != TOP.name):
+            lines += [
+                f"    - identifier: {identifier('build', target, engine)}",
+                f"      buildspec: {BUILD_BUILDSPEC}",
+                f"      depend-on: [{build}]",
+                "      env:",
+                f"        compute-type: {BUILD_COMPUTE}",
+                "        privileged-mode: true",
+                "        variables:",
+                f"          EPSTACK_TARGET: {target}",
+                f"          EPSTACK_ENGINE: {engine}",
             ]
     return "\n".join(lines) + "\n"

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from epstack.bump.plan import NO_BUILD_REPORT, Bump
-from epstack.layers import TOP
+from epstack.layers import TOP, engine_layers
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,8 +56,10 @@ def _pull_section(bump: Bump) -> Section:
         )
     rows = [(pull.target, pull.layer, _gigabytes(pull.size), pull.basis) for pull in bump.pulls]
     targets: dict[str, list[int | None]] = {}
+    served = engine_layers(TOP.name)  # a node pulls the default engine's image and the layers below it
     for pull in bump.pulls:
-        targets.setdefault(pull.target, []).append(pull.size)
+        if pull.layer in served:
+            targets.setdefault(pull.target, []).append(pull.size)
     for target, sizes in targets.items():
         total = None if None in sizes else sum(size or 0 for size in sizes)
         rows.append(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from epstack.errors import BadInput
 from epstack.image.buildmanifest import BUILD_MANIFEST
+from epstack.layers import TOP
 from epstack.oci import parse_reference
 from epstack.pins.model import Pins
 
@@ -94,14 +95,17 @@ def pins_target(pins: Pins, *, arch: str | None, fabric: str | None) -> tuple[st
     return target, fabric
 
 
-def chosen_image(pins: Pins, target: str, *, image: str | None, manifest: Path | None) -> ImageRef:
-    """The image named by --image, or the manifest's image of `target` for these pins: exactly one."""
+def chosen_image(
+    pins: Pins, target: str, *, image: str | None, manifest: Path | None, layer: str = TOP.name
+) -> ImageRef:
+    """The image named by --image, or the manifest's image of `layer` (a serving engine's) of `target` for
+    these pins: exactly one."""
     if image and manifest:
         raise BadInput("--image and --manifest: fix: pass one of them")
     if image:
         return parse_image(image)
     if manifest:
-        return image_for_tag(manifest, pins.image_tag("sglang", target))
+        return image_for_tag(manifest, pins.image_tag(layer, target))
     raise BadInput(
         "no image; fix: pass --image REPOSITORY[:TAG]@sha256:<64 hex> or --manifest BUILD_MANIFEST.json"
     )

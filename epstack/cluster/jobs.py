@@ -1,4 +1,5 @@
-"""What a cluster job runs on each node: the elastic smoke or SGLang serving, in one image by digest.
+"""What a cluster job runs on each node: the elastic smoke, or serving (SGLang or vLLM: epstack.smoke.
+serving.engines), in one image by digest.
 
 A Job is platform-neutral: its command takes the node's rank and node 0's host as expressions the
 platform fills in (Kubernetes `$(VAR)`, a shell's "$VAR"), its environment is the fabric's job
@@ -24,14 +25,8 @@ from epstack.errors import BadInput
 from epstack.fabric import FABRICS, Fabric, HostAccess
 from epstack.pins.model import Pins
 from epstack.smoke.launch import DEFAULT_PORT
-from epstack.smoke.serving.command import (
-    DIST_INIT_PORT,
-    HEALTH_PATH,
-    HTTP_PORT,
-    METRICS_PATH,
-    serve_env,
-    sglang_command,
-)
+from epstack.smoke.serving.command import DIST_INIT_PORT, HEALTH_PATH, HTTP_PORT, METRICS_PATH
+from epstack.smoke.serving.engines import DEFAULT, ENGINES, Engine, check_backend, engine_named
 from epstack.smoke.serving.profiles import ServePlan, serve_plan
 
 JobKind = Literal["elastic-smoke", "serve"]
@@ -45,9 +40,10 @@ SERVE_SMOKE_MODES: tuple[ServeSmokeMode, ...] = ("on", "exit", "off")
 IMAGE_ENTRYPOINT = (str(imagepaths.BIN / "hold-env"), str(imagepaths.SCRIPTS / "entrypoint.sh"))
 SMOKE_REPORT = "/tmp/epstack-smoke-elastic.json"  # without a results volume: lost with the container
 SMOKE_TIMEOUT_S = 900
-# What the command holds for the node's rank and node 0's host until a platform writes its expressions
-# there: NUL, which no argument and no flag value can hold, keeps them apart from the user's text.
-_NODE_RANK, _LEADER = "\0node-rank\0", "\0leader\0"
+# What the command holds for the node's rank, node 0's host and what the other nodes add (vLLM's
+# --headless) until a platform writes its expressions there: NUL, which no argument and no flag value
+# can hold, keeps them apart from the user's text.
+_NODE_RANK, _LEADER, _WORKER = "\0node-rank\0", "\0leader\0", "\0worker\0"
 _EXPRESSION = re.compile("(\0[a-z-]+\0)")
 
 
@@ -55,11 +51,13 @@ def platform_words(
     command: list[str], literal: Callable[[str], str], expressions: dict[str, str]
 ) -> list[str]:
     """`command` as a platform writes it: each placeholder (NUL-delimited, a key of `expressions`) as the
-    platform's own expression, every other part through `literal`, the platform's quoting."""
-    return [
+    platform's own expression, every other part through `literal`, the platform's quoting; a word that
+    was a placeholder alone and whose expression is empty is left out."""
+    words = [
         "".join(expressions[part] if part in expressions else literal(part) for part in parts if part)
         for parts in map(_EXPRESSION.split, command)
     ]
+    return [word for word, part in zip(words, command, strict=True) if word or expressions.get(part) != ""]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +74,7 @@ class Job:
     smoke_profile: str | None
     site: Site = field(default_factory=Site)
     serve_smoke: ServeSmokeMode = "off"
+    engine: Engine = ENGINES[DEFAULT]  # what a serve job serves with (its image is the engine's layer)
 
     @property
     def role(self) -> str:
@@ -134,14 +133,18 @@ class Job:
             notes.append(f"Every key of Secret {secret_name} as a variable (envFrom).")
         if self.http_port is not None:
             notes.append(
-                f"Metrics: SGLang's Prometheus metrics (--enable-metrics) at :{self.http_port}{METRICS_PATH} "
-                "on node 0's server."
+                f"Metrics: {self.engine.metrics} at :{self.http_port}{METRICS_PATH} on node 0's server."
+            )
+        if self.serve is not None and self.engine.worker and self.crosses_nodes:
+            notes.append(
+                f"Every node but node 0 runs {self.engine.title} with {self.engine.worker}: engines only, "
+                "node 0's API server sends them requests."
             )
         return notes
 
     @property
     def tasks_per_node(self) -> int:
-        """Slurm tasks: the smoke runs one rank per task (per GPU); SGLang starts its own per GPU."""
+        """Slurm tasks: the smoke runs one rank per task (per GPU); an engine starts its own per GPU."""
         return self.gpus_per_node if self.kind == "elastic-smoke" else 1
 
     @property
@@ -156,9 +159,11 @@ class Job:
     def health_path(self) -> str:
         return HEALTH_PATH
 
-    def command(self, *, node_rank: str, leader: str) -> list[str]:
+    def command(self, *, node_rank: str, leader: str, worker: str = "") -> list[str]:
+        """One node's command; `worker`: what a node other than node 0 adds (Engine.worker, or an
+        expression that expands to it there)."""
         if self.serve is not None:
-            return sglang_command(self.serve, node_rank=node_rank, leader=leader)
+            return self.engine.command(self.serve, node_rank=node_rank, leader=leader, worker=worker)
         args = ["epstack", "smoke", "elastic", "--timeout", str(SMOKE_TIMEOUT_S), *self._smoke_outputs()]
         if self.smoke_profile is not None:
             # The smoke moves the serve plan's per-rank batch through ElasticBuffer at the model's shape.
@@ -175,20 +180,24 @@ class Job:
         results = PurePosixPath(self.site.results.mount)
         return ["--json", str(results / f"{self.name}.json"), "--run-dir", str(results / self.name)]
 
-    def words(self, literal: Callable[[str], str], *, node_rank: str, leader: str) -> list[str]:
+    def words(
+        self, literal: Callable[[str], str], *, node_rank: str, leader: str, worker: str = ""
+    ) -> list[str]:
         """The command as a platform writes it: every literal part through `literal` (the platform's
-        quoting), node_rank and leader as the platform's own expressions, which it expands."""
-        command = self.command(node_rank=_NODE_RANK, leader=_LEADER)
-        return platform_words(command, literal, {_NODE_RANK: node_rank, _LEADER: leader})
+        quoting), node_rank, leader and worker (what the engine adds on other nodes than node 0, or an
+        expression that expands to it there; "": nothing) as the platform's own expressions."""
+        command = self.command(node_rank=_NODE_RANK, leader=_LEADER, worker=_WORKER)
+        return platform_words(command, literal, {_NODE_RANK: node_rank, _LEADER: leader, _WORKER: worker})
 
     def env(self) -> dict[str, str]:
         """Environment every node gets, before the platform's launcher variables."""
         env = dict(self.fabric.job_env) if self.crosses_nodes else {}
         if self.serve is not None:
-            env |= serve_env(self.serve)
+            env |= self.engine.env(self.serve)
         if self.fetch:
             env["HF_HUB_OFFLINE"] = "1"  # the weights are in the volume: no pod downloads on its own
-        return env | self.site.volume_env() | self.site.env
+        caches = self.engine.caches if self.serve is not None else ()
+        return env | self.site.volume_env(caches) | self.site.env
 
 
 def make_job(
@@ -208,10 +217,18 @@ def make_job(
     instance_type: str | None = None,
     site: Site | None = None,
     serve_smoke: str | None = None,
+    engine: str = DEFAULT,
 ) -> Job:
     """Check the request against the pins and the fabric's facts; BadInput names the flag and the fix."""
     if kind not in JOB_KINDS:
         raise BadInput(f"--job {kind}: fix: use one of {', '.join(JOB_KINDS)}")
+    server = engine_named(engine)
+    if kind == "serve":
+        check_backend(server, a2a)
+    elif engine != DEFAULT:
+        raise BadInput(
+            f"--engine {engine}: the elastic smoke runs DeepEP alone; fix: use it with --job serve"
+        )
     smoke_mode = _serve_smoke_mode(kind, serve_smoke)
     if nodes < 1 or gpus_per_node < 1:
         raise BadInput(f"--nodes {nodes} --gpus-per-node {gpus_per_node}: fix: both must be >= 1")
@@ -257,6 +274,7 @@ def make_job(
         smoke_profile=profile if kind == "elastic-smoke" else None,
         site=site or Site(),
         serve_smoke=smoke_mode,
+        engine=server,
     )
 
 
@@ -295,10 +313,11 @@ def node_commands(job: Job) -> str:
     env = " ".join(f"{key}={shlex.quote(value)}" for key, value in job.env().items())
     out = [
         f"# {plan.profile.name} on {job.nodes} node(s) x {job.gpus_per_node} GPU(s), {plan.a2a}: "
-        f"tp {plan.tp_size}, attn-dp {plan.attn_dp_size}, ep {plan.ep_size}; "
-        f"prefill {plan.prefill_tokens_per_rank} and decode {plan.decode_tokens_per_rank} tokens per rank"
+        + job.engine.layout(plan)
     ]
     for rank in range(min(job.nodes, 2)):
-        command = job.command(node_rank=str(rank), leader=f"{job.name}-0")
+        command = job.command(
+            node_rank=str(rank), leader=f"{job.name}-0", worker=job.engine.worker if rank else ""
+        )
         out += [f"# node {rank}", f"{env} {shlex.join(command)}".strip()]
     return "\n".join(out) + "\n"

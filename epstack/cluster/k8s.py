@@ -106,9 +106,10 @@ def _security(job: Job) -> Obj:
 
 
 def _health_probes(job: Job) -> Obj:
-    """Serve: SGLang's /health on every pod (0.5.23 answers it on nodes >= 1 too, from a stand-in server
-    once their schedulers are up). Start-up may take --startup-timeout (weights, CUDA graphs); after
-    it, a pod that stops answering is restarted (LWS: its whole group)."""
+    """Serve: the engine's /health on every pod that serves HTTP (SGLang 0.5.23 answers it on nodes >= 1
+    too, from a stand-in server once their schedulers are up; vLLM's --headless workers serve none).
+    Start-up may take --startup-timeout (weights, CUDA graphs); after it, a pod that stops answering is
+    restarted (LWS: its whole group)."""
     if job.http_port is None:
         return {}
     get = {"path": job.health_path, "port": job.http_port}
@@ -135,8 +136,15 @@ def _readiness(job: Job, *, every_pod: bool) -> Obj | None:
 
 
 def _container(
-    job: Job, args: list[str], env: dict[str, str], settings: PodSettings, probe: Obj | None
+    job: Job,
+    args: list[str],
+    env: dict[str, str],
+    settings: PodSettings,
+    probe: Obj | None,
+    *,
+    http: bool = True,
 ) -> Obj:
+    """`http`: the command serves HTTP (not vLLM's --headless workers): its port and health probes."""
     container: Obj = {
         "name": job.kind,
         "image": job.image.ref,
@@ -149,11 +157,11 @@ def _container(
         "securityContext": _security(job),
         "volumeMounts": _volume_mounts(job),
     }
-    if job.http_port is not None:
+    if job.http_port is not None and http:
         container["ports"] = [{"name": "http", "containerPort": job.http_port}]
     if probe is not None:
         container["readinessProbe"] = probe
-    return container | _health_probes(job)
+    return container | (_health_probes(job) if http else {})
 
 
 def _scheduling(site: Site) -> Obj:
@@ -252,9 +260,11 @@ def leader_worker_set(job: Job, settings: PodSettings) -> list[Obj]:
     env = job.env()
     if job.kind == "elastic-smoke":
         env |= {V.EPSTACK_NPROC_PER_NODE: str(job.gpus_per_node), V.MASTER_PORT: str(job.rendezvous_port)}
-    args = job.words(literal, node_rank=f"$({V.LWS_WORKER_INDEX})", leader=f"$({V.LWS_LEADER_ADDRESS})")
-    leader = _container(job, args, env, settings, _readiness(job, every_pod=False))
-    worker = _container(job, args, env, settings, None)
+    node = {"node_rank": f"$({V.LWS_WORKER_INDEX})", "leader": f"$({V.LWS_LEADER_ADDRESS})"}
+    leader_args = job.words(literal, **node)
+    worker_args = job.words(literal, **node, worker=job.engine.worker)  # vLLM's workers: --headless
+    leader = _container(job, leader_args, env, settings, _readiness(job, every_pod=False))
+    worker = _container(job, worker_args, env, settings, None, http=not job.engine.worker)
     template: Obj = {
         "size": job.nodes,
         "restartPolicy": "RecreateGroupOnPodRestart",
@@ -353,6 +363,11 @@ def job_objects(
     an indexed Job ("job"), default lws for serve, or each of its `role_jobs` (epstack.cluster.roles) as
     an LWS; the serve smoke's Job, unless it is off; a PodMonitor for each, when asked."""
     chosen = k8s_kind(job, kind)
+    if job.serve is not None and job.engine.worker and job.crosses_nodes and chosen != "lws":
+        raise BadInput(
+            f"--k8s-kind {chosen}: {job.engine.title}'s nodes other than node 0 run {job.engine.worker}, "
+            "and an indexed Job runs one command; fix: --k8s-kind lws (a leader and a worker template)"
+        )
     if settings.replicas > 1 and chosen != "lws":
         raise BadInput(
             f"--replicas {settings.replicas}: serving groups are LWS replicas; fix: --k8s-kind lws"
@@ -375,9 +390,9 @@ def job_objects(
         objects.append(serve_smoke_job(workloads[-1], chosen, endpoint(job, settings)))
     if settings.pod_monitor is not None:
         if job.http_port is None:
-            raise BadInput("--pod-monitor: SGLang's metrics are a serve job's; fix: use it with --job serve")
+            raise BadInput("--pod-monitor: the metrics are a serve job's; fix: use it with --job serve")
         for workload in workloads:
-            # SGLang serves its metrics on node 0's HTTP port.
+            # The engine serves its metrics on node 0's HTTP port.
             selector = leader_selector(workload, chosen)
             name = f"{workload.workload_name}-metrics"
             objects.append(pod_monitor(workload, name, selector, "http", settings.pod_monitor))

@@ -25,6 +25,7 @@ from pathlib import PurePosixPath
 
 from epstack import imagepaths
 from epstack.cluster.jobs import Job, platform_words
+from epstack.smoke.serving.engines import DEFAULT
 
 PROGRAM = str(imagepaths.COMMAND)
 SUFFIX = "-smoke"  # the Kubernetes Job's name and the report's, after the serve job's
@@ -78,7 +79,9 @@ def command(job: Job, *, host: str, port: int | None = None, server_log: str | N
     plan."""
     plan = job.serve
     assert plan is not None, "the serve smoke is for serve jobs"
-    args = [PROGRAM, "smoke", "serve", "--url", url(job, host, port), "--profile", plan.profile.name]
+    args = [PROGRAM, "smoke", "serve", "--url", url(job, host, port)]
+    args += ["--engine", job.engine.name] if job.engine.name != DEFAULT else []
+    args += ["--profile", plan.profile.name]
     args += ["--model-path", plan.model_path, "--a2a", plan.a2a]
     # The endpoint's TP = EP size, for the report; the smoke itself runs on no GPU.
     args += ["--gpus-per-node", str(plan.world), "--no-sweep", "--health-timeout", str(health_timeout_s(job))]

@@ -108,11 +108,13 @@ class Site:
     def volumes(self) -> tuple[Storage, ...]:
         return tuple(v for v in (self.model, self.cache, self.results) if v is not None)
 
-    def volume_env(self) -> dict[str, str]:
-        """HF_HOME on the model volume and every JIT cache on the cache volume."""
+    def volume_env(self, engine_caches: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
+        """HF_HOME on the model volume and every JIT cache on the cache volume (`engine_caches`: those
+        only the job's serving engine reads, epstack.smoke.serving.engines.Engine.caches)."""
         env = {"HF_HOME": self.model.mount} if self.model else {}
         if self.cache:
-            env |= {key: str(PurePosixPath(self.cache.mount) / sub) for key, sub in JIT_CACHE_DIRS}
+            caches = (*JIT_CACHE_DIRS, *engine_caches)
+            env |= {key: str(PurePosixPath(self.cache.mount) / sub) for key, sub in caches}
         return env
 
 

@@ -46,8 +46,11 @@ def _task_command(job: Job) -> str:
     """What each task runs in the container, as shell text for the batch script."""
     if job.kind == "elastic-smoke":
         return shlex.join([*IMAGE_ENTRYPOINT, *job.command(node_rank="", leader="")])
-    # SGLang needs this task's node rank: expanded in the task, not in the batch script.
-    inner = job.words(shlex.quote, node_rank=f'"${V.SLURM_NODEID}"', leader=f'"${slurmserve.leader(job)}"')
+    # The engine needs this task's node rank: expanded in the task, not in the batch script; so is what
+    # the nodes but node 0 add (vLLM's --headless).
+    node = f'"${V.SLURM_NODEID}"'
+    worker = f"$([ {node} = 0 ] || echo {job.engine.worker})" if job.engine.worker else ""
+    inner = job.words(shlex.quote, node_rank=node, leader=f'"${slurmserve.leader(job)}"', worker=worker)
     return shlex.join([*IMAGE_ENTRYPOINT, "bash", "-c", " ".join(["exec", *inner])])
 
 

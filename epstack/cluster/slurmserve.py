@@ -119,10 +119,11 @@ def _smoke_step(job: Job, image: str, port: int | None, served: Job) -> str:
     return _node0_step(options, command)
 
 
-_RANK_NOTE = [
-    "# SGLang's node rank is the task's $SLURM_NODEID, expanded inside the task.",
-    "# shellcheck disable=SC2016",
-]
+def _rank_note(job: Job) -> list[str]:
+    return [
+        f"# {job.engine.title}'s node rank is the task's $SLURM_NODEID, expanded inside the task.",
+        "# shellcheck disable=SC2016",
+    ]
 
 
 def role_steps(prefill: str, decode: str) -> str:
@@ -159,7 +160,7 @@ def serve_steps(
     wait out its --health-timeout for nothing)."""
     front = _router_step(job, router_image, role_jobs) if router_image is not None else []
     if job.serve_smoke == "off":
-        return [*front, *_RANK_NOTE, server]
+        return [*front, *_rank_note(job), server]
     smoke = _smoke_step(job, image, _smoke_port(router_image), (role_jobs or (job,))[0])
     if job.serve_smoke == "on":
         return [
@@ -168,7 +169,7 @@ def serve_steps(
             f"{smoke} &",
             "",
             "# The server step: the job lives as long as it does.",
-            *_RANK_NOTE,
+            *_rank_note(job),
             server,
         ]
     return [
@@ -179,7 +180,7 @@ def serve_steps(
         "smoke=$!",
         "",
         "# The server step; should it end first, the smoke is stopped: nothing is left to answer it.",
-        *_RANK_NOTE,
+        *_rank_note(job),
         "{",
         "    status=0",
         "    " + server.replace("\n", "\n    ") + " || status=$?",
@@ -204,12 +205,13 @@ def leader_hosts(role_jobs: tuple[Job, ...]) -> list[str]:
 
 
 def metrics_lines(workloads: tuple[Job, ...], router_image: ImageRef | None) -> list[str]:
-    """Where SGLang (each role's leader) and the router serve Prometheus metrics, printed when the job
+    """Where the engine (each role's leader) and the router serve Prometheus metrics, printed when the job
     starts."""
     lines = []
     for workload in workloads:
         url = f"http://${leader(workload)}:{workload.http_port}{METRICS_PATH}"
-        served = f"SGLang's {workload.role} role" if workload.role else "SGLang"
+        title = workload.engine.title
+        served = f"{title}'s {workload.role} role" if workload.role else title
         lines.append(f'echo "epstack: {served} serves Prometheus metrics at {url} (scrape it there)"')
     if router_image is not None:
         url = f"http://${V.MASTER_ADDR}:{router.METRICS_PORT}{METRICS_PATH}"

@@ -62,6 +62,7 @@ KEYS: tuple[Key, ...] = (
         "",
         "platform",
         "job",
+        "engine",
         ("nodes", "--nodes", "count"),
         ("gpus-per-node", "--gpus-per-node", "count"),
         "profile",

@@ -22,6 +22,7 @@ from epstack.errors import BadInput
 from epstack.image.build import COLD_BUILD_GB, build_target, ensure_disk, export_sboms, write_build_report
 from epstack.image.engine import DockerEngine
 from epstack.image.render import output_directory, plan_checkout, write_plan
+from epstack.layers import ALL_ENGINES, ENGINES, TOP, engine_layers
 from epstack.output import check_writable
 from epstack.pins.load import load_pins
 from epstack.python.lockfile import locks_dir
@@ -43,7 +44,7 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
             "fix: epstack pins lock (then commit locks/)"
         )
     write_plan(plan, out)
-    console.print(f"rendered into {escape(str(out))}; building {escape(target)}")
+    console.print(f"rendered into {escape(str(out))}; building {escape(target)} ({escape(args.engine)})")
     engine = DockerEngine.find()
     ensure_disk(engine, args.min_free_gb)
     report = build_target(
@@ -54,6 +55,7 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
         engine=engine,
         console=console,
         cache_registry=args.cache_registry or "",
+        layers=engine_layers(args.engine),
     )
     if args.report:
         export_sboms(engine, report, args.report.parent / "sbom")
@@ -75,6 +77,12 @@ def register(subparsers: SubParsers) -> None:
         "build", parents=[PINS, LOCKS], help="render, then build a target layer by layer"
     )
     build.add_argument("target", nargs="?", help="target such as hopper-efa (default DEFAULT_TARGET)")
+    build.add_argument(
+        "--engine",
+        choices=(*ENGINES, ALL_ENGINES),
+        default=TOP.name,
+        help=f"the serving engine's image and every layer below it (default {TOP.name}; all: every engine's)",
+    )
     add_render_arguments(build)
     build.add_argument(
         "--cache-registry", metavar="HOST[/NS]", help="BuildKit registry cache there (buildx; ECR-compatible)"

@@ -39,6 +39,8 @@ from epstack.fabric import FABRICS
 from epstack.output import check_writable, write_file
 from epstack.pins.load import load_pins
 from epstack.python.lockfile import locks_dir
+from epstack.smoke.serving.engines import DEFAULT as DEFAULT_ENGINE
+from epstack.smoke.serving.engines import ENGINES
 from epstack.smoke.serving.profiles import A2A_BACKENDS, PROFILES
 
 
@@ -258,7 +260,7 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     image = (
         PLACEHOLDER
         if args.print_command and not (args.image or args.manifest)
-        else chosen_image(pins, target, image=args.image, manifest=args.manifest)
+        else chosen_image(pins, target, image=args.image, manifest=args.manifest, layer=args.engine)
     )
     job = make_job(
         kind=args.job,
@@ -276,6 +278,7 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
         instance_type=args.instance_type,
         site=_site(args),
         serve_smoke=args.serve_smoke,
+        engine=args.engine,
     )
     role_jobs = _role_jobs(args, job)
     if args.print_command:
@@ -342,6 +345,7 @@ def _router_image(args: argparse.Namespace, job: Job) -> ImageRef | None:
         return None
     if job.http_port is None:
         raise BadInput("--router-image: the router fronts a serve job; fix: use it with --job serve")
+    _sglang_only(job, "--router-image")
     return parse_image(args.router_image, what="--router-image")
 
 
@@ -349,6 +353,7 @@ def _role_jobs(args: argparse.Namespace, job: Job) -> tuple[Job, ...]:
     """--disaggregation: the job's prefill and decode servers (epstack.cluster.roles), else none."""
     if not args.disaggregation:
         return ()
+    _sglang_only(job, "--disaggregation")
     return roles.role_jobs(
         job,
         target=args.target,
@@ -356,6 +361,12 @@ def _role_jobs(args: argparse.Namespace, job: Job) -> tuple[Job, ...]:
         router=bool(args.router_image) or args.print_command,  # printed commands need no router
         locks=locks_dir(args.locks),
     )
+
+
+def _sglang_only(job: Job, flag: str) -> None:
+    """The router and prefill/decode roles are SGLang's (sglang-router, SGLang's disaggregation flags)."""
+    if not job.engine.router:
+        raise BadInput(f"{flag}: SGLang's router and roles, not {job.engine.title}'s; fix: --engine sglang")
 
 
 def _kustomization_path(args: argparse.Namespace) -> Path:
@@ -416,7 +427,7 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     site.screen(_flag_values(args), platform=args.target)
     pins = load_pins(pins_path(args.pins))
     target, _ = pins_target(pins, arch=args.arch, fabric=args.fabric)
-    image = chosen_image(pins, target, image=args.image, manifest=args.manifest)
+    image = chosen_image(pins, target, image=args.image, manifest=args.manifest, layer=args.engine)
     if args.target == "slurm":
         text = slurm.enroot_pull_script(
             image, nodes=args.nodes, squashfs_dir=args.squashfs_dir or slurm.DEFAULT_SQUASHFS_DIR
@@ -450,6 +461,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fabric", choices=tuple(FABRICS), help="default: DEFAULT_TARGET's")
     parser.add_argument("--image", type=one_line, help="REPOSITORY[:TAG]@sha256:<64 hex>")
     parser.add_argument("--manifest", type=path_arg, help="build manifest JSON: its image for these pins")
+    parser.add_argument(
+        "--engine",
+        choices=tuple(ENGINES),
+        default=DEFAULT_ENGINE,
+        help=f"serve: the serving engine, and the manifest's image of its layer (default {DEFAULT_ENGINE})",
+    )
     parser.add_argument("--squashfs-dir", type=one_line, help="slurm: node-local directory of pulled images")
     parser.add_argument(
         "--out", type=path_arg, metavar="FILE", help="write here (whole or not at all) instead of stdout"

@@ -135,9 +135,13 @@ MEANINGS: dict[str, Meaning] = {
     "--model-path": Meaning(text="model weights: a path or a hub id"),
     "--a2a": _choice("the MoE all-to-all backend"),
     "--sglang-arg": Meaning(text="an SGLang flag to add", metavar="FLAG"),
+    "--vllm-arg": Meaning(text="a vLLM flag to add", metavar="FLAG"),
+    "--engine": _choice("the serving engine: sglang or vllm (build: all, every engine's image)"),
     "--url": Meaning(text="a running server's URL"),
     "--no-compare": _flag("skip the comparison run without DeepEP"),
-    "--reference": Meaning(text="a passing report whose answers without DeepEP stand in for that run", metavar="REPORT"),
+    "--reference": Meaning(
+        text="a passing report whose answers without DeepEP stand in for that run", metavar="REPORT"
+    ),
     "--tokens": Meaning(text="new tokens per request"),
     "--isl": Meaning(text="input tokens per request"),
     "--osl": Meaning(text="output tokens per request"),

@@ -44,6 +44,8 @@ from epstack.smoke.serving import plot as serving_plot
 from epstack.smoke.serving import run as serving_run
 from epstack.smoke.serving import tinymodel
 from epstack.smoke.serving.checks import Asked
+from epstack.smoke.serving.engines import DEFAULT as DEFAULT_ENGINE
+from epstack.smoke.serving.engines import ENGINES, check_backend, engine_named
 from epstack.smoke.serving.profiles import A2A_BACKENDS, PROFILES, serve_plan
 from epstack.smoke.serving.sweep import CONCURRENCIES
 from epstack.smoke.supervise import Supervised
@@ -202,6 +204,12 @@ def sglang_flag(text: str) -> str:
     return text
 
 
+def vllm_flag(text: str) -> str:
+    if not text.startswith("--"):
+        raise argparse.ArgumentTypeError(f"{text!r}: fix: a vLLM flag, e.g. --vllm-arg=--enforce-eager")
+    return text
+
+
 def http_url(text: str) -> str:
     """--url: a server's base URL, no user, password, path or query (the report keeps it)."""
     fix = "fix: the server's base URL, e.g. http://10.0.0.5:30000"
@@ -230,6 +238,12 @@ def _register_serve(smoke: Any) -> None:
     )
     what.add_argument("--model-path", help="weights for the profile (default: the profile's)")
     what.add_argument(
+        "--engine",
+        choices=tuple(ENGINES),
+        default=DEFAULT_ENGINE,
+        help=f"SGLang, or vLLM (--gpus-per-node N is --data-parallel-size N) (default {DEFAULT_ENGINE})",
+    )
+    what.add_argument(
         "--gpus-per-node", dest="gpus", type=positive_int, default=1, help="GPUs of this node: TP = EP = GPUs"
     )
     rename(what, "--gpus-per-node", "--gpus")
@@ -242,6 +256,15 @@ def _register_serve(smoke: Any) -> None:
         default=[],
         metavar="FLAG",
         help="an SGLang flag added after the plan's, e.g. --sglang-arg=--attention-backend=triton (repeat)",
+    )
+    what.add_argument(
+        "--vllm-arg",
+        dest="vllm_args",
+        action="append",
+        type=vllm_flag,
+        default=[],
+        metavar="FLAG",
+        help="with --engine vllm: a vLLM flag after the plan's, e.g. --vllm-arg=--enforce-eager (repeat)",
     )
     what.add_argument(
         "--url",
@@ -496,6 +519,13 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
             f"--server-log {args.server_log}: not a regular file (a device, FIFO or folder); fix: pass the "
             "file the server logs to (it may not exist yet)"
         )
+    other = args.sglang_args if args.engine == "vllm" else args.vllm_args
+    if other:
+        raise BadInput(
+            f"{other[0]}: a flag for the other engine than --engine {args.engine}; "
+            f"fix: --{args.engine}-arg=FLAG, or drop it"
+        )
+    check_backend(engine_named(args.engine), args.a2a)
     plan = serve_plan(
         args.profile, nodes=1, gpus_per_node=args.gpus, a2a=args.a2a, model_path=args.model_path
     )
@@ -503,7 +533,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         serving_run.Settings,
         args,
         plan=plan,
-        extra_args=args.sglang_args,
+        extra_args=args.vllm_args if args.engine == "vllm" else args.sglang_args,
         compare=args.compare and not args.url,
         asked=from_args(Asked, args, timeout_s=args.request_timeout),
         concurrencies=args.concurrency if args.sweep else (),

@@ -96,6 +96,7 @@ VARIABLES = (
     Variable("SHELLOPTS", "refused", BASH, "shell options (xtrace runs PS4's substitutions)"),
     Variable("PATH", "refused", EPSTACK, "which programs run: python, epstack, the command"),
     Variable("VIRTUAL_ENV", "refused", EPSTACK, "the Python the epstack command runs"),
+    Variable("VLLM_NCCL_SO_PATH", "refused", "vllm/envs.py", "the libnccl vLLM loads (its deepep_v2 gate's)"),
     Variable("EPSTACK_HOME", "refused", EPSTACK, "where the start finds epstack"),
     Variable("EPSTACK_REPORTS", "refused", EPSTACK, "where the start reads the build's record"),
     *(

@@ -27,6 +27,7 @@ class Expected(CudaFacts):
     deepep_ref: str = ""
     sglang_version: str = ""
     nixl_version: str = ""
+    vllm_version: str = ""
     torch_cuda_arch_list: str = ""  # a layer pins file's archs ("" in a pins.env: per target)
     # The DeepEP patches of the image's fabric (None: a pins.env, which pins them per fabric).
     deepep_patches: tuple[str, ...] | None = None

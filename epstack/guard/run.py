@@ -42,6 +42,7 @@ from epstack.guard.onecuda import cuda_home, cuda_home_checks, other_major_check
 from epstack.guard.pythonfiles import python_file_checks
 from epstack.guard.report import GuardReport
 from epstack.guard.transfer import nixl_checks
+from epstack.guard.vllm import check_deep_ep_v2_gate, check_no_other_engine
 from epstack.jit.probe import layer_rows as jit_rows
 from epstack.jit.registry import TOOLCHAINS
 from epstack.layers import guard_scopes
@@ -62,12 +63,12 @@ def _package_file(distribution: str, name: str) -> Path | None:
 
 
 def shipped_cache_rows(scope: str, archs: Sequence[str]) -> list[Check]:
-    """The rows of the JIT caches of an image of `archs` whose toolchain's GUARD_SCOPE is `scope`, in
+    """The rows of the JIT caches of an image of `archs` whose toolchain's GUARD_SCOPES hold `scope`, in
     the registry's order."""
     return [
         row
         for chain in TOOLCHAINS
-        if scope == chain.GUARD_SCOPE
+        if scope in chain.GUARD_SCOPES
         for row in chain.guard_rows(os.environ, archs)
     ]
 
@@ -124,12 +125,24 @@ def sglang_checks(pins: Expected) -> list[Check]:
     ]
 
 
+def vllm_checks(pins: Expected) -> list[Check]:
+    return [
+        check_distribution("vllm", pins.vllm_version),
+        *check_requirements("vllm", pins.base_packages),
+        check_no_other_engine("vllm"),
+        check_deep_ep_v2_gate(),
+        *jit_rows("vllm", os.environ),
+        *shipped_cache_rows("vllm", pins.torch_cuda_arch_list.split()),
+    ]
+
+
 # The checks of each guard scope (epstack.layers.GUARD_SCOPES, in the same order).
 SCOPE_CHECKS: dict[str, Callable[[Expected], list[Check]]] = {
     "python": python_checks,
     "base": base_checks,
     "deepep": deepep_checks,
     "sglang": sglang_checks,
+    "vllm": vllm_checks,
 }
 
 

@@ -1,4 +1,4 @@
-"""Build a rendered target bottom-up: devel, base, deepep, sglang.
+"""Build a rendered target bottom-up: devel, base, deepep, then an engine's image (sglang, vllm).
 
 With the CUDA base images at hand (local or pullable) every image is built on them. Without (no
 registry, as on CI) they are built on the CUDA stand-in (epstack.image.standin) instead: the same
@@ -11,7 +11,7 @@ Each Dockerfile runs the layer's guard after its install steps, so a built image
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -132,9 +132,11 @@ def build_target(
     engine: DockerEngine,
     console: Console,
     cache_registry: str = "",
+    layers: Collection[str] | None = None,
 ) -> BuildReport:
     """Build `target` from the rendered context directory; see the module docstring.
-    `cache_registry` (HOST[/NS]): BuildKit's registry cache in <it>/<IMAGE_REPOSITORY>-cache:<image>."""
+    `cache_registry` (HOST[/NS]): BuildKit's registry cache in <it>/<IMAGE_REPOSITORY>-cache:<image>.
+    `layers`: build only the images of these layers (layers.engine_layers); default every one."""
     cache = registry_cache(pins, engine, cache_registry, console)
     attest = provenance_args(engine, console)
     bases = (pins.cuda_devel_image, pins.cuda_runtime_image)
@@ -155,6 +157,8 @@ def build_target(
             "fix: epstack build --sources DIR (docs/guides/images.md#sources-offline)"
         )
     for image in plan.images_for(target):
+        if layers is not None and image.layer not in layers:
+            continue
         spec = on_standin(image, standin) if standin else image
         labels = standin_labels(image, standin, engine) if standin else {}
         if skip and layer_named(image.layer).from_git:

@@ -36,7 +36,7 @@ from epstack.pins.model import Pins
 from epstack.python.lock import lock_specs, stale_locks
 from epstack.python.lockfile import UV_BOOTSTRAP, LockFile, entry_text, lock_path, locks_dir, read_lock
 from epstack.python.resolve import INSTALL_FLAGS
-from epstack.stack import CUDA_JIT_TOOLKIT, in_sglang_family
+from epstack.stack import CUDA_JIT_TOOLKIT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +45,7 @@ class ImageSpec:
 
     name: str  # bake target name, e.g. hopper-efa-deepep
     target: str
-    layer: str  # base | deepep | sglang
+    layer: str  # base | deepep | sglang | vllm
     stage: str  # the Dockerfile stage built
     dockerfile: str  # relative to the render directory (the build context)
     tag: str  # full image reference
@@ -132,7 +132,7 @@ def plan_render(
 
     images: list[ImageSpec] = []
     lock_files = _lock_files(pins, locks_dir(locks))
-    sglang_excludes = lock_specs(pins)[-1].excludes
+    lock_excludes = {spec.name: spec.excludes for spec in lock_specs(pins)}
     for target in pins.targets:
         for name, text in lock_files.items():
             files[f"targets/{target}/locks/{name}"] = text.encode()
@@ -148,7 +148,7 @@ def plan_render(
             "common_env": COMMON_IMAGE_ENV,
             "images": {image.stage: image for image in target_images},
             "base_packages": tuple(pins.base_packages),
-            "excluded_packages": sglang_excludes,
+            "lock_excludes": lock_excludes,
             "install_flags": " ".join(INSTALL_FLAGS),
             "cuda_home": pins.cuda_home,
             "cuda_jit_copies": cuda_jit_copies(pins.cuda_home),
@@ -209,18 +209,21 @@ def _lock_files(pins: Pins, directory: Path) -> dict[str, str]:
         files[f"{spec.name}.txt"] = lock.text
         if spec.name == "base":
             files[UV_BOOTSTRAP] = entry_text(lock, "uv")
-        if spec.name == "sglang":
-            files.update(_sglang_install_steps(lock))
+        engine = next((layer for layer in SERVED if layer.locks == (spec.name,)), None)
+        if engine is not None:
+            files.update(_engine_install_steps(lock, engine.family))
     return files
 
 
-def _sglang_install_steps(lock: LockFile) -> dict[str, str]:
-    """The sglang lock in two install steps: the closure without the SGLang family, then the family
-    (stack.SGLANG_FAMILY_PREFIXES), so that moving the family re-pulls only the last layer."""
+def _engine_install_steps(lock: LockFile, family: tuple[str, ...]) -> dict[str, str]:
+    """A served layer's lock in two install steps: the closure without the engine's family, then the
+    family (layers.Layer.family), so that moving the family re-pulls only the last layer."""
     names = [package.name for package in lock.resolution.packages]
     return {
-        step: "".join(entry_text(lock, name) for name in names if in_sglang_family(name) == family)
-        for step, family in (("sglang-closure.txt", False), ("sglang-family.txt", True))
+        f"{lock.name}-{step}.txt": "".join(
+            entry_text(lock, name) for name in names if name.startswith(family) == in_family
+        )
+        for step, in_family in (("closure", False), ("family", True))
     }
 
 
@@ -264,8 +267,8 @@ def _stage_ref(pins: Pins, layer: Layer, stage: str, target: str) -> str:
 def _labels(
     pins: Pins, layer: Layer, stage: str, target: str, *, created: datetime, revision: str
 ) -> dict[str, str]:
-    """Pins and base digest on every layer; created and revision on the top one only, so a new commit
-    changes no lower image (and rebuilds nothing below the top)."""
+    """Pins and base digest on every layer; created and revision on the served ones only, so a new
+    commit changes no lower image (and rebuilds nothing below them)."""
     base_image = pins.cuda_devel_image if stage == layer.devel_stage else pins.cuda_runtime_image
     result = {
         "org.opencontainers.image.title": f"epstack {layer.name} ({target})",
@@ -277,7 +280,7 @@ def _labels(
         "io.epstack.layer": layer.name,
         "io.epstack.stage": stage,
     }
-    if layer is TOP:
+    if layer in SERVED:
         result["org.opencontainers.image.created"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
         result["org.opencontainers.image.revision"] = revision
     pinned = pins.layer_pins(layer.name, target)

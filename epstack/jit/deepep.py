@@ -36,7 +36,7 @@ TOOL = "deep_ep"
 AGAIN = "`epstack smoke elastic --export-jit-cache FILE`"
 SHIPPED = Path(imagepaths.JIT) / TOOL  # the kernels, as DeepEP lays them out under its cache dir
 COMPONENT = "JIT cache DeepEP"
-GUARD_SCOPE = "sglang"
+GUARD_SCOPES: tuple[str, ...] = ("sglang", "vllm")
 # Its row holds nothing that changes after the build; the start checks its writable cache instead
 # (epstack.guard.deepep.check_jit_cache).
 CHECKED_AT_START = False

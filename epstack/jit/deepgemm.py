@@ -49,7 +49,7 @@ _ENTRY_FILE = re.compile(
 _NVCC_BUILD = re.compile(r"release [\d.]+, V([\d.]+)")
 COLD_S = "125 s of the tiny profile's 287 s cold start on an H200"
 COMPONENT = f"JIT cache {TITLE}"
-GUARD_SCOPE = "sglang"
+GUARD_SCOPES: tuple[str, ...] = ("sglang",)
 CHECKED_AT_START = True  # where its kernels are: copied into its cache at start, or not
 
 

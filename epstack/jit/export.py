@@ -15,6 +15,7 @@ import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
@@ -231,3 +232,19 @@ def write_files(files: Mapping[str, bytes]) -> Callable[[Any], None]:
             target.chmod(0o644)
 
     return fill
+
+
+def versions_of(names: Iterable[str]) -> tuple[str, ...]:
+    """`name version` of each distribution of `names` installed here, for a key that records them."""
+    found = []
+    for name in names:
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return tuple(found)
+
+
+def by_name(versions: Sequence[str]) -> dict[str, str]:
+    """`name version` items as name -> version."""
+    return dict(item.split(" ", 1) for item in versions if " " in item)

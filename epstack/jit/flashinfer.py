@@ -44,7 +44,7 @@ SHIPPED = Path(imagepaths.JIT) / "flashinfer"  # the workspace's .cache/flashinf
 NAME = "flashinfer"
 TITLE = "FlashInfer"
 COMPONENT = f"JIT cache {TITLE}"
-GUARD_SCOPE = "sglang"
+GUARD_SCOPES: tuple[str, ...] = ("sglang", "vllm")
 CHECKED_AT_START = True  # where its modules are, and whether ninja would build them again
 # The modules SGLang 0.5.23 compiles on its serve path for the profiles epstack knows: its default
 # sampler is FlashInfer's (`_sampling_backend_default`, srt/arg_groups/overrides.py), and sglang-kernel's

@@ -37,7 +37,7 @@ def placed_rows(
     manifest = chain.read_manifest(folder)
     expected = f"{chain.TITLE} kernels for {' '.join(archs) or 'the image'}"
     if manifest is None:
-        return [none_shipped(component, expected, f"compiled before SGLang serves ({chain.COLD_S})", fix)]
+        return [none_shipped(component, expected, f"compiled before the server serves ({chain.COLD_S})", fix)]
     key = manifest.key
     row = Check(
         component=component,

@@ -41,7 +41,7 @@ class ProbeTarget:
 
     name: str  # the probe's name on the command line
     title: str
-    layer: str  # the image layer that brings it (its guard shows the row)
+    layers: tuple[str, ...]  # the image layers that bring it (their guards show the row)
     module: str  # what the probe compiles
     needs_gpu: str = ""  # why it cannot compile without a GPU: the call that reads the device
     per_arch: bool = False  # a process per arch: its modules in that arch's folder, as a GPU finds them
@@ -51,13 +51,13 @@ PROBES = (
     ProbeTarget(
         name="triton-launcher",
         title="Triton launcher",
-        layer="base",
+        layers=("base",),
         module="cuda_utils (triton/backends/nvidia/driver.c), as a process's first kernel launch builds it",
     ),
     ProbeTarget(
         name="deepep",
         title="DeepEP",
-        layer="deepep",
+        layers=("deepep",),
         module="ElasticBuffer's dispatch and combine kernels (the elastic smoke on one rank)",
         needs_gpu="its JIT puts the device's arch and SM count into each kernel "
         "(csrc/jit/device_runtime.hpp: cudaGetDeviceProperties)",
@@ -65,20 +65,21 @@ PROBES = (
     ProbeTarget(
         name="triton-kernel",
         title="Triton kernel",
-        layer="sglang",
+        layers=("sglang", "vllm"),
         module="a vector add, compiled to a cubin for each arch (and run, on a GPU)",
     ),
     ProbeTarget(
         name="flashinfer",
         title="FlashInfer",
-        layer="sglang",
-        module="sampling (flashinfer.jit.sampling), SGLang's default sampler (and sampling, on a GPU)",
+        layers=("sglang", "vllm"),
+        module="sampling (flashinfer.jit.sampling), SGLang's and vLLM's default sampler (and sampling, "
+        "on a GPU)",
         per_arch=True,
     ),
     ProbeTarget(
         name="deepgemm",
         title="DeepGEMM",
-        layer="sglang",
+        layers=("sglang",),  # sgl-deep-gemm; vLLM's own DeepGEMM (vllm.third_party) reads the GPU too
         module="bf16_gemm_nt, one kernel",
         needs_gpu="every deep_jit Runtime reads the device's arch and SM count before it compiles "
         "(deep_jit/backend/cuda/options.hpp: Device::get_prop, cudaGetDeviceProperties)",
@@ -146,7 +147,7 @@ def probe_layer(
     only: Sequence[str] = (),
 ) -> JitReport:
     """Every toolchain of `layer` ("all": of every layer), in order; those named in `only`, if any."""
-    chosen = [t for t in PROBES if layer in ("all", t.layer) and (not only or t.name in only)]
+    chosen = [t for t in PROBES if (layer == "all" or layer in t.layers) and (not only or t.name in only)]
     return JitReport(
         layer=layer, archs=tuple(archs), probes=tuple(run_probe(t, archs, timeout, keep) for t in chosen)
     )

@@ -4,14 +4,14 @@ jit-install` copies their caches at container start; those a GPU run exports by 
 
 from __future__ import annotations
 
-from epstack.jit import deepep, deepgemm, flashinfer, sglang, triton, tritonserve
+from epstack.jit import deepep, deepgemm, flashinfer, sglang, triton, tritonserve, vllmcompile
 from epstack.jit.export import Kind
 from epstack.jit.install import CacheHome
 from epstack.jit.toolchain import Exported, Toolchain
 
-TOOLCHAINS: tuple[Toolchain, ...] = (deepep, deepgemm, sglang, flashinfer, triton, tritonserve)
+TOOLCHAINS: tuple[Toolchain, ...] = (deepep, deepgemm, sglang, flashinfer, triton, tritonserve, vllmcompile)
 EXPORTED: dict[str, Exported] = {
-    toolchain.NAME: toolchain for toolchain in (deepep, deepgemm, sglang, tritonserve)
+    toolchain.NAME: toolchain for toolchain in (deepep, deepgemm, sglang, tritonserve, vllmcompile)
 }
 # Every shipped cache `jit install` copies into its writable one at container start, in this order.
 INSTALLED: tuple[CacheHome, ...] = tuple(toolchain.HOME for toolchain in TOOLCHAINS)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path, PurePosixPath
 
 from epstack import imagepaths
@@ -55,7 +54,7 @@ _LEAF_FILE = re.compile(
 )
 COLD_S = "36-38 s of the tiny profile's cold start on an H200"
 COMPONENT = f"JIT cache {TITLE}"
-GUARD_SCOPE = "sglang"
+GUARD_SCOPES: tuple[str, ...] = ("sglang",)
 CHECKED_AT_START = True  # where its kernels are: copied into its cache at start, or not
 
 
@@ -133,13 +132,7 @@ def pack(root: Path, key: CacheKey) -> tuple[bytes, SglangJitCache]:
 
 def installed_versions() -> tuple[str, ...]:
     """`name version` of each of VERSIONED installed here."""
-    found = []
-    for name in VERSIONED:
-        try:
-            found.append(f"{name} {metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            continue
-    return tuple(found)
+    return export.versions_of(VERSIONED)
 
 
 def host_compiler(env: Mapping[str, str]) -> str:
@@ -164,10 +157,6 @@ def image_key(env: Mapping[str, str]) -> CacheKey:
     )
 
 
-def _by_name(versions: Sequence[str]) -> dict[str, str]:
-    return dict(item.split(" ", 1) for item in versions if " " in item)
-
-
 def install_differences(key: CacheKey, archs: Sequence[str], env: Mapping[str, str]) -> list[str]:
     """Everything that keeps an export's kernels from loading here (archs: the image's); a field this
     install cannot name is not compared."""
@@ -179,7 +168,7 @@ def install_differences(key: CacheKey, archs: Sequence[str], env: Mapping[str, s
         if getattr(here, name) and getattr(key, name) != getattr(here, name)
     ]
     if here.versions:
-        made, now = _by_name(key.versions), _by_name(here.versions)
+        made, now = export.by_name(key.versions), export.by_name(here.versions)
         found += [
             f"{name} {made.get(name, '(none)')} != {now.get(name, '(none)')}"
             for name in VERSIONED

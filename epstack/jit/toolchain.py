@@ -26,7 +26,7 @@ class Toolchain(Protocol):
     SHIPPED: Path  # where the image ships its kernels, under imagepaths.JIT
     HOME: CacheHome  # its writable cache, which `epstack image jit-install` fills from SHIPPED at start
     COMPONENT: str  # its guard row's component: "JIT cache DeepGEMM"
-    GUARD_SCOPE: str  # the guard scope whose build checks its row: "sglang"
+    GUARD_SCOPES: tuple[str, ...]  # the guard scopes whose build checks its row: ("sglang", "vllm")
     CHECKED_AT_START: bool  # whether the start guard checks its row again, or keeps the build's
 
     def guard_rows(

@@ -40,7 +40,7 @@ SHIPPED = Path(imagepaths.JIT) / "triton"
 NAME = "triton"
 TITLE = "Triton"
 COMPONENT = f"JIT cache {TITLE} launcher"
-GUARD_SCOPE = "base"
+GUARD_SCOPES: tuple[str, ...] = ("base",)
 CHECKED_AT_START = True  # the launcher against the folder of the driver mounted now
 # Where a container sees libcuda.so.1 on GPU nodes, as Triton names the folder:
 LIBCUDA_DIRS = (

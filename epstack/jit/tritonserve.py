@@ -54,7 +54,7 @@ _FILE = r"(?:__grp__)?[A-Za-z_][A-Za-z0-9_]*\.(?:source|ttir|ttgir|llir|ptx|cubi
 _ENTRY_FILE = re.compile(f"{_KEY}/{_FILE}")
 COLD_S = "6.0 s of the tiny profile's 39.0 s cold start on an H100, every other cache shipped"
 COMPONENT = "JIT cache Triton kernels"
-GUARD_SCOPE = "sglang"
+GUARD_SCOPES: tuple[str, ...] = ("sglang", "vllm")
 CHECKED_AT_START = True  # where its kernels are: copied into its cache at start, or not
 
 

@@ -106,6 +106,7 @@ class Pins(CudaFacts, BaseModel):
     deepep_patches_ib: Annotated[str, AfterValidator(v.patches)] = Field(alias="DEEPEP_PATCHES_IB")
     sglang_version: ExactVersion = Field(alias="SGLANG_VERSION")
     nixl_version: ExactVersion = Field(alias="NIXL_VERSION")
+    vllm_version: ExactVersion = Field(alias="VLLM_VERSION")
     efa_installer_version: ExactVersion = Field(alias="EFA_INSTALLER_VERSION")
     efa_installer_sha256: Annotated[
         str, AfterValidator(v.pattern(r"^[0-9a-f]{64}$", "<64 lowercase hex>"))
@@ -192,6 +193,7 @@ class Pins(CudaFacts, BaseModel):
             cuda=self.cuda_major_minor,
             nccl=self.nccl_version,
             sglang=self.sglang_version,
+            vllm=self.vllm_version,
             deepep=self.deepep_ref[:7],
             fabric=target.rsplit("-", 1)[1],
             target=target,

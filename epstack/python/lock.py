@@ -1,13 +1,15 @@
 """The whole Python closure of every layer, resolved once by uv and committed in locks/ (`epstack pins lock`).
 
 One lock per install step (lock_specs): `base` (torch, NCCL, NVSHMEM, and the venv's own pip and uv),
-`deepep-build` (what DeepEP's setup.py builds with, in a build stage only) and `sglang`. The deepep
+`deepep-build` (what DeepEP's setup.py builds with, in a build stage only), `sglang` and `vllm` (each
+served engine's, each over the base lock alone). The deepep
 layer adds no PyPI distribution to the venv: its deep_ep wheel is built from DEEPEP_REF and recorded by
 its manifest. No Python input depends on the target, so every target shares these locks.
 
 Each upper lock is resolved with the lower ones as constraints, so nothing in a lower lock moves. The
-base lock is resolved with the whole stack in view (base and SGLang together first, the base pinned to
-that answer), since a base that the upper layer cannot hold would have to move under it. uv keeps
+base lock is resolved with the whole stack in view (base and one engine together first, the base pinned
+to that answer, each other engine then resolved over it), since a base that an upper layer cannot hold
+would have to move under it. uv keeps
 every version of an existing lock that still holds (it reads the lock as its previous output), so a
 relock moves only what its changed inputs force, and `--upgrade PACKAGE[==VERSION]` only that package
 and what must move with it. A lock's header records its inputs and their digest, and its entries'
@@ -31,6 +33,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from epstack.errors import BadInput, CommandFailed, shown
+from epstack.layers import SERVED
 from epstack.output import write_file
 from epstack.pins.file import parse_pins_file
 from epstack.pins.model import Pins
@@ -45,7 +48,14 @@ from epstack.python.lockfile import (
     read_lock,
     render_lock,
 )
-from epstack.python.resolve import RESOLVE_FLAGS, Pinned, Resolution, check_installable, compile_requirements
+from epstack.python.resolve import (
+    RESOLVE_FLAGS,
+    Pinned,
+    Resolution,
+    Unresolvable,
+    check_installable,
+    compile_requirements,
+)
 from epstack.stack import DEEP_EP_PROVIDERS, DEEPEP_BUILD_REQUIREMENTS, nccl_wheel, other_cuda_major
 
 Resolver = Callable[..., Resolution]
@@ -62,6 +72,8 @@ class LockSpec:
     constraints: tuple[str, ...] = ()  # besides the locks below: the CUDA release wheels' minor
     excludes: tuple[str, ...] = ()
     below: tuple[str, ...] = ()  # locks whose pins constrain this one
+    # The bottom lock's: the served layers' locks it is resolved to hold up (epstack.layers.SERVED).
+    holds_up: tuple[str, ...] = ()
     own: tuple[str, ...] = ()  # distributions of the locks below that this one pins itself
 
 
@@ -76,6 +88,7 @@ def lock_specs(pins: Pins) -> tuple[LockSpec, ...]:
             requirements=(*base, f"uv=={pins.uv_version}", "pip"),
             overrides=base,
             constraints=one_cuda,
+            holds_up=tuple(lock for layer in SERVED for lock in layer.locks),
         ),
         # In DeepEP's build stage only; its setuptools is older than the one torch brings.
         LockSpec(
@@ -87,6 +100,15 @@ def lock_specs(pins: Pins) -> tuple[LockSpec, ...]:
         LockSpec(
             name="sglang",
             requirements=(f"sglang=={pins.sglang_version}", *nixl_requirements(pins)),
+            overrides=base,
+            constraints=one_cuda,
+            excludes=(*DEEP_EP_PROVIDERS, *pins.wheels.foreign),
+            below=("base",),
+        ),
+        # vllm 0.33.0 requires torch==2.14.0: overridden to the pinned torch like every base package.
+        LockSpec(
+            name="vllm",
+            requirements=(f"vllm=={pins.vllm_version}",),
             overrides=base,
             constraints=one_cuda,
             excludes=(*DEEP_EP_PROVIDERS, *pins.wheels.foreign),
@@ -141,6 +163,8 @@ def lock_inputs(spec: LockSpec, pins: Pins, lower: Mapping[str, Resolution]) -> 
         inputs["excludes"] = " ".join(spec.excludes)
     for name in spec.below:
         inputs[f"constrained-by {name}.txt"] = f"pins sha256 {pins_digest(lower[name])}"
+    if spec.holds_up:
+        inputs["holds-up"] = " ".join(f"{name}.txt" for name in spec.holds_up)
     return inputs
 
 
@@ -318,23 +342,84 @@ def _resolve(
     upgrades: tuple[str, ...],
     resolver: Resolver,
 ) -> Resolution:
-    target = pins.image_target
-    constraints = [p.pin for name in spec.below for p in resolved[name].packages if p.name not in spec.own]
-    constraints += spec.constraints
     if not spec.below:
-        # The whole stack first (this lock and the top one), then this lock pinned to that answer.
-        top = specs[-1]
-        stack = resolver(
-            [*spec.requirements, *top.requirements],
-            target,
-            constraints=spec.constraints,
-            overrides=spec.overrides,
-            excludes=top.excludes,
-            preferences=_preferences(current[spec.name], current[top.name]),
-            upgrade=upgrades,
-            name="stack",
-        )
-        constraints = [p.pin for p in stack.packages]
+        return _resolve_bottom(spec, specs=specs, pins=pins, current=current, upgrades=upgrades,
+                               resolver=resolver)  # fmt: skip
+    constraints = [p.pin for name in spec.below for p in resolved[name].packages if p.name not in spec.own]
+    return _resolve_one(spec, [*constraints, *spec.constraints], pins=pins, current=current,
+                        upgrades=upgrades, resolver=resolver)  # fmt: skip
+
+
+def _resolve_bottom(
+    spec: LockSpec,
+    *,
+    specs: tuple[LockSpec, ...],
+    pins: Pins,
+    current: Mapping[str, LockFile | None],
+    upgrades: tuple[str, ...],
+    resolver: Resolver,
+) -> Resolution:
+    """The bottom lock with the whole stack in view: itself and one served lock resolved together, it
+    pinned to that answer, then every other served lock resolved over it. One that cannot be (vllm
+    0.33.0 wants setuptools < 81, which SGLang's answer need not give) goes first, and again."""
+    order = [each for each in specs if each.name in spec.holds_up]
+    refusal: Unresolvable | None = None
+    for _attempt in order:
+        first, *others = order
+        stack = _stack(spec, first, pins=pins, current=current, upgrades=upgrades, resolver=resolver)
+        bottom = _resolve_one(spec, [p.pin for p in stack.packages], pins=pins, current=current,
+                              upgrades=upgrades, resolver=resolver)  # fmt: skip
+        pinned = [*spec.constraints, *(p.pin for p in bottom.packages)]
+        for top in others:
+            try:
+                _stack(spec, top, pins=pins, current=current, upgrades=upgrades, resolver=resolver,
+                       constraints=pinned)  # fmt: skip
+            except Unresolvable as failure:
+                refusal = failure
+                order.remove(top)
+                order.insert(0, top)
+                break
+        else:
+            return bottom
+    raise CommandFailed(
+        f"no {spec.name} lock holds every served layer's lock ({', '.join(s.name for s in order)}): "
+        f"{refusal}; fix: pins whose engines agree on the {spec.name} closure"
+    )
+
+
+def _stack(
+    spec: LockSpec,
+    top: LockSpec,
+    *,
+    pins: Pins,
+    current: Mapping[str, LockFile | None],
+    upgrades: tuple[str, ...],
+    resolver: Resolver,
+    constraints: list[str] | None = None,
+) -> Resolution:
+    """The bottom lock's requirements and a served lock's together (`constraints`: the bottom's pins)."""
+    return resolver(
+        [*spec.requirements, *top.requirements],
+        pins.image_target,
+        constraints=spec.constraints if constraints is None else constraints,
+        overrides=spec.overrides,
+        excludes=top.excludes,
+        preferences=_preferences(current[spec.name], current[top.name]),
+        upgrade=upgrades,
+        name="stack",
+    )
+
+
+def _resolve_one(
+    spec: LockSpec,
+    constraints: list[str],
+    *,
+    pins: Pins,
+    current: Mapping[str, LockFile | None],
+    upgrades: tuple[str, ...],
+    resolver: Resolver,
+) -> Resolution:
+    target = pins.image_target
     lock = current[spec.name]
     resolution = resolver(
         spec.requirements,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import yaml
 
 from epstack.aws.batchspec import render_batchspec
 from epstack.aws.buildspec import SCHEMA_PATH, load_buildspec, load_document, schema_findings
@@ -257,7 +258,9 @@ def test_a_smoke_fleet_runs_each_smoke_there_and_lints(pins: Pins, tmp_path: Pat
     assert text.count(f"fleet: {FLEET}") == len(pins.targets) and "LINUX_GPU_CONTAINER" not in text
     assert lint_files([path], pins, source=tmp_path, rules="aws") == []
     without = render_batchspec(pins, smoke_fleet=None)
-    assert "smoke" not in without.split("version: 0.2")[1] and without.count("identifier: build_") == 4
+    assert "smoke" not in without.split("version: 0.2")[1] and without.count("identifier: build_") == 8, (
+        "4 targets, each engine's image"
+    )
 
 
 @pytest.mark.parametrize(
@@ -269,6 +272,21 @@ def test_batchspec_needs_one_answer_about_the_smoke(
     assert main(["codebuild", "batchspec", "--pins", str(PINS), *argv]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert "--smoke-fleet" in line
+
+
+def test_the_batch_builds_each_targets_vllm_image_after_its_sglang_image(pins: Pins) -> None:
+    """vLLM's build follows the default engine's (its base and deepep layers in the registry cache by
+    then) and asks build.yml for the vllm image (EPSTACK_ENGINE, epstack build --engine)."""
+    graph = yaml.safe_load(render_batchspec(pins, smoke_fleet=None))["batch"]["build-graph"]
+    tasks = {task["identifier"]: task for task in graph}
+    for target in pins.targets:
+        name = target.replace("-", "_")
+        vllm = tasks[f"build_{name}_vllm"]
+        assert vllm["depend-on"] == [f"build_{name}"] and vllm["buildspec"] == "buildspecs/build.yml"
+        assert vllm["env"]["variables"] == {"EPSTACK_TARGET": target, "EPSTACK_ENGINE": "vllm"}
+        assert "EPSTACK_ENGINE" not in tasks[f"build_{name}"]["env"]["variables"], "build.yml's default"
+    build = (REPO / "buildspecs" / "build.yml").read_text()
+    assert "EPSTACK_ENGINE: sglang" in build and '--engine "$EPSTACK_ENGINE"' in build
 
 
 def test_a_yaml_error_is_bad_input_with_its_line(

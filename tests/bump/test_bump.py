@@ -189,7 +189,7 @@ def test_a_dry_run_leaves_every_file_byte_identical(
     assert any(row[:2] == ("every target", "unknown") for row in rows)
     assert "no build report given; fix: `epstack build TARGET --report FILE`" in " ".join(err.split())
     lock_rows = {row[0]: row[2] for row in rows if len(row) >= 3 and row[1].isdigit()}
-    assert set(lock_rows) == {"base", "deepep", "sglang"}, "the base lock is in every image's venv"
+    assert set(lock_rows) == {"base", "deepep", "sglang", "vllm"}, "the base lock is in every image's venv"
     assert "nvidia-nccl-cu13" in lock_rows["deepep"]
 
 

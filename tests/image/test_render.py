@@ -49,7 +49,7 @@ def test_render_twice_is_byte_identical(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 @pytest.mark.parametrize("target", ["hopper-efa", "blackwell-ib"])
-@pytest.mark.parametrize("layer", ["base", "deepep", "sglang"])
+@pytest.mark.parametrize("layer", ["base", "deepep", "sglang", "vllm"])
 def test_dockerfile_matches_golden(rendered: Path, target: str, layer: str) -> None:
     """The complete expected text; regenerate with EPSTACK_UPDATE_GOLDEN=1 and review the diff."""
     check_golden(
@@ -60,7 +60,7 @@ def test_dockerfile_matches_golden(rendered: Path, target: str, layer: str) -> N
 
 def test_every_rendered_dockerfile_passes_hadolint(rendered: Path) -> None:
     dockerfiles = [*sorted(rendered.glob("targets/*/*.Dockerfile")), rendered / "standin" / "Dockerfile"]
-    assert len(dockerfiles) == 13
+    assert len(dockerfiles) == 17, "4 targets x 4 layers, and the stand-in"
     result = subprocess.run(
         [venv_tool("hadolint"), "--no-fail", "--format", "json", *map(str, dockerfiles)],
         capture_output=True,
@@ -103,7 +103,8 @@ def test_labels_carry_every_pin_and_tags_follow_the_pins(rendered: Path) -> None
 def test_bake_file_chains_layers(rendered: Path) -> None:
     bake = json.loads((rendered / "docker-bake.json").read_text())
     assert bake["group"]["default"]["targets"] == ["hopper-ib-sglang"]
-    assert len(bake["group"]["all"]["targets"]) == 4
+    assert len(bake["group"]["all"]["targets"]) == 8, "both engines' images of 4 targets"
+    assert bake["target"]["hopper-ib-vllm"]["contexts"] == bake["target"]["hopper-ib-sglang"]["contexts"]
     deepep = bake["target"]["hopper-efa-deepep"]
     assert deepep["dockerfile"] == "targets/hopper-efa/deepep.Dockerfile"
     assert deepep["contexts"] == {
@@ -127,7 +128,7 @@ def test_every_layer_installs_exactly_its_lock(rendered: Path) -> None:
     sglang lock keeps the base packages at their pins and brings no other deep_ep."""
     flags = " ".join(INSTALL_FLAGS)
     for target in load_pins(PINS).targets:
-        for lock in ("base", "deepep-build", "sglang"):
+        for lock in ("base", "deepep-build", "sglang", "vllm"):
             copied = rendered / f"targets/{target}/locks/{lock}.txt"
             assert copied.read_bytes() == (REPO / "locks" / f"{lock}.txt").read_bytes()
     script = imagepaths.SCRIPTS / "install-python-packages.sh"
@@ -135,15 +136,18 @@ def test_every_layer_installs_exactly_its_lock(rendered: Path) -> None:
         ("base", ["base"]),
         ("deepep", ["deepep-build"]),
         ("sglang", ["sglang-closure", "sglang-family"]),
+        ("vllm", ["vllm-closure", "vllm-family"]),
     ):
         text = (rendered / f"targets/hopper-efa/{layer}.Dockerfile").read_text()
         installs = [line.strip(" &\\") for line in text.splitlines() if f"{script} /" in line]
         assert installs == [f"{script} {imagepaths.LOCKS}/{lock}.txt {flags}" for lock in locks]
-    sglang = read_lock(REPO / "locks", "sglang")
-    assert sglang is not None
-    versions = sglang.resolution.versions
-    assert not set(DEEP_EP_PROVIDERS) & set(versions)
-    assert {name: versions[name] for name in load_pins(PINS).base_packages} == load_pins(PINS).base_packages
+    for engine in ("sglang", "vllm"):
+        held = read_lock(REPO / "locks", engine)
+        assert held is not None
+        versions = held.resolution.versions
+        assert not set(DEEP_EP_PROVIDERS) & set(versions)
+        pinned = load_pins(PINS).base_packages
+        assert {name: versions[name] for name in pinned} == pinned, engine
     bootstrap = (rendered / "targets/hopper-efa/locks/uv-bootstrap.txt").read_text()
     assert bootstrap.startswith(f"uv=={load_pins(PINS).uv_version} \\\n    --hash=sha256:")
 
@@ -211,22 +215,28 @@ def test_fabric_environment_follows_the_pinned_gin_type(tmp_path: Path) -> None:
         assert "LD_LIBRARY_PATH=" not in dockerfile.read_text()
 
 
-def test_the_sglang_lock_installs_in_two_layers_family_last(rendered: Path) -> None:
-    """Closure then family: together exactly the sglang lock, apart, and only the family moves with
-    SGLang releases (a bump re-pulls the last layer)."""
+@pytest.mark.parametrize(
+    ("engine", "members"),
+    [("sglang", {"sglang", "sglang-kernel", "flashinfer-python"}), ("vllm", {"vllm", "flashinfer-python"})],
+)
+def test_an_engine_lock_installs_in_two_layers_family_last(
+    rendered: Path, engine: str, members: set[str]
+) -> None:
+    """Closure then family: together exactly the engine's lock, apart, and only the family moves with
+    the engine's releases (a bump re-pulls the last layer)."""
     locks = rendered / "targets/hopper-ib/locks"
 
     def names(path: Path) -> list[str]:
         return [line.split("==")[0] for line in path.read_text().splitlines() if "==" in line]
 
-    closure, family = names(locks / "sglang-closure.txt"), names(locks / "sglang-family.txt")
-    whole = [name for name in names(locks / "sglang.txt") if not name.startswith("#")]
+    closure, family = names(locks / f"{engine}-closure.txt"), names(locks / f"{engine}-family.txt")
+    whole = [name for name in names(locks / f"{engine}.txt") if not name.startswith("#")]
     assert sorted(closure + family) == sorted(whole) and not set(closure) & set(family)
-    assert {"sglang", "sglang-kernel", "flashinfer-python"} <= set(family)
+    assert members <= set(family)
     assert "torch" not in family and "triton" not in family
-    dockerfile = (rendered / "targets/hopper-ib/sglang.Dockerfile").read_text()
-    assert dockerfile.index("sglang-closure.txt --require-hashes") < dockerfile.index(
-        "sglang-family.txt --require"
+    dockerfile = (rendered / f"targets/hopper-ib/{engine}.Dockerfile").read_text()
+    assert dockerfile.index(f"{engine}-closure.txt --require-hashes") < dockerfile.index(
+        f"{engine}-family.txt --require"
     )
 
 

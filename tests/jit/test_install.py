@@ -181,6 +181,7 @@ def test_the_registry_installs_every_shipped_cache_in_todays_order() -> None:
         "flashinfer",
         "triton",
         "triton_kernels",
+        "vllm_compile",
     ]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from epstack import imagepaths
 from epstack.guard.run import shipped_cache_rows
-from epstack.jit import deepep, deepgemm, flashinfer, sglang, triton, tritonserve
+from epstack.jit import deepep, deepgemm, flashinfer, sglang, triton, tritonserve, vllmcompile
 from epstack.jit.registry import EXPORTED, TOOLCHAINS
 from epstack.jit.toolchain import Toolchain
 
@@ -25,7 +25,7 @@ def _defines_guard_rows(path: Path) -> bool:
 
 def test_every_toolchain_module_is_in_the_registry_once_in_the_install_order() -> None:
     modules = sorted(path.stem for path in JIT.glob("*.py") if _defines_guard_rows(path))
-    in_order = (deepep, deepgemm, sglang, flashinfer, triton, tritonserve)
+    in_order = (deepep, deepgemm, sglang, flashinfer, triton, tritonserve, vllmcompile)
     assert in_order == TOOLCHAINS
     assert sorted(module.__name__.rpartition(".")[2] for module in in_order) == modules
     assert set(EXPORTED.values()) <= set(TOOLCHAINS)
@@ -38,7 +38,7 @@ def test_each_toolchain_has_what_the_protocol_names_and_names_of_its_own() -> No
     for member in ("NAME", "COMPONENT", "SHIPPED"):
         values = [getattr(chain, member) for chain in TOOLCHAINS]
         assert len(set(values)) == len(values), member
-    assert {chain.GUARD_SCOPE for chain in TOOLCHAINS} == {"base", "sglang"}
+    assert {scope for chain in TOOLCHAINS for scope in chain.GUARD_SCOPES} == {"base", "sglang", "vllm"}
 
 
 @pytest.mark.skipif(Path(imagepaths.JIT).exists(), reason="an image's own shipped caches are here")

@@ -42,6 +42,8 @@ RELEASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("nixl", "1.5.1", ("nixl-cu12==1.5.1", "nixl-cu13==1.5.1")),
     ("nixl-cu12", "1.5.1", ("torch",)),
     ("nixl-cu13", "1.5.1", ("torch",)),
+    # as on PyPI: vllm 0.33.0 asks for torch 2.14.0, which its lock overrides to the pin
+    ("vllm", "0.33.0", ("torch==2.14.0", "tinydep")),
 )
 
 

@@ -70,13 +70,13 @@ def test_the_committed_locks_hold_one_cuda() -> None:
 
 def test_an_exception_lifts_one_wheels_constraint_and_the_header_says_so(tmp_path: Path) -> None:
     pins = load_pins(pins_variant(tmp_path, CUDA_MINOR_EXCEPTIONS="nvidia-cuda-nvcc"))
-    (base, _, sglang) = lock_specs(pins)
+    (base, _, sglang, vllm) = lock_specs(pins)
     assert (
         "nvidia-cuda-nvcc==13.0.*" not in sglang.constraints and "nvidia-nvvm==13.0.*" in sglang.constraints
     )
-    assert base.constraints == sglang.constraints
+    assert base.constraints == sglang.constraints == vllm.constraints
     stale = {entry.name: entry.reasons for entry in stale_locks(pins, LOCKS)}
-    assert "constraints:" in stale["base"][0] and set(stale) == {"base", "deepep-build", "sglang"}
+    assert "constraints:" in stale["base"][0] and set(stale) == {"base", "deepep-build", "sglang", "vllm"}
 
 
 def test_a_wheel_of_another_cuda_major_is_refused_naming_who_requires_it(tmp_path: Path) -> None:
@@ -114,9 +114,9 @@ def test_another_sglang_version_names_the_stale_lock(
 def test_a_base_pin_makes_every_lock_above_it_stale(tmp_path: Path) -> None:
     pins = load_pins(pins_variant(tmp_path, TORCH_VERSION="2.13.0"))
     stale = {entry.name: entry.reasons for entry in stale_locks(pins, LOCKS)}
-    assert set(stale) == {"base", "deepep-build", "sglang"}
+    assert set(stale) == {"base", "deepep-build", "sglang", "vllm"}
     assert "requires: torch==2.14.1" in stale["base"][0] and "-> torch==2.13.0" in stale["base"][0]
-    assert stale["sglang"] == ("base.txt is stale",)
+    assert stale["sglang"] == stale["vllm"] == ("base.txt is stale",)
 
 
 def test_an_edited_lock_is_stale(tmp_path: Path) -> None:
@@ -124,9 +124,12 @@ def test_an_edited_lock_is_stale(tmp_path: Path) -> None:
     shutil.copytree(LOCKS, locks)
     text = (locks / "base.txt").read_text()
     (locks / "base.txt").write_text(text.replace("# inputs-sha256: ", "# inputs-sha256: 0"))
-    assert [entry.name for entry in stale_locks(load_pins(PINS), locks)] == ["base", "deepep-build", "sglang"]
+    assert [entry.name for entry in stale_locks(load_pins(PINS), locks)] == [
+        "base", "deepep-build", "sglang", "vllm",
+    ]  # fmt: skip
     (locks / "sglang.txt").unlink()
-    assert stale_locks(load_pins(PINS), locks)[-1].reasons == ("missing",)
+    stale = {entry.name: entry.reasons for entry in stale_locks(load_pins(PINS), locks)}
+    assert stale["sglang"] == ("missing",)
 
 
 def test_an_unreadable_lock_is_one_line_of_bad_input(
@@ -186,7 +189,7 @@ def test_a_relock_resolves_only_what_changed(tmp_path: Path) -> None:
     uv = RecordedUv()
     run = relock(load_pins(pins_variant(tmp_path, SGLANG_VERSION="0.5.22")), locks, resolver=uv,
                  installable=no_install_check)  # fmt: skip
-    assert run.kept == ["base", "deepep-build"] and list(run.locks) == ["sglang"]
+    assert run.kept == ["base", "deepep-build", "vllm"] and list(run.locks) == ["sglang"]
     (call,) = uv.calls
     assert call["requirements"] == ["sglang==0.5.22", *NIXL.split()]
     one_cuda = [f"{name}==13.0.*" for name in CUDA_RELEASE_WHEELS]
@@ -199,23 +202,24 @@ def test_a_relock_resolves_only_what_changed(tmp_path: Path) -> None:
 
 
 def test_the_base_lock_is_resolved_with_the_stack_in_view(tmp_path: Path) -> None:
-    """From nothing: base and SGLang together first, the base pinned to that answer, then the rest."""
+    """From nothing: base and SGLang together first, the base pinned to that answer, vLLM resolved over
+    that base with it, then the rest."""
     uv = RecordedUv()
     run = relock(load_pins(PINS), tmp_path / "empty", resolver=uv, installable=no_install_check)
-    assert [call["name"] for call in uv.calls] == ["torch-alone", "stack", "base", "deepep-build", "sglang"]
-    alone, stack, base, build = uv.calls[:4]
+    names = ["torch-alone", "stack", "base", "stack", "deepep-build", "sglang", "vllm"]
+    assert [call["name"] for call in uv.calls] == names
+    alone, stack, base, other, build = uv.calls[:5]
     assert (alone["requirements"], alone.get("overrides")) == (["torch==2.14.1"], None), "torch's own NCCL"
     assert run.torch_nccl is not None and run.torch_nccl.pin == "nvidia-nccl-cu13==2.30.7"
-    assert stack["requirements"] == [
-        *lock_specs(load_pins(PINS))[0].requirements,
-        "sglang==0.5.23",
-        *NIXL.split(),
-    ]
+    spec = lock_specs(load_pins(PINS))[0]
+    assert stack["requirements"] == [*spec.requirements, "sglang==0.5.23", *NIXL.split()]
     assert base["constraints"] == [p.pin for p in committed("base").packages]
+    assert other["requirements"] == [*spec.requirements, "vllm==0.33.0"]
+    assert other["constraints"] == [*spec.constraints, *base["constraints"]], "the base as pinned"
     assert not any(str(c).startswith("setuptools==") for c in build["constraints"]), (  # type: ignore[attr-defined]
         "the build lock pins its own setuptools"
     )
-    assert {m.lock for m in run.moves} == {"base", "deepep-build", "sglang"}, "every package is new"
+    assert {m.lock for m in run.moves} == {"base", "deepep-build", "sglang", "vllm"}, "every package is new"
 
 
 @pytest.mark.parametrize(
@@ -273,7 +277,7 @@ def test_upgrade_relocks_the_locks_that_hold_it_and_nothing_else_is_written_on_f
     uv = RecordedUv()
     run = relock(load_pins(PINS), locks, upgrade="flashinfer-python==0.7.1", resolver=uv,
                  installable=no_install_check)  # fmt: skip
-    assert list(run.locks) == ["sglang"] and uv.calls[0]["upgrade"] == ("flashinfer-python==0.7.1",)
+    assert list(run.locks) == ["sglang", "vllm"] and uv.calls[0]["upgrade"] == ("flashinfer-python==0.7.1",)
     before = {path.name: path.read_bytes() for path in locks.iterdir()}
     with pytest.raises(Unresolvable):
         relock(load_pins(PINS), locks, upgrade="triton", resolver=RecordedUv(fail="sglang"),
@@ -345,15 +349,19 @@ def test_each_lock_records_exactly_its_specs_inputs() -> None:
     """What `lock --check` compares: absent keys for what a spec does not use (the build lock has no
     overrides, constraints or excludes), and the lower lock's pins digest."""
     pins = load_pins(PINS)
-    base, build, sglang = lock_specs(pins)
+    base, build, sglang, vllm = lock_specs(pins)
     assert build.own == ("setuptools", "wheel", "ninja"), "the build lock pins these over the base lock's"
     lower = {"base": committed("base")}
     assert list(lock_inputs(build, pins, lower)) == ["python", "uv", "requires", "constrained-by base.txt"]
-    assert list(lock_inputs(base, pins, {})) == ["python", "uv", "requires", "overrides", "constraints"]
-    assert list(lock_inputs(sglang, pins, lower)) == [
-        "python", "uv", "requires", "overrides", "constraints", "excludes", "constrained-by base.txt",
+    assert list(lock_inputs(base, pins, {})) == [
+        "python", "uv", "requires", "overrides", "constraints", "holds-up",
     ]  # fmt: skip
-    for spec in (base, build, sglang):
+    assert lock_inputs(base, pins, {})["holds-up"] == "sglang.txt vllm.txt"
+    for engine in (sglang, vllm):
+        assert list(lock_inputs(engine, pins, lower)) == [
+            "python", "uv", "requires", "overrides", "constraints", "excludes", "constrained-by base.txt",
+        ]  # fmt: skip
+    for spec in (base, build, sglang, vllm):
         lock = read_lock(LOCKS, spec.name)
         assert lock is not None and lock.inputs == lock_inputs(spec, pins, lower), spec.name
 
@@ -406,8 +414,8 @@ def test_a_relock_lists_every_move_and_writes_each_new_lock_whole(tmp_path: Path
 def test_upgrade_names_a_distribution_in_any_spelling(tmp_path: Path, upgrade: str) -> None:
     uv = RecordedUv()
     run = relock(load_pins(PINS), LOCKS, upgrade=upgrade, resolver=uv, installable=no_install_check)
-    assert list(run.locks) == ["sglang"] and run.kept == ["base", "deepep-build"]
-    assert [call["upgrade"] for call in uv.calls] == [(upgrade,)]
+    assert list(run.locks) == ["sglang", "vllm"] and run.kept == ["base", "deepep-build"]
+    assert [call["upgrade"] for call in uv.calls] == [(upgrade,)] * 2, "both engines' locks hold FlashInfer"
 
 
 def test_an_upgrade_that_is_no_requirement_or_in_no_lock_is_refused() -> None:
@@ -457,9 +465,14 @@ def test_a_base_relock_prefers_every_locked_version_of_the_stack(tmp_path: Path)
     spec = lock_specs(load_pins(pins_variant(tmp_path, TORCH_VERSION="2.13.0")))
     assert stack["constraints"] == spec[0].constraints and stack["overrides"] == spec[0].overrides
     assert stack["excludes"] == spec[-1].excludes and stack["upgrade"] == ()
-    assert [call["overrides"] for call in uv.calls[2:]] == [each.overrides for each in spec]
+    assert [call["name"] for call in uv.calls[2:]] == ["base", "stack", "deepep-build", "sglang", "vllm"]
+    assert [call["overrides"] for call in uv.calls[2:]] == [
+        spec[0].overrides,
+        spec[0].overrides,
+        *(each.overrides for each in spec[1:]),
+    ]
     target = load_pins(PINS).image_target
-    assert [call["target"] for call in uv.calls] == [target] * 5
+    assert [call["target"] for call in uv.calls] == [target] * 7
 
 
 def test_upgrade_relocks_its_holders_and_every_stale_lock(tmp_path: Path) -> None:
@@ -468,7 +481,7 @@ def test_upgrade_relocks_its_holders_and_every_stale_lock(tmp_path: Path) -> Non
     shutil.copytree(LOCKS, locks)
     (locks / "sglang.txt").write_text((locks / "sglang.txt").read_text() + "--index-url https://x.invalid\n")
     run = relock(load_pins(PINS), locks, upgrade="pip", resolver=RecordedUv(), installable=no_install_check)
-    assert list(run.locks) == ["base", "sglang"] and run.kept == ["deepep-build"]
+    assert list(run.locks) == ["base", "sglang"] and run.kept == ["deepep-build", "vllm"]
 
 
 def test_a_missing_lock_is_stale_and_so_is_every_lock_above_it(tmp_path: Path) -> None:
@@ -479,6 +492,7 @@ def test_a_missing_lock_is_stale_and_so_is_every_lock_above_it(tmp_path: Path) -
         Stale(name="base", path=locks / "base.txt", reasons=("missing",)),
         Stale(name="deepep-build", path=locks / "deepep-build.txt", reasons=("base.txt is stale",)),
         Stale(name="sglang", path=locks / "sglang.txt", reasons=("base.txt is stale",)),
+        Stale(name="vllm", path=locks / "vllm.txt", reasons=("base.txt is stale",)),
     ]
 
 
@@ -490,3 +504,79 @@ def test_a_lock_that_cannot_be_written_is_refused_naming_it(tmp_path: Path) -> N
     ):
         write_locks(run, tmp_path / "locks")
     assert (tmp_path / "locks" / "base.txt").read_text() == run.locks["base"].text, "written before it"
+
+
+class SetuptoolsUv(RecordedUv):
+    """As uv answers for vllm 0.33.0 (setuptools < 81): its stack cannot be resolved over a base that
+    pins setuptools 84.2.1, which is what the SGLang stack gives when it goes first."""
+
+    def __call__(self, requirements: Sequence[str], target: ImageTarget, **options: object) -> Resolution:
+        self.calls.append({"requirements": list(requirements), **options})
+        vllm = any(str(r).startswith("vllm==") for r in requirements)
+        constraints = list(options["constraints"])  # type: ignore[call-overload]
+        if options["name"] == "stack" and vllm and "setuptools==84.2.1" in constraints:
+            raise Unresolvable("Because vllm==0.33.0 depends on setuptools<81.0.0 and setuptools==84.2.1 ...")
+        if options["name"] == "torch-alone":
+            return self.alone
+        answer = committed("base" if options["name"] == "stack" else str(options["name"]))
+        if options["name"] in ("stack", "base") and not vllm:
+            packages = tuple(
+                Pinned(name=p.name, version="84.2.1", via=p.via, hashes=p.hashes)
+                if p.name == "setuptools"
+                else p
+                for p in answer.packages
+            )
+            answer = Resolution(packages=packages, text=answer.text)
+        return answer
+
+
+def test_an_engine_that_cannot_hold_the_base_goes_first_and_the_base_holds_both(tmp_path: Path) -> None:
+    """SGLang's stack pins the base first; vLLM cannot be resolved over it, so vLLM's stack pins the
+    base and SGLang is resolved over that: the base every served lock can stand on."""
+    uv = SetuptoolsUv()
+    run = relock(load_pins(PINS), tmp_path / "empty", resolver=uv, installable=no_install_check)
+    stacks = [("vllm==0.33.0" in str(call["requirements"])) for call in uv.calls if call["name"] == "stack"]
+    assert stacks == [False, True, True, False], "sglang first, vllm refused; vllm first, sglang holds"
+    assert run.locks["base"].resolution.version("setuptools") == committed("base").version("setuptools")
+    assert committed("base").version("setuptools") == "80.10.2", "vLLM's setuptools < 81 pins the base"
+
+    class Never(SetuptoolsUv):
+        def __call__(self, requirements: Sequence[str], target: ImageTarget, **options: object) -> Resolution:
+            unpinned = lock_specs(load_pins(PINS))[0].constraints
+            if options["name"] == "stack" and options["constraints"] != unpinned:
+                raise Unresolvable("Because the engines want two setuptools")
+            return super().__call__(requirements, target, **options)
+
+    with pytest.raises(CommandFailed, match=r"no base lock holds every served layer's lock .*two setuptools"):
+        relock(load_pins(PINS), tmp_path / "empty", resolver=Never(), installable=no_install_check)
+
+
+@pytest.mark.parametrize(
+    ("package", "moved", "says"),
+    [
+        ("torch", "2.14.0", "torch==2.14.0, but torch==2.14.1 (overridden)"),
+        ("nvidia-nccl-cu13", "2.30.7", "but base.txt holds nvidia-nccl-cu13==2.32.6"),
+    ],
+)
+def test_a_vllm_lock_that_moves_torch_or_nccl_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], package: str, moved: str, says: str
+) -> None:
+    """vllm 0.33.0 asks for torch 2.14.0: a lock holding it (or another NCCL), even one whose header
+    and entries digest are as `epstack pins lock` writes them, is stale, and build refuses it (exit 2,
+    before any image is built)."""
+    locks = tmp_path / "locks"
+    shutil.copytree(LOCKS, locks)
+    lock = read_lock(locks, "vllm")
+    assert lock is not None
+    held = lock.resolution.version(package)
+    text = lock.resolution.text.replace(f"\n{package}=={held} ", f"\n{package}=={moved} ")
+    assert text != lock.resolution.text
+    edited = render_lock("vllm", lock.inputs, Resolution(packages=(), text=text))
+    (locks / "vllm.txt").write_text(edited)
+    (stale,) = stale_locks(load_pins(PINS), locks)
+    assert stale.name == "vllm" and any(says in reason for reason in stale.reasons), stale.reasons
+    assert main(["pins", "lock", "--check", "--pins", str(PINS), "--locks", str(locks)]) == 1
+    out = str(tmp_path / "r")
+    build = ["build", "--engine", "vllm", "--pins", str(PINS), "--locks", str(locks), "--out-dir", out]
+    assert main(build) == 2
+    assert says in capsys.readouterr().err and not (tmp_path / "r").exists()

@@ -355,6 +355,7 @@ def test_a_passing_report_stands_in_for_the_server_without_deepep(smoke: Smoke) 
     ("case", "flags", "named"),
     [
         ("failed", ["--seed", "0"], "no passing comparison without DeepEP"),
+        ("other engine", [], "engine vllm (this run: sglang)"),
         ("other seed", ["--seed", "3"], "seed 0 (this run: 3)"),
         ("other tokens", ["--tokens", "16"], "tokens 32 (this run: 16)"),
         (
@@ -378,6 +379,8 @@ def test_a_reference_that_cannot_stand_in_is_bad_input(
         reference = Path(shutil.copy(smoke.report, smoke.work / "reference.json"))
     else:
         reference = _passing_reference(smoke)
+    if case == "other engine":
+        reference.write_text(json.dumps(json.loads(reference.read_text()) | {"engine": "vllm"}))
     smoke.pids.unlink()
     smoke.report.unlink()
     served = smoke.run("ok", "--no-sweep", "--reference", str(reference), *flags)

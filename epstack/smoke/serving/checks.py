@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,25 +135,38 @@ def probe(endpoint: Endpoint, *, a2a: str, log: Path | None, asked: Asked) -> Pr
     if checks[0].failed:
         return Probed(checks=checks, alone=[], info=kept)
     checks.append(buffer(log, a2a))
-    try:
-        alone = _generations(endpoint, asked, checks)
-    except BadValue as bad:
-        checks.append(values_row(0, bad))
-        return Probed(checks=checks, alone=[], info=kept)
-    checks.append(values_row(PROMPTS + 1 + BATCH, None))
-    return Probed(checks=checks, alone=alone, info=kept)
 
-
-def _generations(endpoint: Endpoint, asked: Asked, checks: list[Check]) -> list[Generation]:
-    """The greedy requests (alone, again, in a batch) and their rows; returns the prompts alone."""
-
-    def generate(prompts: list[list[int]]) -> object:
+    def ask(prompts: list[list[int]]) -> list[Generation]:
         # NaN and Infinity read as floats: the answer-values row names them (a broken kernel's NaN)
         request = generation.request(prompts, asked.tokens)
-        return endpoint.json("/generate", request, timeout=asked.timeout_s, nonfinite=True)
+        answer = endpoint.json("/generate", request, timeout=asked.timeout_s, nonfinite=True)
+        if len(prompts) == 1:
+            return [generation.parse(answer, asked.tokens)]
+        return generation.parse_batch(answer, len(prompts), asked.tokens)
 
+    return Probed(checks=checks, alone=greedy(ask, asked, checks), info=kept)
+
+
+# The server's generations of some prompts (one request): SGLang's /generate, vLLM's /v1/completions.
+Ask = Callable[[list[list[int]]], list[Generation]]
+
+
+def greedy(ask: Ask, asked: Asked, checks: list[Check]) -> list[Generation]:
+    """The greedy requests through `ask` (alone, again, in a batch), their rows and the answer-values
+    row; returns the prompts alone, none when an answer held a value no model gives."""
+    try:
+        alone = _generations(ask, asked, checks)
+    except BadValue as bad:
+        checks.append(values_row(0, bad))
+        return []
+    checks.append(values_row(PROMPTS + 1 + BATCH, None))
+    return alone
+
+
+def _generations(ask: Ask, asked: Asked, checks: list[Check]) -> list[Generation]:
+    """The greedy requests (alone, again, in a batch) and their rows; returns the prompts alone."""
     prompts = _prompts(asked, BATCH)
-    alone = [generation.parse(generate([p]), asked.tokens) for p in prompts[:PROMPTS]]
+    alone = [ask([p])[0] for p in prompts[:PROMPTS]]
     checks.append(
         Check(
             component="token-counts",
@@ -161,7 +175,7 @@ def _generations(endpoint: Endpoint, asked: Asked, checks: list[Check]) -> list[
             verdict="ok",
         )
     )
-    repeat = generation.compare(alone[0], generation.parse(generate(prompts[:1]), asked.tokens))
+    repeat = generation.compare(alone[0], ask(prompts[:1])[0])
     checks.append(
         Check(
             component="greedy-repeat",
@@ -171,7 +185,7 @@ def _generations(endpoint: Endpoint, asked: Asked, checks: list[Check]) -> list[
             fix="" if repeat.identical else "greedy decoding is not deterministic here",
         )
     )
-    batch = generation.parse_batch(generate(prompts), BATCH, asked.tokens)
+    batch = ask(prompts)
     checks.append(
         agreement_row(
             f"greedy-in-batch-of-{BATCH}",
@@ -180,6 +194,12 @@ def _generations(endpoint: Endpoint, asked: Asked, checks: list[Check]) -> list[
         )
     )
     return alone
+
+
+def not_compared(why: str) -> Check:
+    """The comparison's row where serving without DeepEP would run the same kernels: skipped, said why."""
+    return Check(component="deepep-v2-vs-none", expected="as without DeepEP", found="-", verdict="skipped",
+                 detail=why)  # fmt: skip
 
 
 def control_row(agreements: list[Agreement]) -> Check:

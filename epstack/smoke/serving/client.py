@@ -22,9 +22,13 @@ class RequestFailed(EpstackError):
     """A request to the server failed or its answer was not what SGLang sends."""
 
 
+HEALTH = "/health_generate"  # SGLang's: 200 once it generated one token
+
+
 @dataclass(frozen=True, kw_only=True)
 class Endpoint:
     url: str  # http://host:port, no trailing slash
+    health: str = HEALTH  # the path that answers 200 once the server serves (vLLM's: /health)
 
     def _call(self, path: str, body: object | None, timeout: float) -> httpclient.Answer:
         data = None if body is None else json.dumps(body).encode()
@@ -42,9 +46,9 @@ class Endpoint:
             raise RequestFailed(str(exc)) from None
 
     def healthy(self, timeout: float) -> bool:
-        """True when /health_generate answers 200 (SGLang generated one token)."""
+        """True when the health path answers 200 (SGLang's /health_generate: it generated one token)."""
         try:
-            answer = self._call("/health_generate", None, timeout)
+            answer = self._call(self.health, None, timeout)
         except RequestFailed:
             return False
         return answer.status == 200

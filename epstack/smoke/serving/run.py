@@ -1,6 +1,7 @@
-"""One `epstack smoke serve`: start SGLang with the serve plan's flags (or attach to --url), wait until
-it is healthy, check it (and the NCCL each of its processes loaded), sweep the load, and again without
-DeepEP for the comparison; one JSON report.
+"""One `epstack smoke serve`: start SGLang (or vLLM, `--engine vllm`) with the serve plan's flags (or
+attach to --url), wait until it is healthy, check it (and the NCCL each of its processes loaded), sweep
+the load, and again without DeepEP for the comparison (where that compares two kernels: not vLLM at data
+parallel 1); one JSON report.
 
 Failures end the run with a named reason and the report says which (the server exited before it was
 healthy, with the known failure its log shows; a health timeout; a request that failed or timed out; a
@@ -27,10 +28,11 @@ from epstack.errors import CHECK_FAILED, OK, BadInput, EpstackError
 from epstack.output import check_writable, write_file
 from epstack.smoke.nccl import ProcessNccl, processes_check, session_nccl
 from epstack.smoke.rundir import writable_dir
-from epstack.smoke.serving import checks, server, startup, sweep, tinymodel
+from epstack.smoke.serving import checks, server, sweep, tinymodel
 from epstack.smoke.serving.checks import Asked
 from epstack.smoke.serving.client import Endpoint, RequestFailed
-from epstack.smoke.serving.command import redacted, serve_env
+from epstack.smoke.serving.command import redacted
+from epstack.smoke.serving.engines import DEFAULT, ENGINES, Engine
 from epstack.smoke.serving.generation import Generation
 from epstack.smoke.serving.profiles import ServePlan
 from epstack.smoke.serving.server import ServerFailed
@@ -44,7 +46,7 @@ FailureKind = Literal["server-exited", "health-timeout", "request", "wrong-backe
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     plan: ServePlan
-    extra_args: list[str]  # SGLang flags after the plan's (site specifics: --attention-backend ...)
+    extra_args: list[str]  # the engine's flags after the plan's (site specifics: --attention-backend ...)
     url: str | None  # attach to a running server instead of starting one
     server_log: Path | None  # with url: the server's log, for the DeepEP V2 buffer line
     compare: bool  # also serve with --moe-a2a-backend none and compare
@@ -59,6 +61,11 @@ class Settings:
     run_dir: Path | None
     model_cache: Path  # where the tiny profile's generated model folder is written once and reused
     report: Path
+    engine: str = DEFAULT  # epstack.smoke.serving.engines
+
+    @property
+    def server(self) -> Engine:
+        return ENGINES[self.engine]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +108,7 @@ class ServeReport:
     failure: Failure | None
     elapsed_s: float
     generated_model: Prepared | None = None  # the tiny profile's folder: written now, or reused
+    engine: str = DEFAULT
 
 
 SERVE_REPORT = Schema(
@@ -158,6 +166,7 @@ def _sweep(
             seed=settings.asked.seed,
             work=work,
             timeout_s=settings.level_timeout_s,
+            vllm=server.entry(settings.server.bench) if settings.server.bench else None,
         )
         state.sweep.append(level)
         out.say(
@@ -180,26 +189,27 @@ def _served(
     settings: Settings, plan: ServePlan, work: Path, state: _State, out: Printer, *, sweep_it: bool
 ) -> list[Generation]:
     """Start one server for `plan`, check it (and sweep), stop it; returns its alone generations."""
-    argv = server.command(plan, settings.extra_args)
-    env = server.environment(plan, os.environ)
+    engine = settings.server
+    argv = engine.launch(plan, settings.extra_args)
+    env = engine.environment(plan, os.environ)
     log = work / f"server-{plan.a2a}.log"
-    out.say(f"starting SGLang ({plan.a2a}): {' '.join(redacted(argv))}; log {log}")
+    out.say(f"starting {engine.title} ({plan.a2a}): {' '.join(redacted(argv))}; log {log}")
     run = ServedRun(
         a2a=plan.a2a,
         argv=redacted(argv),
-        env=serve_env(plan),
+        env=engine.env(plan),
         launch_to_healthy_s=None,
         info={},
         log=str(log),
     )
     state.runs.append(run)
-    launched = datetime.now()  # SGLang stamps its log in local time
+    launched = datetime.now()  # SGLang and vLLM stamp their logs in local time
     try:
-        with server.serving(argv, env, log) as started:
+        with server.serving(argv, env, log, health=engine.health) as started:
             healthy = started.wait_healthy(settings.health_timeout_s)
             out.say(f"healthy after {healthy:.0f} s")
-            loaded = session_nccl(started.proc.pid)  # SGLang's schedulers run in the server's session
-            probed = checks.probe(started.endpoint, a2a=plan.a2a, log=log, asked=settings.asked)
+            loaded = session_nccl(started.proc.pid)  # the engine's workers run in the server's session
+            probed = engine.probe(started.endpoint, plan, log, settings.asked)
             state.runs[-1] = dataclasses.replace(
                 run, launch_to_healthy_s=round(healthy, 1), info=probed.info, nccl=loaded
             )
@@ -209,7 +219,7 @@ def _served(
                 _sweep(settings, started.endpoint, plan.model_path, work=work, state=state, out=out)
     finally:  # where the start-up went, on failure too
         text = log.read_text(errors="replace") if log.exists() else ""
-        read = startup.read(text, launched)
+        read = engine.startup(text, launched)
         state.runs[-1] = dataclasses.replace(state.runs[-1], startup=read)
         if read.deepgemm:
             out.say(f"DeepGEMM's JIT: {len(read.deepgemm)} sessions, {read.deepgemm_s} s of the start-up")
@@ -217,7 +227,7 @@ def _served(
 
 
 def _recorded(settings: Settings, plan: ServePlan, prepared: Prepared | None) -> list[Generation]:
-    """The --moe-a2a-backend none answers a passing report of the same prompts holds (--reference): its
+    """The answers without DeepEP a passing report of the same prompts holds (--reference): its engine,
     profile, model (the generated model's key, else its path), seed and tokens this run's; BadInput naming
     the report and what differs otherwise."""
     path = settings.reference
@@ -228,6 +238,7 @@ def _recorded(settings: Settings, plan: ServePlan, prepared: Prepared | None) ->
     differs = [
         f"{what} {theirs} (this run: {ours})"
         for what, theirs, ours in (
+            ("engine", report.engine, settings.engine),
             ("profile", report.profile, plan.profile.name),
             ("model", *(model or (report.model_path, plan.model_path))),
             ("seed", kept.get("seed"), settings.asked.seed),
@@ -240,7 +251,7 @@ def _recorded(settings: Settings, plan: ServePlan, prepared: Prepared | None) ->
     if differs:
         raise BadInput(
             f"--reference {path}: {'; '.join(differs)}; fix: a report of `epstack smoke serve` with the "
-            "comparison, passed, of this profile, model, --seed and --tokens"
+            "comparison, passed, of this engine, profile, model, --seed and --tokens"
         )
     try:
         return _GENERATIONS.validate_python(kept["reference"])
@@ -258,14 +269,17 @@ def _keep(state: _State, rows: list[Check], out: Printer) -> None:
     state.checks.extend(rows)
     for row in rows:
         out.say(f"{row.component}: {row.verdict} ({row.found})")
-    wrong = next((r for r in rows if r.component == "moe-a2a-backend" and r.failed), None)
+    wrong = next((r for r in rows if r.component in BACKEND_ROWS and r.failed), None)
     if wrong is not None:
         raise _Stop(
             Failure(
                 kind="wrong-backend",
-                message=f"the server reports --moe-a2a-backend {wrong.found}, not {wrong.expected}",
+                message=f"the server reports --{wrong.component} {wrong.found}, not {wrong.expected}",
             )
         )
+
+
+BACKEND_ROWS = ("moe-a2a-backend", "all2all-backend")  # SGLang's, vLLM's: a wrong one stops the run
 
 
 class _Stop(Exception):
@@ -276,19 +290,19 @@ class _Stop(Exception):
 
 def _attached(settings: Settings, work: Path, state: _State, out: Printer) -> None:
     assert settings.url is not None
-    endpoint = Endpoint(url=settings.url.rstrip("/"))
+    endpoint = Endpoint(url=settings.url.rstrip("/"), health=settings.server.health)
     deadline = time.monotonic() + settings.health_timeout_s
     while not endpoint.healthy(timeout=10):
         if time.monotonic() >= deadline:
             raise _Stop(
                 Failure(
                     kind="health-timeout",
-                    message=f"{settings.url}/health_generate did not "
+                    message=f"{settings.url}{endpoint.health} did not "
                     f"answer 200 within {settings.health_timeout_s:g} s",
                 )
             )
         time.sleep(2)
-    probed = checks.probe(endpoint, a2a=settings.plan.a2a, log=settings.server_log, asked=settings.asked)
+    probed = settings.server.probe(endpoint, settings.plan, settings.server_log, settings.asked)
     state.runs.append(
         ServedRun(
             a2a=settings.plan.a2a,
@@ -342,7 +356,10 @@ def run(settings: Settings, out: Printer, *, clock: Callable[[], float] = time.m
             _attached(settings, work, state, out)
         else:
             through = _served(settings, plan, work, state, out, sweep_it=True)
-            if settings.compare and through:  # none when its answers held a value no model gives
+            skip = settings.server.no_comparison(plan)
+            if settings.compare and skip:
+                _keep(state, [checks.not_compared(skip)], out)
+            elif settings.compare and through:  # none when its answers held a value no model gives
                 reference = recorded or _served(
                     settings, plan.without_deepep(), work, state, out, sweep_it=False
                 )
@@ -374,6 +391,7 @@ def run(settings: Settings, out: Printer, *, clock: Callable[[], float] = time.m
         failure=failure,
         elapsed_s=round(clock() - start, 1),
         generated_model=prepared,
+        engine=settings.engine,
     )
     write_file(settings.report, SERVE_REPORT.dumps(report), what="the serve smoke's --json report")
     if failure is not None:

@@ -1,5 +1,6 @@
-"""One SGLang server the smoke started: its command (the serve plan's, from epstack.smoke.serving.command),
-its own process group and log, a wait until it is healthy, and a stop that leaves nothing running.
+"""One server the smoke started (SGLang, or vLLM: epstack.smoke.serving.engines): its command (the serve
+plan's, from the engine's command module), its own process group and log, a wait until it is healthy,
+and a stop that leaves nothing running.
 
 The server and everything it forks (the scheduler, the detokenizer, nvcc under DeepGEMM's JIT) share a
 new session; stop() sends SIGTERM to the group, then SIGKILL after a grace period, and reaps it. The
@@ -22,12 +23,17 @@ from pathlib import Path
 from epstack.cmd import die_with
 from epstack.errors import BadInput, EpstackError
 from epstack.smoke.classify import Finding, classify_server_log
-from epstack.smoke.serving.client import Endpoint
+from epstack.smoke.serving.client import HEALTH, Endpoint
 from epstack.smoke.serving.command import HTTP_PORT, SGLANG_ENTRY, serve_env, sglang_args
 from epstack.smoke.serving.profiles import ServePlan
+from epstack.smoke.serving.vllmchecks import LOGGING
+from epstack.smoke.serving.vllmcommand import VLLM_ENTRY, vllm_args, vllm_env
 
-# What the `sglang` console script runs, for a Python whose scripts are not on PATH (pip --target).
-_CONSOLE_SCRIPT = "import sys; from sglang.cli.main import main; sys.argv[0] = 'sglang'; sys.exit(main())"
+# What each console script runs, for a Python whose scripts are not on PATH (pip --target).
+_CONSOLE_SCRIPTS = {
+    "sglang": "import sys; from sglang.cli.main import main; sys.argv[0] = 'sglang'; sys.exit(main())",
+    "vllm": "import sys; from vllm.entrypoints.cli.main import main; sys.argv[0] = 'vllm'; sys.exit(main())",
+}
 STOP_GRACE_S = 10.0
 LOG_TAIL_LINES = 12
 MAX_PORT = 65535
@@ -43,11 +49,12 @@ class ServerFailed(EpstackError):
             self.exit_code = 3
 
 
-def entry() -> list[str]:
-    """SGLANG_ENTRY's program: the `sglang` script on PATH or beside this Python, else the same via -c."""
-    script = Path(sys.executable).with_name(SGLANG_ENTRY[0])
-    found = shutil.which(SGLANG_ENTRY[0]) or (str(script) if script.is_file() else None)
-    return [found] if found else [sys.executable, "-c", _CONSOLE_SCRIPT]
+def entry(program: str = SGLANG_ENTRY[0]) -> list[str]:
+    """The engine's program (`sglang`, `vllm`): its script on PATH or beside this Python, else the same
+    via -c."""
+    script = Path(sys.executable).with_name(program)
+    found = shutil.which(program) or (str(script) if script.is_file() else None)
+    return [found] if found else [sys.executable, "-c", _CONSOLE_SCRIPTS[program]]
 
 
 def _port(text: str) -> int:
@@ -71,6 +78,12 @@ def port_of(argv: list[str]) -> int:
 def command(plan: ServePlan, extra: list[str]) -> list[str]:
     """The serve job's command for one node (node 0 of 1), then the user's extra SGLang flags."""
     return [*entry(), *SGLANG_ENTRY[1:], *sglang_args(plan, node_rank="0", leader="127.0.0.1"), *extra]
+
+
+def vllm_command(plan: ServePlan, extra: list[str]) -> list[str]:
+    """vLLM's: the serve job's command for one node (node 0 of 1), then the user's extra vLLM flags."""
+    args = vllm_args(plan, node_rank="0", leader="127.0.0.1")
+    return [*entry(VLLM_ENTRY[0]), *VLLM_ENTRY[1:], *args, *extra]
 
 
 def tail(log: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
@@ -118,8 +131,9 @@ class Server:
 
 
 @contextlib.contextmanager
-def serving(argv: list[str], env: Mapping[str, str], log: Path) -> Iterator[Server]:
-    """Start the server in its own session, logging to `log`; stopped on leaving, however it is left."""
+def serving(argv: list[str], env: Mapping[str, str], log: Path, health: str = HEALTH) -> Iterator[Server]:
+    """Start the server in its own session, logging to `log`; stopped on leaving, however it is left;
+    `health`: the path that answers 200 once it serves."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -134,7 +148,7 @@ def serving(argv: list[str], env: Mapping[str, str], log: Path) -> Iterator[Serv
     server = Server(
         proc=proc,
         log=log,
-        endpoint=Endpoint(url=f"http://127.0.0.1:{port_of(argv)}"),
+        endpoint=Endpoint(url=f"http://127.0.0.1:{port_of(argv)}", health=health),
         started=time.monotonic(),
     )
     try:
@@ -146,3 +160,8 @@ def serving(argv: list[str], env: Mapping[str, str], log: Path) -> Iterator[Serv
 def environment(plan: ServePlan, base: Mapping[str, str]) -> dict[str, str]:
     """The process environment with the serve plan's variables over it (the token budget)."""
     return {**base, **serve_env(plan)}
+
+
+def vllm_environment(plan: ServePlan, base: Mapping[str, str]) -> dict[str, str]:
+    """vLLM's: the plan's variables (DeepEP V2's mode) and DEBUG logging, where its buffer's line is."""
+    return {**base, **vllm_env(plan), **LOGGING}

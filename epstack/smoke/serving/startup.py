@@ -1,6 +1,7 @@
-"""Where a server's start-up went, read from its own log (SGLang 0.5.23's lines): seconds from launch to
-each milestone, SGLang's "Engine startup timings" summary, and each DeepGEMM JIT session (the kernel,
-its N, K and groups, the Ms and the seconds its warm-up bar took). A cold start's minutes are named here."""
+"""Where a server's start-up went, read from its own log (SGLang 0.5.23's lines, or vLLM 0.33.0's):
+seconds from launch to each milestone, SGLang's "Engine startup timings" summary, and each DeepGEMM JIT
+session (the kernel, its N, K and groups, the Ms and the seconds its warm-up bar took). A cold start's
+minutes are named here."""
 
 from __future__ import annotations
 
@@ -19,6 +20,19 @@ MILESTONES: tuple[tuple[str, str], ...] = (
     ("cuda_graphs_captured", "Capture target decode CUDA graph end."),
     ("http_listening", "INFO:     Uvicorn running on"),
     ("warmup_request_done", "The server is fired up and ready to roll!"),
+)
+# vLLM's lines: "(EngineCore pid=7) INFO 12-07 16:35:23 [gpu_worker.py:773] message", no year (its
+# logger's _DATE_FORMAT); the milestones from vLLM 0.33.0's own messages.
+_VLLM_STAMP = re.compile(r"(?:INFO|WARNING|DEBUG|ERROR) (\d\d-\d\d \d\d:\d\d:\d\d) \[[^\]]*\] (.*)$")
+VLLM_MILESTONES: tuple[tuple[str, str], ...] = (
+    ("first_log_line", ""),
+    ("weights_loaded", "Loading weights took"),
+    ("model_loaded", "Model loading took"),
+    ("compiled_or_loaded", "torch.compile took"),
+    ("kv_cache_allocated", "Available KV cache memory"),
+    ("cuda_graphs_captured", "Graph capturing finished"),
+    ("engine_ready", "init engine (profile, create kv cache, warmup model) took"),
+    ("http_listening", "Starting vLLM server on"),
 )
 _TIMINGS = re.compile(r"Engine startup timings \(s\): (.*)$")
 _TIMING = re.compile(r"(\w+)=([\d.]+)")
@@ -73,6 +87,20 @@ def _sessions(log: str, launched: datetime) -> list[DeepGemmSession]:
             seconds=hours * 3600 + minutes * 60 + secs,
         ))  # fmt: skip
     return sessions
+
+
+def read_vllm(log: str, launched: datetime) -> Startup:
+    """The start-up of the vLLM server whose log is `log`, launched at `launched` (local time, as vLLM
+    stamps its lines, in `launched`'s year)."""
+    milestones: dict[str, float] = {}
+    for found in map(_VLLM_STAMP.search, log.splitlines()):
+        if found is None:
+            continue
+        at_time = datetime.strptime(f"{launched.year}-{found.group(1)}", "%Y-%m-%d %H:%M:%S")
+        for name, start in VLLM_MILESTONES:
+            if name not in milestones and found.group(2).startswith(start):
+                milestones[name] = round((at_time - launched).total_seconds(), 1)
+    return Startup(milestones_s=milestones, engine_timings_s={}, deepgemm=[])
 
 
 def read(log: str, launched: datetime) -> Startup:
