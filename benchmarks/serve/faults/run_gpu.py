@@ -9,7 +9,7 @@ the repository root, with the ferried stack on PYTHONPATH (PYTHONPATH=/opt/sgl:$
 Phases, in the order named (one driver runs them one after another; a phase whose result is there is not
 run again, so `start` after a lost call goes on where it stopped):
   healthy   the checkpoint written (benchmarks/serve/tiny_checkpoint.py: bytes, seconds, sha256), then
-            `epstack smoke serve --profile tiny` with the sweep: exit 0 expected
+            `epstack smoke serve --profile tiny` with the sweep: exit 0, every level, no errors
   startup   launch to first answer with SGLang's dummy weights (`--load-format dummy`) and with the
             generated checkpoint, one start each, same flags, --no-compare --no-sweep: exit 0 each
   faults    `epstack smoke serve --no-sweep --reference <healthy's report>` (one server each: the healthy
@@ -23,7 +23,8 @@ only the first start compiles. The driver runs from a copy of this tree in $WORK
 replaced by the next call's). `wait` copies at most 8 files to $OUT/faults: run.json (every step: command,
 exit, seconds, expected or not, the rows), the reports (healthy, reference-healthy, fault-zero,
 fault-scale, fault-permute) and logs.tar.gz (server logs, consoles, sweep logs, the startup reports).
-Settings: WORK (/tmp/faults), WAIT_S (540), FAULTS (zero,scale,permute), SERVE_ARGS (default
+Settings: WORK (/tmp/faults), WAIT_S (540), FAULTS (zero,scale,permute), HEALTHY_LEVELS (the healthy
+run's sweep, default 1,2,4,8,16,32,64), SERVE_ARGS (default
 --sglang-arg=--attention-backend=triton: the ferried sglang-kernel has no FA3).
 """
 
@@ -116,9 +117,12 @@ def healthy(env: dict[str, str]) -> dict[str, Any]:
     argv = [sys.executable, "-m", "benchmarks.serve.tiny_checkpoint", str(checkpoint), str(WORK / "models")]
     written = step("checkpoint", argv, env)
     written["result"] = json.loads(checkpoint.read_text()) if checkpoint.is_file() else None
-    served = smoke("healthy", [], env)
+    levels = os.environ.get("HEALTHY_LEVELS", "1,2,4,8,16,32,64")
+    served = smoke("healthy", ["--concurrency", levels], env)
     served["as_expected"] = (
-        served["exit"] == 0 and served["sweep_levels"] == 7 and served["sweep_errors"] == 0
+        served["exit"] == 0
+        and served["sweep_levels"] == len(levels.split(","))
+        and served["sweep_errors"] == 0
     )
     return {"checkpoint": written, "healthy": served}
 
