@@ -21,8 +21,16 @@ from epstack.guard.loaded import (
 )
 
 
+def _readable_version(library: str) -> str:
+    try:
+        return nccl_version(library)
+    except (OSError, AttributeError):
+        return "unreadable"
+
+
 def check_nccl_loaded(pinned: str, maps_text: str) -> Check:
-    """Exactly one libnccl mapped, and its own ncclGetVersion equals the pin."""
+    """Exactly one libnccl mapped, and its own ncclGetVersion equals the pin; where several are, each
+    one's version (in the order mapped) and path."""
     libraries = mapped_libraries(maps_text, "libnccl.so")
     if not libraries:
         return Check(
@@ -33,7 +41,7 @@ def check_nccl_loaded(pinned: str, maps_text: str) -> Check:
             detail="no libnccl mapped after import torch",
         )
     if len(libraries) > 1:
-        found = f"{len(libraries)} libnccl mapped"
+        found = f"{len(libraries)} libnccl mapped: {', '.join(_readable_version(lib) for lib in libraries)}"
         return Check(
             component="NCCL (loaded)",
             expected=pinned,

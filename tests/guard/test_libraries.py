@@ -51,7 +51,7 @@ def test_two_libnccl_mapped_is_a_mismatch_naming_both() -> None:
     assert check_nccl_loaded("2.30.7", maps) == Check(
         component="NCCL (loaded)",
         expected="2.30.7",
-        found="2 libnccl mapped",
+        found="2 libnccl mapped: unreadable, unreadable",  # no such files: no version to read
         verdict="mismatch",
         detail="/venv/nvidia/nccl/lib/libnccl.so.2 /usr/lib/libnccl.so.2",
     )

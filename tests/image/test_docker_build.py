@@ -9,6 +9,7 @@ Images the tests make are removed at the end; the build's own images stay for `m
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import subprocess
@@ -349,7 +350,7 @@ needs_sources = pytest.mark.skipif(
 
 @needs_sources
 def test_deepep_and_sglang_are_built_and_guarded(built: BuildReport, engine: DockerEngine) -> None:
-    assert [image.stage for image in built.built] == ["devel", "base", "deepep", "sglang"]
+    assert [image.stage for image in built.built] == ["devel", "base", "deepep", "sglang", "vllm"]
     check = (
         "import sglang, deep_ep; from deep_ep import ElasticBuffer; "
         "print(sglang.__version__, ElasticBuffer.__name__)"
@@ -357,6 +358,28 @@ def test_deepep_and_sglang_are_built_and_guarded(built: BuildReport, engine: Doc
     result = docker(engine, "run", "--rm", ref(built, "sglang"), "python", "-c", check)
     assert result.stdout.split() == [load_pins(BUILD_PINS).sglang_version, "ElasticBuffer"]
     assert "guard: ok" in result.stderr
+
+
+@needs_sources
+def test_the_vllm_image_is_built_over_the_same_deepep_image_and_guarded(
+    built: BuildReport, engine: DockerEngine
+) -> None:
+    """vLLM at its pin over the deepep image sglang's is built on, no SGLang in it, and its start's guard
+    (vLLM's own deepep_v2 gate among its rows) passes."""
+    check = (
+        "import importlib.util, vllm, deep_ep; from deep_ep import ElasticBuffer; "
+        "print(vllm.__version__, ElasticBuffer.__name__, importlib.util.find_spec('sglang'))"
+    )
+    result = docker(engine, "run", "--rm", ref(built, "vllm"), "python", "-c", check)
+    assert result.stdout.split() == [load_pins(BUILD_PINS).vllm_version, "ElasticBuffer", "None"]
+    assert "guard: ok" in result.stderr
+    deepep, vllm = (
+        json.loads(
+            docker(engine, "image", "inspect", "--format", "{{json .RootFS.Layers}}", ref(built, s)).stdout
+        )
+        for s in ("deepep", "vllm")
+    )
+    assert vllm[: len(deepep)] == deepep
 
 
 @needs_sources
@@ -691,9 +714,10 @@ def test_an_older_nccl_is_refused_at_start_and_named_by_the_full_guard(
     """The devel image keeps the system NCCL NVIDIA's devel images ship (SYSTEM_NCCL_VERSION, 2.28.9),
     older than the pin. Put first by LD_LIBRARY_PATH or LD_PRELOAD, a loader variable set otherwise
     than the build, the strict start refuses it by name before anything loads (issue 50). The full
-    guard in such a container names what loaded: preloaded, the older libnccl.so.2 is the one torch gets,
-    a mismatch naming it and the pin; first on LD_LIBRARY_PATH it is not (libtorch_cuda.so finds the
-    wheel's libnccl.so.2 through its RPATH, which the loader searches first), and the guard passes."""
+    guard in such a container names what loaded: preloaded, the older libnccl.so.2 is mapped beside the
+    wheel's (torch loads that one by its path), a mismatch naming both versions and the pin; first on
+    LD_LIBRARY_PATH it is not mapped (libtorch_cuda.so finds the wheel's libnccl.so.2 through its RPATH,
+    which the loader searches first), and the guard passes."""
     pins, devel, system = load_pins(BUILD_PINS), ref(built, "devel"), "/usr/lib/x86_64-linux-gnu"
     path, preload = f"LD_LIBRARY_PATH={system}", f"LD_PRELOAD={system}/libnccl.so.2"
     for variable in (path, preload):
@@ -707,7 +731,11 @@ def test_an_older_nccl_is_refused_at_start_and_named_by_the_full_guard(
         engine, "run", "--rm", "--entrypoint", "bash", "-e", preload, devel, "-c", guard, check=False
     )
     assert preloaded.returncode == 1
-    row = next(line for line in preloaded.stdout.splitlines() if "│ NCCL (loaded)" in line)
+    lines = preloaded.stdout.splitlines()
+    at = next(n for n, line in enumerate(lines) if "│ NCCL (loaded)" in line)
+    row = " ".join(  # the row's line and the lines its wrapped cells go on to (their layer cell empty)
+        [lines[at], *itertools.takewhile(lambda line: line.startswith("│        │"), lines[at + 1 :])]
+    )
     assert pins.nccl_version in row and SYSTEM_NCCL_VERSION in row and "mismatch" in row
 
 
