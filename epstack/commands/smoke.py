@@ -285,7 +285,7 @@ def _register_serve(smoke: Any) -> None:
         "--reference",
         type=path_arg,
         metavar="REPORT",
-        help="compare with the --moe-a2a-backend none answers a passing report of this smoke holds (same "
+        help="compare with the answers without DeepEP a passing report of this smoke holds (same engine, "
         "profile, model, --seed, --tokens) instead of starting that second server",
     )
     checks = p.add_argument_group("checks and sweep")

@@ -351,6 +351,17 @@ def test_a_passing_report_stands_in_for_the_server_without_deepep(smoke: Smoke) 
     )
 
 
+def test_an_unreadable_reference_is_bad_input_before_the_model_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache, report = tmp_path / "cache", tmp_path / "report.json"
+    argv = ["smoke", "serve", "--reference", str(tmp_path / "none.json"), "--model-cache", str(cache)]
+    assert epstack_main([*argv, "--json", str(report), "--run-dir", str(tmp_path / "run")]) == BAD_INPUT
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{tmp_path / 'none.json'}: no such file; fix: " in line
+    assert not report.exists() and not cache.exists()
+
+
 @pytest.mark.parametrize(
     ("case", "flags", "named"),
     [

@@ -226,13 +226,13 @@ def _served(
     return probed.alone
 
 
-def _recorded(settings: Settings, plan: ServePlan, prepared: Prepared | None) -> list[Generation]:
+def _recorded(
+    settings: Settings, report: ServeReport, plan: ServePlan, prepared: Prepared | None
+) -> list[Generation]:
     """The answers without DeepEP a passing report of the same prompts holds (--reference): its engine,
     profile, model (the generated model's key, else its path), seed and tokens this run's; BadInput naming
     the report and what differs otherwise."""
     path = settings.reference
-    assert path is not None
-    report = SERVE_REPORT.read(path)
     kept = report.comparison or {}
     model = (prepared.key, report.generated_model.key) if prepared and report.generated_model else None
     differs = [
@@ -349,8 +349,10 @@ def run(settings: Settings, out: Printer, *, clock: Callable[[], float] = time.m
     state = _State()
     failure: Failure | None = None
     code = OK
+    # The reference read first (no model written for an unreadable one), matched once the model is known.
+    reference_report = SERVE_REPORT.read(settings.reference) if settings.reference else None
     plan, prepared = _model(settings, out)  # a folder it may not write, a full disk: before any server
-    recorded = _recorded(settings, plan, prepared) if settings.reference else None
+    recorded = _recorded(settings, reference_report, plan, prepared) if reference_report else None
     try:
         if settings.url:
             _attached(settings, work, state, out)
