@@ -62,7 +62,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         )
     if args.upgrade:
         moved = upgrade_name(args.upgrade)
-        others = [m for m in run.moves if m.package != moved]
+        others = {m.package for m in run.moves if m.package != moved}  # in any lock, counted once
         title = f"--upgrade {args.upgrade}: {len(others)} other distributions move with it"
         out.print(moves_table(run.moves, escape(title)))
     elif run.moves:

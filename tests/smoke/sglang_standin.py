@@ -146,6 +146,8 @@ class Handler(BaseHTTPRequestHandler):
             os.environ.get("STANDIN_READY_S", "0.3")
         )
         if self.path in ("/health", "/health_generate"):
+            if MODE == "hang":  # a test waits for this line in the server's log
+                print(f"standin: {self.path} asked", flush=True)
             self._send(200 if ready else 503, b"")
         elif self.path == "/server_info":
             backend = "none" if MODE == "wrong-backend" else ARGS.moe_a2a_backend

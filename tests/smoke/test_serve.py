@@ -147,6 +147,9 @@ class Smoke:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # Ctrl-C as at a terminal, also where pytest runs in a background job (SIGINT ignored there,
+            # and an ignored SIGINT is inherited: Python then installs no KeyboardInterrupt for it)
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
         )
 
     def run(self, mode: str, *extra: str, env: dict[str, str] | None = None, timeout_s: float = 60) -> Served:
@@ -541,13 +544,20 @@ def _wait_for_server(pids: Path, within_s: float = 30) -> list[int]:
     return started[0]
 
 
+def _wait_for_line(log: Path, line: str, within_s: float = 30) -> None:
+    deadline = time.monotonic() + within_s
+    while not (log.is_file() and line in log.read_text(errors="replace")):
+        assert time.monotonic() < deadline, f"{log}: no {line!r}"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_interrupt_stops_the_server_and_exits_130(smoke: Smoke, signum: int) -> None:
     with smoke.start("hang", "--no-sweep", "--health-timeout", "300") as proc:
         try:
             pair = _wait_for_server(smoke.pids)
-            time.sleep(0.3)  # the smoke is now waiting for /health_generate
-            sent = time.monotonic()
+            _wait_for_line(smoke.work / "run" / "server-deepep_v2.log", "standin: /health_generate asked")
+            sent = time.monotonic()  # the smoke is waiting for the server's health
             proc.send_signal(signum)
             _, err = proc.communicate(timeout=20)
         finally:
