@@ -75,11 +75,21 @@ def cmd_guard(args: argparse.Namespace, console: Console) -> int:
     failed = sum(check.failed for check in report.checks)
     counted = f"{len(report.checks)} checks"
     if isinstance(judged, Trusted):
-        counted += f": {judged.live} now, the others {PROVEN}, nothing that decides them changed"
+        counted += (
+            f": {judged.live} now, the others {PROVEN}, nothing that decides them changed; {_walked(judged)}"
+        )
     out.print(
         f"[green]guard: ok[/] ({counted})" if report.ok else f"[red]guard: {failed} of {counted} failed[/]"
     )
     return 0 if report.ok else 1
+
+
+def _walked(trusted: Trusted) -> str:
+    """How much of the record's trees the start listed."""
+    if trusted.listed < trusted.folders:
+        listed = f"{trusted.listed:,} of {trusted.folders:,} folders listed"
+        return f"{listed}, the others unpacked before the build's record"
+    return f"all {trusted.folders:,} folders listed"
 
 
 def _full_guard_in_the_venv(pins: Path, layer: str, locks: Path | None, json_to: Path | None) -> NoReturn:

@@ -20,6 +20,15 @@ change time does: every write, chmod, rename or utime sets a file's ctime to now
 container with the default capabilities can set it back (that needs the clock, CAP_SYS_TIME). So at
 start any file of those trees whose ctime is later than the container's first process started was
 changed in this container.
+
+At start on an overlayfs root the walk lists only the folders that can differ from the build's (Unpacked):
+a file written in the container is copied up with every folder above it, each with a new ctime, and a
+layer unpacked after the record holds every folder above its files, unpacked then too. So a folder whose
+ctime is earlier than the record's, with no other file system mounted on, under or above it, was unpacked
+before the record and nothing under it changed since: it keeps the build's digest, and so does every
+folder under it, unlisted. This trusts that layers are unpacked in order, as docker and containerd do
+(containerd's parallel unpack, `max_concurrent_unpacks` above 1, does not: EPSTACK_GUARD_WALK=full lists
+every folder).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from stat import S_ISLNK, S_ISREG
 from epstack import imagepaths
 from epstack.cmd import run
 from epstack.errors import EnvironmentProblem
+from epstack.guard.mounts import Mounts
 from epstack.guard.onecuda import cuda_home
 from epstack.jit.probereport import reports_folder
 
@@ -68,14 +78,38 @@ class Tree:
     root: str
     folders: dict[str, str]
     skip: tuple[str, ...] = ()  # folders under root the walk leaves out
+    # folders holding a link to a file outside the tree: its change copies up no folder of this one, so a
+    # start that keeps the build's digests lists these again
+    linked: tuple[str, ...] = ()
 
 
 @dataclass(kw_only=True)
 class Changes:
-    """At start: the files of the walked trees changed in this container (ctime after `since`)."""
+    """At start: the files of the walked trees changed in this container (ctime after `since`), and how many
+    folders were listed of those the trees have."""
 
     since: float  # the container's first process started (epoch seconds)
     paths: list[str] = field(default_factory=list)
+    listed: int = 0
+    folders: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unpacked:
+    """What the start keeps from the build without listing it: a folder of `trees` (the build's, by root;
+    only roots with nothing mounted on, under or above them) whose ctime is earlier than `before_ns`, the
+    record's, and every folder under it. `mounts` names the folders of library resolution to list anyway."""
+
+    before_ns: int
+    trees: Mapping[str, Tree]
+    mounts: Mounts
+
+    def kept(self, folder: str) -> bool:
+        """The folder was unpacked before the record, and no file system is mounted on it."""
+        try:
+            return os.stat(folder).st_ctime_ns < self.before_ns and self.mounts.unmounted(folder)
+        except OSError:
+            return False
 
 
 def digest(rows: list[Row]) -> str:
@@ -146,33 +180,105 @@ def walk(
     skip: Iterable[Path | str] = (),
     changes: Changes | None = None,
     rows: Rows | None = None,
+    *,
+    built: Tree | None = None,
+    before_ns: int = 0,
 ) -> Tree:
     """Each folder under `root` (not following links; not `skip`) and its digest; with `changes`, each
-    file changed since the container started; with `rows`, each folder's rows kept there."""
+    file changed since the container started; with `rows`, each folder's rows kept there. With `built`, a
+    folder of it whose ctime is earlier than `before_ns` keeps its digest there, and so does each folder
+    under it, unlisted (but those of built.linked)."""
     skipped = tuple(str(path) for path in skip)
     hidden: dict[str, set[str]] = {}
     for path in skipped:
         hidden.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
-    folders: dict[str, str] = {}
-    pending: list[tuple[str, str]] = [(".", str(root))]
+    base = str(root)
+    folders = dict(built.folders) if built is not None else {}
+    below = _below(folders)
+    listed: dict[str, bool] = {}  # each folder listed: whether it holds a link to a file outside root
+    pending: list[tuple[str, str]] = [(".", base)]
     while pending:
         relative, folder = pending.pop()
-        try:
-            found, subfolders = _scan(folder, hidden.get(folder, ()), changes)
-        except OSError as exc:
-            folders[relative] = f"unreadable: {exc.strerror}"
-            continue
-        folders[relative] = digest(found)
-        if rows is not None:
+        if relative in below and _older(folder, before_ns):
+            continue  # unpacked before the record: the build's digests, from here down
+        found, subfolders = _listed(folder, hidden, changes, folders, relative)
+        listed[relative] = any(_outside(folder, name, base) for name, *_ in found)
+        if rows is not None and found:
             rows[relative] = found
-        for name in subfolders:
-            pending.append((name if relative == "." else f"{relative}/{name}", f"{folder}/{name}"))
-    return Tree(root=str(root), folders=folders, skip=skipped)
+        now = [name if relative == "." else f"{relative}/{name}" for name in subfolders]
+        for gone in set(below.get(relative, ())).difference(now):
+            _forget(folders, below, gone)  # the build's folder is not there now
+        pending += [(name, f"{base}/{name}") for name in now]
+    for relative in built.linked if built is not None else ():
+        if relative in folders and relative not in listed:
+            folder = os.path.normpath(os.path.join(base, relative))
+            found = _listed(folder, hidden, changes, folders, relative)[0]
+            listed[relative] = any(_outside(folder, name, base) for name, *_ in found)
+    if changes is not None:
+        changes.folders += len(folders)
+    linked = tuple(sorted(relative for relative, outside in listed.items() if outside))
+    return Tree(root=base, folders=folders, skip=skipped, linked=linked)
 
 
-def library_tree(changes: Changes | None = None, rows: Rows | None = None) -> Tree:
+def _listed(
+    folder: str,
+    hidden: Mapping[str, Collection[str]],
+    changes: Changes | None,
+    folders: dict[str, str],
+    relative: str,
+) -> tuple[list[Row], list[str]]:
+    """One folder listed now: its digest into `folders` (or why it is unreadable), its rows and subfolders."""
+    if changes is not None:
+        changes.listed += 1
+    try:
+        found, subfolders = _scan(folder, hidden.get(folder, ()), changes)
+    except OSError as exc:
+        folders[relative] = f"unreadable: {exc.strerror}"
+        return [], []
+    folders[relative] = digest(found)
+    return found, subfolders
+
+
+def _outside(folder: str, name: str, root: str) -> bool:
+    """A row of `folder` for a link to a file outside `root`."""
+    if not name.endswith(LINK):
+        return False
+    target = os.path.realpath(f"{folder}/{name.removesuffix(LINK)}")
+    return not target.startswith(root.rstrip("/") + "/")
+
+
+def _below(folders: Mapping[str, str]) -> dict[str, list[str]]:
+    """Each folder's subfolders, by relative path ("." the root)."""
+    below: dict[str, list[str]] = {name: [] for name in folders}
+    for name in folders:
+        if name != ".":
+            below[os.path.dirname(name) or "."].append(name)
+    return below
+
+
+def _forget(folders: dict[str, str], below: dict[str, list[str]], relative: str) -> None:
+    """A folder of the build's and every one under it dropped: the walk lists what is there now."""
+    pending = [relative]
+    while pending:
+        name = pending.pop()
+        folders.pop(name, None)
+        pending += below.pop(name, ())
+
+
+def _older(folder: str, before_ns: int) -> bool:
+    try:
+        return os.lstat(folder).st_ctime_ns < before_ns
+    except OSError:
+        return False
+
+
+def library_tree(
+    changes: Changes | None = None, rows: Rows | None = None, unpacked: Unpacked | None = None
+) -> Tree:
     """What the loader resolves: `ldconfig -p`'s entries, and the files of each folder they name plus
-    the default ones (a library dropped there without ldconfig is found too), driver libraries left out."""
+    the default ones (a library dropped there without ldconfig is found too), driver libraries left out;
+    with `unpacked`, a folder it keeps has the build's digest, unlisted."""
+    built = unpacked.trees.get(LIBRARY_RESOLUTION) if unpacked is not None else None
     result = run("ldconfig", "-p", echo=False)
     if result.returncode != 0:
         raise EnvironmentProblem(f"ldconfig -p failed: {result.stderr.strip()}")
@@ -183,6 +289,11 @@ def library_tree(changes: Changes | None = None, rows: Rows | None = None) -> Tr
     if rows is not None:
         rows[LDCONFIG] = [(line, 0, 0, 0) for line in resolved]
     for folder in sorted(folders):
+        if built is not None and unpacked is not None and folder in built.folders and unpacked.kept(folder):
+            digests[folder] = built.folders[folder]
+            continue
+        if changes is not None:
+            changes.listed += 1
         try:
             with os.scandir(folder) as scan:
                 files = [e for e in scan if not DRIVER_LIBRARY.match(e.name) and not e.is_dir()]
@@ -193,6 +304,8 @@ def library_tree(changes: Changes | None = None, rows: Rows | None = None) -> Tr
         digests[folder] = digest(found)
         if rows is not None:
             rows[folder] = found
+    if changes is not None:
+        changes.folders += len(folders)
     return Tree(root=LIBRARY_RESOLUTION, folders=digests)
 
 
@@ -246,15 +359,19 @@ def fingerprint(
     files: Iterable[str],
     changes: Changes | None = None,
     rows: dict[str, Rows] | None = None,
+    unpacked: Unpacked | None = None,
 ) -> tuple[Tree, ...]:
     """The trees of `walked`, library resolution and `files` by content, as this container has them; with
-    `changes`, what changed in it since it started; with `rows`, each tree's rows there by root."""
+    `changes`, what changed in it since it started; with `rows`, each tree's rows there by root; with
+    `unpacked`, the folders it keeps unlisted."""
     trees = []
     for where in walked:
         kept = rows.setdefault(where.root, {}) if rows is not None else None
-        trees.append(walk(where.root, where.skip, changes, kept))
+        built = unpacked.trees.get(where.root) if unpacked is not None else None
+        before = unpacked.before_ns if unpacked is not None else 0
+        trees.append(walk(where.root, where.skip, changes, kept, built=built, before_ns=before))
     libraries = rows.setdefault(LIBRARY_RESOLUTION, {}) if rows is not None else None
-    return (*trees, library_tree(changes, libraries), content_tree(files))
+    return (*trees, library_tree(changes, libraries, unpacked), content_tree(files))
 
 
 def container_started() -> float:

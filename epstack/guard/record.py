@@ -23,7 +23,7 @@ from pathlib import Path
 
 from epstack.document import Schema
 from epstack.errors import BadInput
-from epstack.guard.changes import WRITTEN, Change, tree_changes
+from epstack.guard.changes import WRITTEN, Change, shown_first, tree_changes
 from epstack.guard.environment import deciding, held_file, held_file_text
 from epstack.guard.fingerprint import (
     BY_CONTENT,
@@ -32,6 +32,7 @@ from epstack.guard.fingerprint import (
     Row,
     Rows,
     Tree,
+    Unpacked,
     Walked,
     content_files,
     fingerprint,
@@ -40,6 +41,7 @@ from epstack.guard.fingerprint import (
     roots,
 )
 from epstack.guard.libraries import LoadedRuntime, loaded_cuda_runtime
+from epstack.guard.mounts import OVERLAY, Mounts
 from epstack.jit.probereport import reports_folder
 from epstack.output import write_file
 
@@ -63,7 +65,7 @@ class GuardRecord:
 
 GUARD_RECORD = Schema(
     name="guard-record",
-    version=3,
+    version=4,
     model=GuardRecord,
     what="an epstack guard build record",
     fix="rebuild the image (guard-layer.sh writes it)",
@@ -195,19 +197,47 @@ def build_file_changes(record: GuardRecord, layer: str, since: float) -> list[Ch
     return changes
 
 
-def file_changes(record: GuardRecord, layer: str, since: float) -> list[Change]:
+def unpacked_before_record(record: GuardRecord, layer: str, mounts: Mounts) -> Unpacked | None:
+    """What the start may keep from the build unlisted (epstack.guard.fingerprint): on an overlayfs root,
+    the folders unpacked before the record, under the roots nothing is mounted on, in or above."""
+    if mounts.root_type != OVERLAY:
+        return None
+    try:
+        before = record_path(layer).stat().st_ctime_ns
+    except OSError:
+        return None
+    trees = {
+        tree.root: tree
+        for tree in record.trees
+        if tree.root == LIBRARY_RESOLUTION or mounts.unmounted(tree.root)
+    }
+    return Unpacked(before_ns=before, trees=trees, mounts=mounts)
+
+
+def file_changes(record: GuardRecord, layer: str, since: float, unpacked: Unpacked | None = None) -> Walk:
     """Every file or folder of the record's trees not as the build left it, each written in this
-    container since `since` (the container's first process), and the build's own files changed."""
+    container since `since` (the container's first process), and the build's own files changed; with
+    `unpacked`, the folders it keeps are the build's, unlisted."""
     changes = Changes(since=since)
     files = [path for tree in record.trees if tree.root == BY_CONTENT for path in tree.folders]
-    now = {tree.root: tree for tree in fingerprint(_walked(record.trees), files, changes)}
+    now = {tree.root: tree for tree in fingerprint(_walked(record.trees), files, changes, unpacked=unpacked)}
     found = build_file_changes(record, layer, since)
     differing = [was for was in record.trees if was != now.get(was.root)]
     listing = read_listing(record, layer) if differing else None
     for was in differing:
         built = listing.rows.get(was.root) if listing is not None else None
         found += tree_changes(was, now[was.root], built, current_rows(was, now[was.root]))
-    return found + [Change(path=path, kind=WRITTEN) for path in changes.paths]
+    found += [Change(path=path, kind=WRITTEN) for path in changes.paths]
+    return Walk(changes=tuple(shown_first(found)), listed=changes.listed, folders=changes.folders)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Walk:
+    """What the start's walk found changed, and how many folders of the trees it listed."""
+
+    changes: tuple[Change, ...]
+    listed: int
+    folders: int
 
 
 def inputs_change(record: GuardRecord, *, layer: str, pins: Path, locks: Path | None) -> str:

@@ -26,13 +26,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from epstack.checkrow import Check
-from epstack.guard.changes import Change, shown_first
+from epstack.errors import BadInput
+from epstack.guard.changes import Change
 from epstack.guard.deepep import JIT_CACHE, check_jit_cache
 from epstack.guard.environment import Difference, deciding, differences, given
 from epstack.guard.expected import load_expected
 from epstack.guard.fingerprint import container_started
 from epstack.guard.libraries import CUDA_DRIVER, CUDA_RUNTIME, CUDA_SKIPPED, LoadedRuntime, live_cuda_rows
-from epstack.guard.record import file_changes, inputs_change, read_record
+from epstack.guard.mounts import read_mounts
+from epstack.guard.record import file_changes, inputs_change, read_record, unpacked_before_record
 from epstack.guard.report import GUARD_REPORT, GuardReport
 from epstack.jit.registry import TOOLCHAINS
 from epstack.layers import guard_scopes
@@ -42,6 +44,8 @@ PROVEN = "proven at build"
 CHANGED = "changed since the build"  # a refused start's row per file
 SHOWN = 25  # lines a refused start prints at most (its --json report holds every row)
 UNSET = "(unset)"
+WALK = "EPSTACK_GUARD_WALK"
+WALK_CHANGED, WALK_FULL = "changed", "full"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +54,8 @@ class Trusted:
 
     report: GuardReport
     live: int  # rows checked now
+    listed: int = 0  # folders of the record's trees listed now
+    folders: int = 0  # of those the trees have (the others' digests kept: unpacked before the record)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,20 +117,32 @@ def judge_start(
 ) -> Trusted | Refused | str:
     """The start's verdict from the build's record: trusted (the report at start), refused (what
     changed), or why the record cannot judge it, in words (the full guard runs)."""
+    walk_all = _walk_all(env)
     record = read_record(layer)
     if isinstance(record, str):
         return record
     judged = differences(deciding(given(env)), record.env)
     refused = tuple(d for d in judged if d.variable.verdict == "refused")
-    changes = tuple(shown_first(file_changes(record, layer, container_started())))
-    if refused or changes:
-        return Refused(pins=pins, layer=layer, variables=refused, changes=changes)
+    unpacked = None if walk_all else unpacked_before_record(record, layer, read_mounts())
+    walked = file_changes(record, layer, container_started(), unpacked)
+    if refused or walked.changes:
+        return Refused(pins=pins, layer=layer, variables=refused, changes=walked.changes)
     asked = inputs_change(record, layer=layer, pins=pins, locks=locks)
     if asked or judged:
         return asked or str(judged[0])
     if sys.flags.no_site and record.env.get("VIRTUAL_ENV"):
         _venv_last_on_path(record.env["VIRTUAL_ENV"])
-    return _trusted(record.report, pins, layer, record.cuda_runtime, env)
+    trusted = _trusted(record.report, pins, layer, record.cuda_runtime, env)
+    return replace(trusted, listed=walked.listed, folders=walked.folders)
+
+
+def _walk_all(env: Mapping[str, str]) -> bool:
+    """EPSTACK_GUARD_WALK: `full` lists every folder of the record's trees (where layers may be unpacked
+    out of order); unset or `changed`, only those that can differ from the build's."""
+    value = env.get(WALK, "") or WALK_CHANGED
+    if value not in (WALK_FULL, WALK_CHANGED):
+        raise BadInput(f"{WALK}={value}: use {WALK_CHANGED} (the default) or {WALK_FULL}")
+    return value == WALK_FULL
 
 
 def _venv_last_on_path(venv: str) -> None:

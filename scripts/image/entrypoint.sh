@@ -2,6 +2,8 @@
 # Container entrypoint: the shipped JIT caches into the writable ones, check the stack against this image's
 # pins, then run the command.
 #   EPSTACK_GUARD=strict (default): refuse to start on drift; warn: report and start; off: skip.
+#   EPSTACK_GUARD_WALK=full: list every folder the build recorded (default `changed`: on overlayfs, only
+#   those unpacked after the build's record or changed in this container; epstack.guard.fingerprint).
 #   The JSON report lands in ${EPSTACK_GUARD_REPORT:-/tmp/epstack-guard.json}. The guard trusts what the
 #   image's build proved while nothing that decides it changed, refuses a file or a variable that
 #   changes what runs, and checks the driver now (--at-start).
@@ -13,13 +15,6 @@
 set -euo pipefail
 
 mode=${EPSTACK_GUARD:-strict}
-# The guard stats every file of the venv, each one's first lookup slow in a new container: warm the
-# kernel's caches of it on another core (du stats them too) while the shell and Python start up.
-warming=
-if [ "${mode}" != off ]; then
-  du -s "${VIRTUAL_ENV:-${EPSTACK_HOME:-/opt/epstack}/venv}" >/dev/null 2>&1 &
-  warming=$!
-fi
 
 # shellcheck source=scripts/image/cuda-stub.sh
 . "$(dirname "$0")/cuda-stub.sh"
@@ -48,10 +43,6 @@ case "${mode}" in
     exit 2
     ;;
 esac
-if [ -n "${warming}" ]; then  # no stray child for the command (as PID 1, it may reap none)
-  kill "${warming}" 2>/dev/null || true
-  wait "${warming}" 2>/dev/null || true
-fi
 hold_env="${0%/*}/../bin/hold-env"
 if [ -x "${hold_env}" ]; then
   exec "${hold_env}" --restore "$@"

@@ -12,6 +12,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -50,6 +51,9 @@ BUILD_PINS = Path(os.environ.get("EPSTACK_TEST_PINS") or PINS)
 FIXTURES = REPO / "tests" / "fixtures"
 # The image's own start, as its ENTRYPOINT has it: hold-env, then the entrypoint.
 START = f"{imagepaths.BIN}/hold-env {imagepaths.SCRIPTS}/entrypoint.sh"
+SITE_PACKAGES = f"{imagepaths.VENV}/lib/python3.12/site-packages"
+SITE = f"$(ls -d {imagepaths.VENV}/lib/python3*/site-packages)"
+STDLIB = "$(python -c 'import sysconfig; print(sysconfig.get_paths()[\"stdlib\"])')"
 
 
 def docker(engine: DockerEngine, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -661,6 +665,8 @@ def test_the_start_guard_trusts_the_build_and_checks_the_driver_now(
     image = ref(built, stage)
     started = docker(engine, "run", "--rm", image, "cat", "/tmp/epstack-guard.json")
     assert "full guard" not in started.stderr and "nothing that decides them changed" in started.stderr
+    listed, folders = listed_of(started.stderr)
+    assert 0 < listed < 100 and folders > 5000, "only the folders of the record's own layer listed"
     assert "UserWarning" not in started.stderr
     report = GUARD_REPORT.loads(started.stdout, f"{image}: /tmp/epstack-guard.json")
     assert [row.component for row in report.checks] == [
@@ -676,19 +682,75 @@ def test_the_start_guard_trusts_the_build_and_checks_the_driver_now(
     assert driver.verdict == "skipped" and driver.detail == "no GPU: cuInit returned 34"
 
 
-def test_a_user_layer_that_adds_a_pth_or_a_preload_is_refused_by_name(
-    tmp_path: Path, built: BuildReport, engine: DockerEngine, made: list[str]
+def listed_of(stderr: str) -> tuple[int, int]:
+    """The folders a trusted start listed, and how many the record's trees have."""
+    found = re.search(r"; ([\d,]+) of ([\d,]+) folders listed, the others unpacked before", stderr)
+    assert found, stderr[-3000:]
+    listed, folders = (int(group.replace(",", "")) for group in found.groups())
+    return listed, folders
+
+
+def test_guard_walk_full_lists_every_folder_the_record_holds(
+    built: BuildReport, engine: DockerEngine
 ) -> None:
-    """Neither is a start the build's record can vouch for, nor one the full guard may run in place of it."""
-    tag = "epstack-test/installs"
+    """EPSTACK_GUARD_WALK=full lists every folder and finds them as the build left them; another value is
+    refused in one line."""
+    image = ref(built, "base")
+    full = docker(engine, "run", "--rm", "-e", "EPSTACK_GUARD_WALK=full", image, "true")
+    assert re.search(r"nothing that decides them changed; all [\d,]+ folders listed", full.stderr), (
+        full.stderr
+    )
+    typo = docker(engine, "run", "--rm", "-e", "EPSTACK_GUARD_WALK=fast", image, "true", check=False)
+    assert (
+        typo.returncode == 2 and "EPSTACK_GUARD_WALK=fast: use changed (the default) or full" in typo.stderr
+    )
+
+
+USER_LAYERS = {  # a layer built FROM the image: what it changes, and the line the start names it by
+    "a .pth added": ('touch "{purelib}/user.pth"', f"{SITE_PACKAGES}/user.pth: added"),
+    "a module deep in the venv appended to": (
+        'echo "#" >> "{purelib}/torch/utils/data/sampler.py"',
+        f"{SITE_PACKAGES}/torch/utils/data/sampler.py: size ",
+    ),
+    "a stdlib module appended to": (
+        'echo "#" >> "{stdlib}/json/encoder.py"',
+        "/python3.12/json/encoder.py: size ",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", USER_LAYERS)
+def test_a_user_layer_that_changes_the_trees_is_refused_by_name(
+    tmp_path: Path, built: BuildReport, engine: DockerEngine, made: list[str], case: str
+) -> None:
+    """A layer over the image is unpacked after the build's record, with every folder above what it
+    changed: the start lists those, whatever else it keeps, and names the change."""
+    change, named = USER_LAYERS[case]
+    tag = f"epstack-test/user-layer-{list(USER_LAYERS).index(case)}"
     purelib = "$(python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')"
-    result = user_layer(engine, tmp_path, f'FROM {ref(built, "base")}\nRUN touch "{purelib}/user.pth"\n', tag)
+    dockerfile = f"FROM {ref(built, 'base')}\nRUN {change.format(purelib=purelib, stdlib=STDLIB)}\n"
+    result = user_layer(engine, tmp_path, dockerfile, tag)
     assert result.returncode == 0, result.stderr[-2000:]
     made.append(tag)
     started = docker(engine, "run", "--rm", tag, "true", check=False)
     assert started.returncode == 1
-    assert f"  {imagepaths.VENV}/lib/python3.12/site-packages/user.pth: added" in started.stderr.splitlines()
+    assert any(line.startswith("  ") and named in line for line in started.stderr.splitlines()), (
+        started.stderr[-3000:]
+    )
     assert "full guard" not in started.stderr and PROVEN not in started.stderr
+
+
+def test_a_folder_mounted_in_the_venv_is_listed_and_named(built: BuildReport, engine: DockerEngine) -> None:
+    """A mount's files keep their own times: with a tmpfs on a folder of the venv, the start lists the
+    venv whole and names what the mount hides."""
+    folder = f"{SITE_PACKAGES}/filelock"
+    started = docker(engine, "run", "--rm", "--tmpfs", folder, ref(built, "base"), "true", check=False)
+    assert started.returncode == 1
+    assert f"  {folder}/__init__.py: removed" in started.stderr.splitlines(), started.stderr[-3000:]
+
+
+def test_a_preload_is_refused_by_name(built: BuildReport, engine: DockerEngine) -> None:
+    """Not a start the build's record can vouch for, nor one the full guard may run in place of it."""
     libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
     preloaded = docker(
         engine, "run", "--rm", "-e", f"LD_PRELOAD={libc}", ref(built, "base"), "true", check=False
@@ -739,8 +801,6 @@ def test_an_older_nccl_is_refused_at_start_and_named_by_the_full_guard(
     assert pins.nccl_version in row and SYSTEM_NCCL_VERSION in row and "mismatch" in row
 
 
-SITE = f"$(ls -d {imagepaths.VENV}/lib/python3*/site-packages)"
-STDLIB = "$(python -c 'import sysconfig; print(sysconfig.get_paths()[\"stdlib\"])')"
 # Changes made inside a running container before the entrypoint (issues 29 and 50): each is named and
 # refuses the start.
 IN_CONTAINER = {
@@ -902,17 +962,6 @@ def test_a_start_after_other_processes_that_change_nothing_is_trusted(
     script = f"python -c 'import json, email.parser'; exec {START} true"
     started = docker(engine, "run", "--rm", "--entrypoint", "bash", ref(built, "base"), "-c", script)
     assert "nothing that decides them changed" in started.stderr, started.stderr[-3000:]
-
-
-def test_the_starts_cache_warming_is_gone_before_the_command(
-    built: BuildReport, engine: DockerEngine
-) -> None:
-    """The entrypoint's `du` (warming the kernel's caches of the venv for the guard's walk) is reaped
-    before the command runs: the command sees no such process."""
-    listing = "cat /proc/[0-9]*/comm; true"  # bash stays: a stray child of it would be listed
-    started = docker(engine, "run", "--rm", ref(built, "base"), "bash", "-c", listing)
-    assert "nothing that decides them changed" in started.stderr, started.stderr[-3000:]
-    assert "du" not in started.stdout.split() and "bash" in started.stdout.split(), started.stdout
 
 
 # ---- the kernels layer (issue 17): DeepEP's kernels shipped over the sglang image ---------------
