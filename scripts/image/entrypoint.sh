@@ -29,8 +29,14 @@ report=${EPSTACK_GUARD_REPORT:-/tmp/epstack-guard.json}
 case "${mode}" in
   off) ;;
   warn | strict)
-    # The guard's table on stderr: the container's stdout is the command's alone.
-    if ! epstack-start image guard --layer "${EPSTACK_GUARD_LAYER}" --json "${report}" --at-start >&2; then
+    # The guard's table on stderr: the container's stdout is the command's alone. Its exit 2 is a bad
+    # setting (its line above): nothing was judged, in either mode.
+    judged=0
+    epstack-start image guard --layer "${EPSTACK_GUARD_LAYER}" --json "${report}" --at-start >&2 || judged=$?
+    if [ "${judged}" = 2 ]; then
+      exit 2
+    fi
+    if [ "${judged}" != 0 ]; then
       if [ "${mode}" = strict ]; then
         echo "epstack: the guard refused this start (above, ${report}); EPSTACK_GUARD=warn starts anyway" >&2
         exit 1
