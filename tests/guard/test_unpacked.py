@@ -76,7 +76,7 @@ def test_mountinfo_gives_the_roots_type_and_every_other_mount_point() -> None:
 @pytest.mark.parametrize(
     ("path", "unmounted"),
     [
-        ("/opt/epstack/venv", True),
+        ("/srv/app/venv", True),
         ("/etc/python3.12", True),
         ("/etc", False),  # /etc/hosts is mounted under it
         ("/opt/models v2", False),  # on it
