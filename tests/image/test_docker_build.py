@@ -666,7 +666,7 @@ def test_the_start_guard_trusts_the_build_and_checks_the_driver_now(
     started = docker(engine, "run", "--rm", image, "cat", "/tmp/epstack-guard.json")
     assert "full guard" not in started.stderr and "nothing that decides them changed" in started.stderr
     listed, folders = listed_of(started.stderr)
-    assert 0 < listed and listed * 100 < folders, "only the folders of the record's own layer listed"
+    assert listed > 0 and listed * 100 < folders, "only the folders of the record's own layer listed"
     assert "UserWarning" not in started.stderr
     report = GUARD_REPORT.loads(started.stdout, f"{image}: /tmp/epstack-guard.json")
     assert [row.component for row in report.checks] == [
