@@ -96,9 +96,9 @@ class Changes:
 
 @dataclass(frozen=True, kw_only=True)
 class Unpacked:
-    """What the start keeps from the build without listing it: a folder of `trees` (the build's, by root;
-    only roots with nothing mounted on, under or above them) whose ctime is earlier than `before_ns`, the
-    record's, and every folder under it. `mounts` names the folders of library resolution to list anyway."""
+    """What the start keeps from the build without listing it: a folder of `trees` (the build's, by root)
+    whose ctime is earlier than `before_ns`, the record's, with no file system of `mounts` on, under or
+    above it, and every folder under it."""
 
     before_ns: int
     trees: Mapping[str, Tree]
@@ -180,34 +180,35 @@ def walk(
     skip: Iterable[Path | str] = (),
     changes: Changes | None = None,
     rows: Rows | None = None,
-    *,
-    built: Tree | None = None,
-    before_ns: int = 0,
+    unpacked: Unpacked | None = None,
 ) -> Tree:
     """Each folder under `root` (not following links; not `skip`) and its digest; with `changes`, each
-    file changed since the container started; with `rows`, each folder's rows kept there. With `built`, a
-    folder of it whose ctime is earlier than `before_ns` keeps its digest there, and so does each folder
-    under it, unlisted (but those of built.linked)."""
+    file changed since the container started; with `rows`, each folder's rows kept there. With `unpacked`,
+    a folder of its tree for `root` that it keeps has the build's digest, and so has each folder under it,
+    unlisted (but those of the tree's `linked`)."""
     skipped = tuple(str(path) for path in skip)
     hidden: dict[str, set[str]] = {}
     for path in skipped:
         hidden.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
     base = str(root)
+    built = unpacked.trees.get(base) if unpacked is not None else None
     folders = dict(built.folders) if built is not None else {}
-    below = _below(folders)
+    below: dict[str, list[str]] | None = None  # the build's subfolders of each, once a kept tree lists one
     listed: dict[str, bool] = {}  # each folder listed: whether it holds a link to a file outside root
     pending: list[tuple[str, str]] = [(".", base)]
     while pending:
         relative, folder = pending.pop()
-        if relative in below and _older(folder, before_ns):
+        if built is not None and unpacked is not None and relative in built.folders and unpacked.kept(folder):
             continue  # unpacked before the record: the build's digests, from here down
         found, subfolders = _listed(folder, hidden, changes, folders, relative)
         listed[relative] = any(_outside(folder, name, base) for name, *_ in found)
         if rows is not None and found:
             rows[relative] = found
         now = [name if relative == "." else f"{relative}/{name}" for name in subfolders]
-        for gone in set(below.get(relative, ())).difference(now):
-            _forget(folders, below, gone)  # the build's folder is not there now
+        if built is not None:
+            below = below if below is not None else _below(built.folders)
+            for gone in set(below.get(relative, ())).difference(now):
+                _forget(folders, below, gone)  # the build's folder is not there now
         pending += [(name, f"{base}/{name}") for name in now]
     for relative in built.linked if built is not None else ():
         if relative in folders and relative not in listed:
@@ -263,13 +264,6 @@ def _forget(folders: dict[str, str], below: dict[str, list[str]], relative: str)
         name = pending.pop()
         folders.pop(name, None)
         pending += below.pop(name, ())
-
-
-def _older(folder: str, before_ns: int) -> bool:
-    try:
-        return os.lstat(folder).st_ctime_ns < before_ns
-    except OSError:
-        return False
 
 
 def library_tree(
@@ -367,9 +361,7 @@ def fingerprint(
     trees = []
     for where in walked:
         kept = rows.setdefault(where.root, {}) if rows is not None else None
-        built = unpacked.trees.get(where.root) if unpacked is not None else None
-        before = unpacked.before_ns if unpacked is not None else 0
-        trees.append(walk(where.root, where.skip, changes, kept, built=built, before_ns=before))
+        trees.append(walk(where.root, where.skip, changes, kept, unpacked))
     libraries = rows.setdefault(LIBRARY_RESOLUTION, {}) if rows is not None else None
     return (*trees, library_tree(changes, libraries, unpacked), content_tree(files))
 

@@ -199,19 +199,14 @@ def build_file_changes(record: GuardRecord, layer: str, since: float) -> list[Ch
 
 def unpacked_before_record(record: GuardRecord, layer: str, mounts: Mounts) -> Unpacked | None:
     """What the start may keep from the build unlisted (epstack.guard.fingerprint): on an overlayfs root,
-    the folders unpacked before the record, under the roots nothing is mounted on, in or above."""
+    the folders unpacked before the record with nothing mounted on, under or above them."""
     if mounts.root_type != OVERLAY:
         return None
     try:
         before = record_path(layer).stat().st_ctime_ns
     except OSError:
         return None
-    trees = {
-        tree.root: tree
-        for tree in record.trees
-        if tree.root == LIBRARY_RESOLUTION or mounts.unmounted(tree.root)
-    }
-    return Unpacked(before_ns=before, trees=trees, mounts=mounts)
+    return Unpacked(before_ns=before, trees={tree.root: tree for tree in record.trees}, mounts=mounts)
 
 
 def file_changes(record: GuardRecord, layer: str, since: float, unpacked: Unpacked | None = None) -> Walk:

@@ -13,7 +13,7 @@ import pytest
 
 from epstack.errors import BadInput
 from epstack.guard import start
-from epstack.guard.fingerprint import Changes, walk
+from epstack.guard.fingerprint import Changes, Tree, Unpacked, walk
 from epstack.guard.mounts import Mounts, read_mounts
 from epstack.guard.record import record_path
 from epstack.guard.start import Refused, Trusted
@@ -50,6 +50,13 @@ def later_than(ctime_ns: int, scratch: Path) -> int:
     while scratch.stat().st_ctime_ns <= ctime_ns:
         scratch.chmod(0o644)
     return scratch.stat().st_ctime_ns
+
+
+def unpacked(built: Tree, before_ns: int) -> Unpacked:
+    """The start's trust in `built` on an overlayfs root with nothing mounted in it."""
+    return Unpacked(
+        before_ns=before_ns, trees={built.root: built}, mounts=Mounts(root_type="overlay", points=())
+    )
 
 
 def newest(root: Path) -> int:
@@ -95,7 +102,7 @@ def test_folders_unpacked_before_keep_the_builds_digests_unlisted(tree: Path, tm
     built = walk(tree)
     before = later_than(newest(tree), tmp_path / "record")
     counted = Changes(since=0)
-    assert walk(tree, changes=counted, built=built, before_ns=before) == built
+    assert walk(tree, changes=counted, unpacked=unpacked(built, before)) == built
     assert (counted.listed, counted.folders) == (0, len(built.folders)) == (0, 8)
 
 
@@ -106,7 +113,7 @@ def test_a_change_copied_up_is_listed_with_the_folders_above_it_only(tree: Path,
     module.write_text("__version__ = '9.99.99'\n")
     copy_up(module, tree)
     counted = Changes(since=0)
-    now = walk(tree, changes=counted, built=built, before_ns=before)
+    now = walk(tree, changes=counted, unpacked=unpacked(built, before))
     assert {name for name, digest in now.folders.items() if digest != built.folders[name]} == {"lib/torch"}
     # ".", lib and lib/torch listed; bin, lib/numpy, torch/lib and torch/_C stat'ed and kept
     assert counted.listed == 3
@@ -119,7 +126,7 @@ def test_a_change_no_folder_above_shows_is_not_listed(tree: Path, tmp_path: Path
     built = walk(tree)
     before = later_than(newest(tree), tmp_path / "record")
     (tree / "lib/torch/version.py").write_text("__version__ = '9.99.99'\n")
-    assert walk(tree, built=built, before_ns=before) == built != walk(tree)
+    assert walk(tree, unpacked=unpacked(built, before)) == built != walk(tree)
 
 
 def test_a_folder_removed_or_added_under_a_copied_up_one_is_as_a_full_walk_sees_it(
@@ -133,7 +140,7 @@ def test_a_folder_removed_or_added_under_a_copied_up_one_is_as_a_full_walk_sees_
     (tree / "lib/evil/deep").mkdir(parents=True)
     (tree / "lib/evil/deep/hook.py").write_text("import os\n")
     copy_up(tree / "lib/numpy/core", tree)
-    now = walk(tree, built=built, before_ns=before)
+    now = walk(tree, unpacked=unpacked(built, before))
     assert now == walk(tree)
     assert "lib/numpy/core" not in now.folders and now.folders.keys() >= {"lib/evil", "lib/evil/deep"}
 
@@ -152,7 +159,7 @@ def test_a_link_to_a_file_outside_the_tree_is_listed_again_where_its_folder_is_k
     before = later_than(newest(tree), tmp_path / "record")
     interpreter.write_bytes(b"\x7fELF" + bytes(200))
     counted = Changes(since=0)
-    now = walk(tree, changes=counted, built=built, before_ns=before)
+    now = walk(tree, changes=counted, unpacked=unpacked(built, before))
     assert now.folders["bin"] != built.folders["bin"] and now == walk(tree)
     assert counted.listed == 1
 
@@ -199,8 +206,8 @@ def test_a_change_in_the_venv_on_overlayfs_is_refused_by_name(image: Path, overl
 def test_a_tree_with_a_mount_on_under_or_above_it_is_listed_whole(
     image: Path, overlay: list[str], mounted: str
 ) -> None:
-    """A mount's files keep their own times: the venv is listed whole, and so a change no folder above
-    shows (the mount's own) is still named."""
+    """A mount's files keep their own times: every folder on the way to it, and every one under it, is
+    listed, and so a change no folder above shows (the mount's own) is still named."""
     built_image(image)
     overlay.append(str(image / mounted) if mounted else str(image.parent))
     module = image / "venv/lib/site-packages/torch/__init__.py"
